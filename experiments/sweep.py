@@ -1,0 +1,18 @@
+"""Sweep DP / compressed federated learning schemes on Fashion-MNIST.
+
+Example (UAI 2021 Table 1 at r = 0.5%, the paper's setting):
+
+  python experiments/sweep.py --ratio 0.005 --out results/table1
+
+Run ``python experiments/sweep.py --help`` for every option.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from fedjax_dp.experiment import main  # noqa: E402
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,45 @@
+"""PRNG key derivation: one key per purpose, round and client, never reused.
+
+Every random draw of a run descends from one seed by ``jax.random.fold_in``
+along a path that names its purpose, so no two draws share a key:
+
+  run key -> "init" (w0), "setup" (public-data mask / clip calibration),
+             "rounds" -> round t -> "sampling" | "mask" | "server_noise"
+                                  | "clients" -> client id -> "train" | "noise"
+
+Client keys are folded in by *client id* (not slot), so a client's key in a
+round does not depend on where it sits in the cohort array.
+"""
+
+from __future__ import annotations
+
+import jax
+
+# Fixed integers for the purposes; changing them changes every run's draws.
+INIT, SETUP, ROUNDS = 0, 1, 2
+SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
+TRAIN, NOISE = 0, 1
+
+
+def run_key(seed: int) -> jax.Array:
+  """The root key of a run."""
+  return jax.random.PRNGKey(seed)
+
+
+def round_key(key: jax.Array, round_index: jax.Array | int) -> jax.Array:
+  """Key of round ``round_index`` (1-based, as the papers count rounds)."""
+  return jax.random.fold_in(jax.random.fold_in(key, ROUNDS), round_index)
+
+
+def purpose(key: jax.Array, name: int) -> jax.Array:
+  """Sub-key of ``key`` for one purpose."""
+  return jax.random.fold_in(key, name)
+
+
+def client_keys(rkey: jax.Array, client_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(train keys, noise keys) of the given clients in the round of ``rkey``."""
+  base = purpose(rkey, CLIENTS)
+  per_client = jax.vmap(lambda c: jax.random.fold_in(base, c))(client_ids)
+  train = jax.vmap(lambda k: jax.random.fold_in(k, TRAIN))(per_client)
+  noise = jax.vmap(lambda k: jax.random.fold_in(k, NOISE))(per_client)
+  return train, noise

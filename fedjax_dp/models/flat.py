@@ -1,0 +1,104 @@
+"""A flat-vector view of model parameters.
+
+Every compression operator, clip and noise in the simulator works on one flat
+float32 vector of the model's n weights (UAI 2021, Section 3: ``|w| = n``).
+A :class:`FlatModel` keeps the parameter layout as static (name, shape) pairs
+so that ``unflatten`` is a few free slices and reshapes inside ``jit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Params = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatModel:
+  """A model whose parameters live in one flat vector.
+
+  Attributes:
+    name: Human-readable model name.
+    shapes: Ordered (parameter name, shape) pairs; the flat vector is their
+      concatenation in this order.
+    init_fn: ``init_fn(key) -> Params`` drawing the initial parameters.
+    apply_fn: ``apply_fn(params, x) -> logits`` for a batch ``x``.
+    loss_name: ``"softmax_ce"`` (multi-class) or ``"sigmoid_ce"`` (binary).
+    eval_apply_fn: Optional faster ``apply_fn`` for one model on a large
+      batch (evaluation); must compute the same function.
+  """
+
+  name: str
+  shapes: tuple[tuple[str, tuple[int, ...]], ...]
+  init_fn: Callable[[jax.Array], Params]
+  apply_fn: Callable[[Params, jax.Array], jax.Array]
+  loss_name: str = "softmax_ce"
+  eval_apply_fn: Callable[[Params, jax.Array], jax.Array] | None = None
+
+  @property
+  def num_params(self) -> int:
+    """Number of weights n."""
+    return sum(math.prod(s) for _, s in self.shapes)
+
+  def unflatten(self, flat: jax.Array) -> Params:
+    """Splits a flat vector of size n into named parameter arrays."""
+    params, offset = {}, 0
+    for name, shape in self.shapes:
+      size = math.prod(shape)
+      params[name] = flat[offset:offset + size].reshape(shape)
+      offset += size
+    return params
+
+  def flatten(self, params: Params) -> jax.Array:
+    """Concatenates named parameters into one flat float32 vector."""
+    return jnp.concatenate(
+        [jnp.ravel(params[name]).astype(jnp.float32) for name, _ in self.shapes])
+
+  def init(self, key: jax.Array) -> jax.Array:
+    """Returns the initial weights w0 as a flat vector."""
+    return self.flatten(self.init_fn(key))
+
+  def logits(self, flat: jax.Array, x: jax.Array) -> jax.Array:
+    """Model output for a batch, from flat weights."""
+    return self.apply_fn(self.unflatten(flat), x)
+
+  def loss(self, flat: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
+    """Mean cross-entropy of the batch (softmax or sigmoid)."""
+    logits = self.logits(flat, x)
+    if self.loss_name == "sigmoid_ce":
+      logits = logits[..., 0]
+      yf = y.astype(logits.dtype)
+      return jnp.mean(jnp.maximum(logits, 0) - logits * yf +
+                      jnp.log1p(jnp.exp(-jnp.abs(logits))))
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
+
+  def eval_logits(self, flat: jax.Array, x: jax.Array) -> jax.Array:
+    """Model output through ``eval_apply_fn`` when the model has one."""
+    fn = self.eval_apply_fn or self.apply_fn
+    return fn(self.unflatten(flat), x)
+
+  def predict(self, flat: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(class predictions, scores) of a batch, from one forward pass.
+
+    Binary models predict 1 when the logit is positive and score with the
+    logit (for AUROC); multi-class models predict the argmax and score with
+    the softmax.
+    """
+    logits = self.eval_logits(flat, x)
+    if self.loss_name == "sigmoid_ce":
+      return (logits[..., 0] > 0).astype(jnp.int32), logits[..., 0]
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32), jax.nn.softmax(logits)
+
+
+def glorot_uniform(key: jax.Array, shape: tuple[int, ...], fan_in: int,
+                   fan_out: int) -> jax.Array:
+  """Keras' default kernel initialiser (the papers used Keras 2.2)."""
+  limit = np.sqrt(6.0 / (fan_in + fan_out))
+  return jax.random.uniform(key, shape, jnp.float32, -limit, limit)

@@ -1,0 +1,72 @@
+"""Gaussian noise shares and the noisy secure sum of a cohort.
+
+UAI 2021, Section 3.2.2 and Algorithm 3 line 27: each of the |K| sampled
+clients adds a share ``G(0, S^2 sigma^2 / |K|)`` to its clipped update, so that
+the secure-aggregation sum carries ``G(0, S^2 sigma^2)``, the Gaussian
+mechanism on the sum of clipped updates with sensitivity S.
+
+The cohort is a fixed-capacity array of slots, some of them padding (see
+``fedjax_dp.sampling``). Padding slots contribute neither update nor noise.
+The shares are scaled by the number of *real* participants, and when a round
+has no participant at all the server adds the full ``G(0, S^2 sigma^2)``
+itself, so the aggregate noise standard deviation is never below ``S*sigma``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_dp.privacy.clipping import clip_by_l2_norm, l2_sensitivity
+
+
+def noise_share_std(clip_norm: float | jax.Array, noise_multiplier: float,
+                    num_participants: jax.Array) -> jax.Array:
+  """Standard deviation of one client's noise share, ``S sigma / sqrt(|K|)``.
+
+  Args:
+    clip_norm: The clip norm S.
+    noise_multiplier: sigma, the ratio of the aggregate noise std to S.
+    num_participants: The number of real clients adding a share (>= 0).
+
+  Returns:
+    The per-client share std; with ``num_participants == 0`` it is the full
+    ``S sigma`` (nobody adds it then; see :func:`noisy_sum`).
+  """
+  sigma_sum = l2_sensitivity(clip_norm) * noise_multiplier
+  return sigma_sum / jnp.sqrt(jnp.maximum(num_participants, 1).astype(jnp.float32))
+
+
+def noisy_sum(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
+              server_key: jax.Array, clip_norm: float | jax.Array,
+              noise_multiplier: float) -> tuple[jax.Array, jax.Array]:
+  """Clips, noises and sums the compressed updates of one cohort.
+
+  Simulates UAI 2021 Algorithm 3 lines 25-27 followed by the secure sum of
+  Eq. (1): ``sum_k (clip(u_k) + z_k)`` with ``z_k ~ G(0, S^2 sigma^2 / |K|)``.
+
+  Args:
+    updates: (capacity, m) compressed updates, one row per cohort slot.
+    slot_mask: (capacity,) bool, True for real participants.
+    noise_keys: (capacity, 2) per-client PRNG keys used for nothing else.
+    server_key: Key for the server's fallback noise when the cohort is empty.
+    clip_norm: S.
+    noise_multiplier: sigma >= 0.
+
+  Returns:
+    ``(noisy_sum, num_clipped)``: the (m,) aggregate and the number of real
+    clients whose update was longer than S.
+  """
+  clipped, norms = jax.vmap(clip_by_l2_norm, in_axes=(0, None))(updates, clip_norm)
+  num_real = jnp.sum(slot_mask)
+  share_std = noise_share_std(clip_norm, noise_multiplier, num_real)
+  shape = updates.shape[1:]
+  shares = jax.vmap(lambda k: jax.random.normal(k, shape, updates.dtype))(noise_keys)
+  contributions = clipped + share_std * shares
+  total = jnp.sum(jnp.where(slot_mask[:, None], contributions, 0.0), axis=0)
+  # Empty cohort: nobody adds a share, so the server adds G(0, S^2 sigma^2).
+  fallback = (l2_sensitivity(clip_norm) * noise_multiplier *
+              jax.random.normal(server_key, shape, updates.dtype))
+  total = total + jnp.where(num_real == 0, 1.0, 0.0) * fallback
+  num_clipped = jnp.sum(slot_mask & (norms > clip_norm))
+  return total, num_clipped

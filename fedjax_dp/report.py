@@ -1,0 +1,99 @@
+"""Results as a Markdown table laid out like UAI 2021 Table 1, JSON and CSV.
+
+Files are written atomically (a temporary file renamed into place), so an
+interrupted or failed run never leaves a half-written result behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pathlib
+import tempfile
+
+from fedjax_dp import presets
+
+CSV_FIELDS = ("scheme", "ratio", "best_accuracy", "best_round", "final_accuracy",
+              "downstream_kb", "upstream_kb", "measured_upstream_kb", "epsilon",
+              "epsilon_final", "delta", "accountant", "sampler", "noise_multiplier",
+              "clip_norm", "clipped_fraction", "rounds", "num_params", "num_clients",
+              "clients_per_round", "capacity", "mean_cohort", "seed", "seconds")
+
+
+def _fmt(value, spec: str) -> str:
+  return "N/A" if value is None else format(value, spec)
+
+
+def _paper(scheme: str, ratio: float, field: str, spec: str) -> str:
+  ref = presets.paper_result(scheme, ratio)
+  return "-" if ref is None else _fmt(getattr(ref, field), spec)
+
+
+def markdown_table(runs: list[dict]) -> str:
+  """Table 1 layout: r, algorithm, accuracy, round, down/up cost, epsilon.
+
+  Each measured figure stands beside the paper's (in parentheses) where UAI
+  2021 Table 1/8 has one for that scheme and ratio.
+  """
+  lines = ["| r | Algorithm | Accuracy (paper) | Round (paper) | Downstream KB | "
+           "Upstream KB | ε (paper) | S | Accountant |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for run in runs:
+    r, name = run["ratio"], run["scheme"]
+    lines.append(
+        f"| {r * 100:g}% | {name} "
+        f"| {run['best_accuracy']:.2f} ({_paper(name, r, 'accuracy', '.2f')}) "
+        f"| {run['best_round']} ({_paper(name, r, 'round', 'd')}) "
+        f"| {run['downstream_kb']:.2f} | {run['upstream_kb']:.2f} "
+        f"| {_fmt(run['epsilon'], '.2f')} ({_paper(name, r, 'epsilon', '.2f')}) "
+        f"| {_fmt(run['clip_norm'], '.3g')} | {run['accountant'] or 'N/A'} |")
+  return "\n".join(lines) + "\n"
+
+
+def csv_text(runs: list[dict]) -> str:
+  """One CSV row per run with the fields of :data:`CSV_FIELDS`."""
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore",
+                          lineterminator="\n")
+  writer.writeheader()
+  for run in runs:
+    writer.writerow(run)
+  return buf.getvalue()
+
+
+def _atomic_write(path: pathlib.Path, text: str) -> None:
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def write_results(out_dir: str | os.PathLike, runs: list[dict], config: dict) -> list[pathlib.Path]:
+  """Writes results.json, results.csv and results.md into ``out_dir``.
+
+  Args:
+    out_dir: Output folder (created if needed).
+    runs: Run records from ``fedjax_dp.simulation.run``.
+    config: The sweep's settings, stored in results.json.
+
+  Returns:
+    The written paths.
+  """
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  files = {
+      "results.json": json.dumps({"config": config, "runs": runs}, indent=2) + "\n",
+      "results.csv": csv_text(runs),
+      "results.md": markdown_table(runs),
+  }
+  paths = []
+  for name, text in files.items():
+    _atomic_write(out / name, text)
+    paths.append(out / name)
+  return paths

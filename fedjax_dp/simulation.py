@@ -1,0 +1,362 @@
+"""The jitted federated round and the run loop.
+
+One round (UAI 2021, Algorithms 1-6): sample a cohort, train every sampled
+client in parallel (``vmap`` over the client axis), compress each update to
+the round's coordinate subset, clip and noise it for DP schemes, sum the
+cohort (the secure-aggregation sum), and update the server model.
+
+The round is a pure function of (server state, client data, run key, round
+index); ``make_rounds_fn`` compiles a ``lax.scan`` over several rounds so a
+run only returns to Python at evaluation points, and later rounds reuse the
+compiled program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import bandwidth, calibration, client, keys, metrics, sampling
+from fedjax_dp.models import FlatModel
+from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy.noise import noisy_sum
+from fedjax_dp.schemes import MaskedScheme, fixed_subset
+
+
+class ClientData(NamedTuple):
+  """Federated training data as dense arrays indexed by client.
+
+  Attributes:
+    x: (num_clients, samples, ...) examples; uint8 images are scaled to
+      [0, 1] on the fly.
+    y: (num_clients, samples) labels.
+  """
+
+  x: jax.Array
+  y: jax.Array
+
+
+class ServerState(NamedTuple):
+  """What the server carries between rounds.
+
+  Attributes:
+    weights: (n,) the global model.
+    fixed_indices: (K,) the setup subset (Top-K or fixed random); empty for
+      schemes that need none.
+  """
+
+  weights: jax.Array
+  fixed_indices: jax.Array
+
+
+class RoundInfo(NamedTuple):
+  """Per-round diagnostics (no private data: counts only)."""
+
+  num_sampled: jax.Array
+  num_clipped: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundConfig:
+  """Static configuration of the round function.
+
+  Attributes:
+    scheme: The scheme.
+    num_clients: N.
+    clients_per_round: Expected cohort size C*N (the fixed size for the
+      "fixed" sampler); also the DP aggregate's denominator.
+    capacity: Cohort slots (see ``fedjax_dp.sampling``).
+    sampler: "poisson" or "fixed".
+    num_kept: K, values per compressed update.
+    local_steps: T_gd.
+    batch_size: |B|.
+    lr: Client SGD learning rate eta.
+    noise_multiplier: sigma (DP schemes).
+    clip_norm: S (DP schemes).
+  """
+
+  scheme: MaskedScheme
+  num_clients: int
+  clients_per_round: int
+  capacity: int
+  sampler: str
+  num_kept: int
+  local_steps: int
+  batch_size: int
+  lr: float
+  noise_multiplier: float = 0.0
+  clip_norm: float = 1.0
+
+  @property
+  def rate(self) -> float:
+    """q = C, the sampling rate."""
+    return self.clients_per_round / self.num_clients
+
+
+def _as_float(x: jax.Array) -> jax.Array:
+  return x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
+
+
+def make_round_fn(model: FlatModel, cfg: RoundConfig
+                  ) -> Callable[[ServerState, ClientData, jax.Array, jax.Array],
+                                tuple[ServerState, RoundInfo]]:
+  """Builds the pure round function of a scheme.
+
+  Args:
+    model: The model (its ``loss`` drives local SGD).
+    cfg: Static round configuration.
+
+  Returns:
+    ``round_fn(state, data, run_key, t) -> (state, info)``, jittable; ``t``
+    is the 1-based round index and selects the round's keys.
+  """
+  scheme = cfg.scheme
+  train = functools.partial(client.local_sgd, model.loss, steps=cfg.local_steps,
+                            batch_size=cfg.batch_size, lr=cfg.lr)
+
+  def round_fn(state: ServerState, data: ClientData, run_key: jax.Array,
+               t: jax.Array) -> tuple[ServerState, RoundInfo]:
+    w = state.weights
+    n = w.shape[0]
+    rkey = keys.round_key(run_key, t)
+    cohort = sampling.sample_cohort(keys.purpose(rkey, keys.SAMPLING),
+                                    cfg.num_clients, cfg.rate, cfg.capacity,
+                                    cfg.sampler)
+    indices = scheme.round_indices(state.fixed_indices,
+                                   keys.purpose(rkey, keys.MASK), n, cfg.num_kept)
+    grad_mask = scheme.grad_mask(indices, n)
+    train_keys, noise_keys = keys.client_keys(rkey, cohort.indices)
+    x = _as_float(data.x[cohort.indices])
+    y = data.y[cohort.indices]
+
+    def client_update(xk, yk, key):
+      return scheme.compress(train(w, xk, yk, key, grad_mask=grad_mask) - w, indices)
+
+    updates = jax.vmap(client_update)(x, y, train_keys)
+    num_real = jnp.sum(cohort.mask)
+    if scheme.dp:
+      total, num_clipped = noisy_sum(updates, cohort.mask, noise_keys,
+                                     keys.purpose(rkey, keys.SERVER_NOISE),
+                                     cfg.clip_norm, cfg.noise_multiplier)
+      # A fixed denominator: the released model depends on the noisy sum
+      # alone, not on the (private) realised cohort size.
+      mean = total / cfg.clients_per_round
+    else:
+      total = jnp.sum(jnp.where(cohort.mask[:, None], updates, 0.0), axis=0)
+      mean = total / jnp.maximum(num_real, 1)  # equal |D_k|: FedAvg weights
+      num_clipped = jnp.zeros((), jnp.int32)
+    new_w = scheme.apply_update(w, mean, indices)
+    return (ServerState(new_w, state.fixed_indices),
+            RoundInfo(cohort.num_sampled, num_clipped.astype(jnp.int32)))
+
+  return round_fn
+
+
+def make_rounds_fn(model: FlatModel, cfg: RoundConfig, num_rounds: int):
+  """Compiles ``num_rounds`` consecutive rounds into one ``lax.scan``.
+
+  Returns:
+    jitted ``fn(state, data, run_key, first_round) -> (state, infos)`` where
+    ``infos`` stacks each round's :class:`RoundInfo`. The state is donated.
+  """
+  round_fn = make_round_fn(model, cfg)
+
+  def rounds(state, data, run_key, first_round):
+    def body(s, t):
+      return round_fn(s, data, run_key, t)
+    ts = first_round + jnp.arange(num_rounds, dtype=jnp.int32)
+    return jax.lax.scan(body, state, ts)
+
+  return jax.jit(rounds, donate_argnums=(0,))
+
+
+def make_eval_fn(model: FlatModel, batch_size: int = 500):
+  """Jitted ``fn(w, x) -> (predictions, scores)`` over a test set in batches."""
+  def evaluate(w, x):
+    num = x.shape[0]
+    pad = (-num) % batch_size
+    xb = jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1))
+    xb = xb.reshape((-1, batch_size) + x.shape[1:])
+    preds, scores = jax.lax.map(lambda b: model.predict(w, _as_float(b)), xb)
+    return (preds.reshape((-1,) + preds.shape[2:])[:num],
+            scores.reshape((-1,) + scores.shape[2:])[:num])
+  return jax.jit(evaluate)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """A run's hyper-parameters; defaults are the UAI 2021 Fashion-MNIST setting.
+
+  UAI 2021 Table 5 / thesis Table 8.8: C = 1/60 of N = 6000 clients,
+  T_cl = 200 rounds, T_gd = 5 local steps of |B| = 10, eta = 0.215,
+  delta = 1e-5, sigma = 1.54, T_init = 5.
+  """
+
+  ratio: float = 0.005
+  rounds: int = 200
+  clients_per_round: int = 100
+  local_steps: int = 5
+  batch_size: int = 10
+  lr: float = 0.215
+  noise_multiplier: float = 1.54
+  clip_norm: float | None = None  # None: calibrate on public data
+  delta: float = 1e-5
+  accountant: str = "moments"
+  sampler: str = "poisson"
+  init_steps: int = 5
+  seed: int = 0
+  eval_every: int = 1
+
+  def validate(self, num_clients: int) -> None:
+    """Raises ValueError with a one-line message for a bad setting."""
+    checks = [
+        (0.0 < self.ratio <= 1.0, f"--ratio must be in (0, 1], got {self.ratio}"),
+        (self.rounds >= 1, f"--rounds must be >= 1, got {self.rounds}"),
+        (self.clients_per_round >= 1,
+         f"--clients-per-round must be >= 1, got {self.clients_per_round}"),
+        (self.clients_per_round <= num_clients,
+         f"--clients-per-round {self.clients_per_round} exceeds the number of "
+         f"clients {num_clients}"),
+        (self.local_steps >= 1, f"--local-steps must be >= 1, got {self.local_steps}"),
+        (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
+        (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
+        (self.noise_multiplier >= 0,
+         f"--noise-multiplier must be >= 0, got {self.noise_multiplier}"),
+        (self.clip_norm is None or self.clip_norm > 0,
+         f"--clip must be > 0, got {self.clip_norm}"),
+        (0.0 < self.delta < 1.0, f"--delta must be in (0, 1), got {self.delta}"),
+        (self.accountant in accounting.ACCOUNTANTS,
+         f"unknown accountant {self.accountant!r}; choose one of "
+         f"{', '.join(accounting.ACCOUNTANTS)}"),
+        (self.sampler in sampling.SAMPLERS,
+         f"unknown sampler {self.sampler!r}; choose one of {', '.join(sampling.SAMPLERS)}"),
+        (self.init_steps >= 1, f"--init-steps must be >= 1, got {self.init_steps}"),
+        (self.eval_every >= 1, f"--eval-every must be >= 1, got {self.eval_every}"),
+    ]
+    for ok, message in checks:
+      if not ok:
+        raise ValueError(message)
+    if self.sampler == "fixed" and self.accountant != "rdp":
+      raise ValueError(f"accountant {self.accountant!r} assumes Poisson sampling; "
+                       "use --accountant rdp with --sampling fixed")
+
+
+def run(model: FlatModel, scheme: MaskedScheme, data: ClientData,
+        test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
+        cfg: RunConfig, progress: Callable[[int], None] | None = None) -> dict:
+  """Runs one scheme for ``cfg.rounds`` rounds and reports like UAI Table 1.
+
+  Args:
+    model: The model.
+    scheme: The scheme.
+    data: Federated training data.
+    test: (images, labels) of the held-out test set.
+    public: (images, labels) of the server's public batch.
+    cfg: Hyper-parameters.
+    progress: Called with the number of rounds just completed.
+
+  Returns:
+    A JSON-ready record: scheme, ratio, best_accuracy, best_round,
+    downstream_kb, upstream_kb, epsilon (at the best round), epsilon_final,
+    delta, accountant, noise_multiplier, clip_norm, rounds, num_params,
+    seconds, and the accuracy history.
+  """
+  start = time.perf_counter()
+  num_clients = int(data.x.shape[0])
+  cfg.validate(num_clients)
+  root = keys.run_key(cfg.seed)
+  setup = keys.purpose(root, keys.SETUP)
+  w0 = jax.jit(model.init)(keys.purpose(root, keys.INIT))
+  n = model.num_params
+  k = scheme.num_values(n, cfg.ratio)
+  pub_x, pub_y = jnp.asarray(public[0]), jnp.asarray(public[1])
+
+  scores = None
+  if scheme.selection == "topk":
+    scores = calibration.topk_scores(model, w0, pub_x, pub_y, cfg.init_steps, cfg.lr)
+  fixed = fixed_subset(scheme, jax.random.fold_in(setup, 0), scores, n, k)
+
+  clip_norm = cfg.clip_norm
+  if scheme.dp and clip_norm is None:
+    clip_norm = calibration.calibrate_clip_norm(
+        model, scheme, w0, fixed, k, pub_x, pub_y, jax.random.fold_in(setup, 1),
+        steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr)
+
+  rate = cfg.clients_per_round / num_clients
+  sampling_keys = jax.vmap(lambda t: keys.purpose(keys.round_key(root, t), keys.SAMPLING)
+                           )(jnp.arange(1, cfg.rounds + 1))
+  capacity = sampling.plan_capacity(sampling_keys, num_clients, rate, cfg.sampler)
+  round_cfg = RoundConfig(
+      scheme=scheme, num_clients=num_clients,
+      clients_per_round=cfg.clients_per_round, capacity=capacity,
+      sampler=cfg.sampler, num_kept=k, local_steps=cfg.local_steps,
+      batch_size=cfg.batch_size, lr=cfg.lr,
+      noise_multiplier=cfg.noise_multiplier if scheme.dp else 0.0,
+      clip_norm=clip_norm if scheme.dp else 1.0)
+
+  eval_fn = make_eval_fn(model)
+  test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
+  state = ServerState(w0, fixed)
+  compiled: dict[int, Callable] = {}
+  history, participations, clipped = [], 0, 0
+  t = 1
+  while t <= cfg.rounds:
+    chunk = min(cfg.eval_every, cfg.rounds - t + 1)
+    if chunk not in compiled:
+      compiled[chunk] = make_rounds_fn(model, round_cfg, chunk)
+    state, infos = compiled[chunk](state, data, root, jnp.int32(t))
+    t += chunk
+    sampled = np.asarray(infos.num_sampled)
+    participations += int(np.minimum(sampled, capacity).sum())
+    clipped += int(np.asarray(infos.num_clipped).sum())
+    preds, _ = eval_fn(state.weights, test_x)
+    history.append({"round": t - 1, "accuracy": metrics.accuracy(test_y, np.asarray(preds))})
+    if progress is not None:
+      progress(chunk)
+
+  best = max(history, key=lambda h: (h["accuracy"], -h["round"]))
+  if scheme.dp:
+    eps_best, eps_final = accounting.epsilon_curve(
+        cfg.noise_multiplier, rate, [best["round"], cfg.rounds], cfg.delta,
+        cfg.accountant, cfg.sampler, num_clients=num_clients)
+    label = accounting.accountant_label(cfg.accountant, cfg.sampler)
+  else:
+    eps_best = eps_final = None
+    label = None
+  down_values = n if scheme.full_model_downstream else k
+  return {
+      "scheme": scheme.name,
+      "ratio": cfg.ratio if scheme.uses_ratio else 1.0,
+      "best_accuracy": best["accuracy"],
+      "best_round": best["round"],
+      "final_accuracy": history[-1]["accuracy"],
+      "downstream_kb": bandwidth.cost_kb(down_values, best["round"], rate),
+      "upstream_kb": bandwidth.cost_kb(k, best["round"], rate),
+      "measured_upstream_kb": bandwidth.measured_cost_kb(k, participations, num_clients),
+      "upstream_values": k,
+      "downstream_values": down_values,
+      "epsilon": eps_best,
+      "epsilon_final": eps_final,
+      "delta": cfg.delta if scheme.dp else None,
+      "accountant": label,
+      "sampler": cfg.sampler,
+      "noise_multiplier": cfg.noise_multiplier if scheme.dp else 0.0,
+      "clip_norm": clip_norm if scheme.dp else None,
+      "clipped_fraction": clipped / max(participations, 1) if scheme.dp else None,
+      "rounds": cfg.rounds,
+      "num_params": n,
+      "num_clients": num_clients,
+      "clients_per_round": cfg.clients_per_round,
+      "capacity": capacity,
+      "mean_cohort": participations / cfg.rounds,
+      "seed": cfg.seed,
+      "seconds": time.perf_counter() - start,
+      "history": history,
+  }
+

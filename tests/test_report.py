@@ -1,0 +1,48 @@
+"""Bandwidth formula, paper presets and the Table 1 layout."""
+
+import pytest
+
+from fedjax_dp import bandwidth, presets, report
+
+
+def test_bandwidth_formula_reproduces_uai_table1():
+  n = 1_663_370
+  assert bandwidth.cost_kb(8317, 200, 1 / 60) == pytest.approx(110.89, abs=0.01)
+  assert bandwidth.cost_kb(n, 200, 1 / 60) == pytest.approx(22178.27, abs=0.01)
+  assert bandwidth.cost_kb(n, 60, 1 / 60) == pytest.approx(6653.48, abs=0.01)
+  assert bandwidth.cost_kb(n, 193, 1 / 60) == pytest.approx(21402.03, abs=0.01)
+  with pytest.raises(ValueError):
+    bandwidth.cost_kb(10, 1, 0.0)
+
+
+def test_measured_cost_counts_actual_participations():
+  assert bandwidth.measured_cost_kb(1000, 600, 6000) == pytest.approx(1000 * 32 / 10 / 8 / 1000)
+
+
+def test_paper_tables():
+  assert presets.paper_result("FL-TOP-DP", 0.005) == (0.81, 200, 1.0)
+  assert presets.paper_result("FL-STD-DP", 1.0) == (0.56, 60, 0.76)
+  assert presets.paper_result("FL-BASIC-DP", 0.05) == (0.76, 195, 0.99)
+  assert presets.paper_result("FL-BAS-3-DP", 0.001) is None  # "-" in Table 8
+  assert presets.paper_result("FL-TOP", 0.3) is None
+  assert presets.paper_clip_norm("FL-TOP-DP", 0.005) == 0.61
+  assert presets.paper_clip_norm("FL-STD-DP", 1.0) == 2.40
+  assert presets.paper_clip_norm("FL-TOP", 0.005) is None
+
+
+def test_markdown_table_sets_paper_figures_beside_ours():
+  run = {"scheme": "FL-TOP-DP", "ratio": 0.005, "best_accuracy": 0.7912, "best_round": 190,
+         "downstream_kb": 105.3, "upstream_kb": 105.3, "epsilon": 0.97, "clip_norm": 0.7,
+         "accountant": "moments"}
+  row = report.markdown_table([run]).splitlines()[2]
+  assert row == ("| 0.5% | FL-TOP-DP | 0.79 (0.81) | 190 (200) | 105.30 | 105.30 "
+                 "| 0.97 (1.00) | 0.7 | moments |")
+
+
+def test_results_are_written_atomically(tmp_path):
+  run = {"scheme": "FL-STD", "ratio": 1.0, "best_accuracy": 0.5, "best_round": 1,
+         "downstream_kb": 1.0, "upstream_kb": 1.0, "epsilon": None, "clip_norm": None,
+         "accountant": None}
+  paths = report.write_results(tmp_path / "o", [run], {"seed": 0})
+  assert sorted(p.name for p in paths) == ["results.csv", "results.json", "results.md"]
+  assert not list((tmp_path / "o").glob(".*.tmp"))

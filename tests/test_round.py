@@ -1,0 +1,89 @@
+"""The jitted round: DP noise at the round level, no recompilation, calibration."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedjax_dp import calibration, simulation
+from fedjax_dp.compression import masks
+from fedjax_dp.schemes import get_scheme
+
+
+def _round_cfg(scheme, n, **kw):
+  base = dict(scheme=scheme, num_clients=600, clients_per_round=10, capacity=24,
+              sampler="poisson", num_kept=masks.num_kept(n, 0.01), local_steps=2,
+              batch_size=10, lr=0.1, noise_multiplier=1.54, clip_norm=0.5)
+  return simulation.RoundConfig(**{**base, **kw})
+
+
+def test_dp_round_adds_s_sigma_noise_on_t_only(small_federation, cnn):
+  """With a tiny lr the update is the noise: N(0, (S sigma / E|K|)^2) on T, 0 off T."""
+  data, _, _ = small_federation
+  n = cnn.num_params
+  scheme = get_scheme("FL-TOP-DP")
+  cfg = _round_cfg(scheme, n, lr=1e-12)  # capacity 24 > cohort: padded slots
+  fixed = masks.random_indices(jax.random.PRNGKey(9), n, cfg.num_kept)
+  w0 = cnn.init(jax.random.PRNGKey(0))
+  fn = jax.jit(simulation.make_round_fn(cnn, cfg))
+  state, info = fn(simulation.ServerState(w0, fixed), data, jax.random.PRNGKey(1), jnp.int32(1))
+  assert 0 < int(info.num_sampled) <= cfg.capacity
+  diff = np.asarray(state.weights - w0, np.float64)
+  on = np.zeros(n, bool)
+  on[np.asarray(fixed)] = True
+  np.testing.assert_array_equal(diff[~on], 0.0)
+  std = cfg.clip_norm * cfg.noise_multiplier / cfg.clients_per_round
+  for s, accept in ((std, True), (std * 1.05, False), (std * 0.95, False)):
+    stat = np.sum(diff[on] ** 2) / s**2
+    p = 2 * min(stats.chi2.cdf(stat, on.sum()), stats.chi2.sf(stat, on.sum()))
+    assert (p > 1e-3) == accept, (s, p)
+
+
+def test_round_two_does_not_recompile(small_federation, cnn):
+  data, _, _ = small_federation
+  scheme = get_scheme("FL-BASIC-DP")
+  cfg = _round_cfg(scheme, cnn.num_params, local_steps=1)
+  fn = simulation.make_rounds_fn(cnn, cfg, 2)
+  state = simulation.ServerState(cnn.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32))
+  state, infos = fn(state, data, jax.random.PRNGKey(1), jnp.int32(1))
+  state, infos = fn(state, data, jax.random.PRNGKey(1), jnp.int32(3))
+  assert fn._cache_size() == 1
+  assert infos.num_sampled.shape == (2,)
+
+
+def test_rounds_are_deterministic_given_the_key(small_federation, cnn):
+  data, _, _ = small_federation
+  cfg = _round_cfg(get_scheme("FL-STD-DP"), cnn.num_params, local_steps=1)
+  fn = jax.jit(simulation.make_round_fn(cnn, cfg))
+  w0 = cnn.init(jax.random.PRNGKey(0))
+  empty = jnp.zeros((0,), jnp.int32)
+  a, _ = fn(simulation.ServerState(w0, empty), data, jax.random.PRNGKey(1), jnp.int32(1))
+  b, _ = fn(simulation.ServerState(w0, empty), data, jax.random.PRNGKey(1), jnp.int32(1))
+  c, _ = fn(simulation.ServerState(w0, empty), data, jax.random.PRNGKey(1), jnp.int32(2))
+  np.testing.assert_array_equal(a.weights, b.weights)
+  assert not np.array_equal(np.asarray(a.weights), np.asarray(c.weights))
+
+
+def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
+  from fedjax_dp import client
+  _, _, (px, py) = small_federation
+  px, py = jnp.asarray(px), jnp.asarray(py)
+  w0 = cnn.init(jax.random.PRNGKey(0))
+  n = cnn.num_params
+  k = masks.num_kept(n, 0.005)
+  key = jax.random.PRNGKey(3)
+  top = get_scheme("FL-TOP-DP")
+  fixed = masks.topk_indices(calibration.topk_scores(cnn, w0, px, py, 5, 0.215), k)
+  s_top = calibration.calibrate_clip_norm(cnn, top, w0, fixed, k, px, py, key,
+                                          steps=5, batch_size=10, lr=0.215)
+  train_key, _ = jax.random.split(key)
+  w1 = client.local_sgd(cnn.loss, w0, px, py, train_key, steps=5, batch_size=10, lr=0.215,
+                        grad_mask=masks.indices_to_mask(fixed, n))
+  assert s_top == pytest.approx(float(jnp.linalg.norm((w1 - w0)[fixed])), rel=1e-4)
+  # Random subsets: the median over 100 subsets, far below the Top-K norm.
+  s_bas = calibration.calibrate_clip_norm(cnn, get_scheme("FL-BAS-2-DP"), w0, fixed, k,
+                                          px, py, key, steps=5, batch_size=10, lr=0.215)
+  full = float(jnp.linalg.norm(client.local_sgd(cnn.loss, w0, px, py, train_key, steps=5,
+                                                batch_size=10, lr=0.215) - w0))
+  assert 0 < s_bas < s_top and s_bas == pytest.approx(full * np.sqrt(0.005), rel=0.3)
