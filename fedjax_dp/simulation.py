@@ -14,19 +14,17 @@ compiled program.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import bandwidth, calibration, client, keys, metrics, sampling
+from fedjax_dp import bandwidth, keys, metrics, sampling
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting
-from fedjax_dp.privacy.noise import noisy_sum
-from fedjax_dp.schemes import MaskedScheme, fixed_subset
+from fedjax_dp.schemes import LocalTraining, Scheme, SetupData
 
 
 class ClientData(NamedTuple):
@@ -47,12 +45,12 @@ class ServerState(NamedTuple):
 
   Attributes:
     weights: (n,) the global model.
-    fixed_indices: (K,) the setup subset (Top-K or fixed random); empty for
-      schemes that need none.
+    scheme_state: The scheme's own state (a pytree), e.g. FL-TOP's Top-K
+      indices, from ``scheme.setup``.
   """
 
   weights: jax.Array
-  fixed_indices: jax.Array
+  scheme_state: Any
 
 
 class RoundInfo(NamedTuple):
@@ -81,7 +79,7 @@ class RoundConfig:
     clip_norm: S (DP schemes).
   """
 
-  scheme: MaskedScheme
+  scheme: Scheme
   num_clients: int
   clients_per_round: int
   capacity: int
@@ -97,6 +95,11 @@ class RoundConfig:
   def rate(self) -> float:
     """q = C, the sampling rate."""
     return self.clients_per_round / self.num_clients
+
+  @property
+  def local(self) -> LocalTraining:
+    """The client-side hyper-parameters."""
+    return LocalTraining(self.local_steps, self.batch_size, self.lr)
 
 
 def _as_float(x: jax.Array) -> jax.Array:
@@ -117,43 +120,33 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
     is the 1-based round index and selects the round's keys.
   """
   scheme = cfg.scheme
-  train = functools.partial(client.local_sgd, model.loss, steps=cfg.local_steps,
-                            batch_size=cfg.batch_size, lr=cfg.lr)
 
   def round_fn(state: ServerState, data: ClientData, run_key: jax.Array,
                t: jax.Array) -> tuple[ServerState, RoundInfo]:
     w = state.weights
-    n = w.shape[0]
     rkey = keys.round_key(run_key, t)
     cohort = sampling.sample_cohort(keys.purpose(rkey, keys.SAMPLING),
                                     cfg.num_clients, cfg.rate, cfg.capacity,
                                     cfg.sampler)
-    indices = scheme.round_indices(state.fixed_indices,
-                                   keys.purpose(rkey, keys.MASK), n, cfg.num_kept)
-    grad_mask = scheme.grad_mask(indices, n)
+    plan = scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
+                             w.shape[0], cfg.num_kept)
     train_keys, noise_keys = keys.client_keys(rkey, cohort.indices)
     x = _as_float(data.x[cohort.indices])
     y = data.y[cohort.indices]
-
-    def client_update(xk, yk, key):
-      return scheme.compress(train(w, xk, yk, key, grad_mask=grad_mask) - w, indices)
-
-    updates = jax.vmap(client_update)(x, y, train_keys)
-    num_real = jnp.sum(cohort.mask)
+    messages = jax.vmap(lambda xk, yk, kk: scheme.client_message(
+        model, w, plan, xk, yk, kk, cfg.local))(x, y, train_keys)
+    total, num_clipped = scheme.aggregate(
+        messages, cohort.mask, noise_keys, keys.purpose(rkey, keys.SERVER_NOISE),
+        cfg.clip_norm, cfg.noise_multiplier)
     if scheme.dp:
-      total, num_clipped = noisy_sum(updates, cohort.mask, noise_keys,
-                                     keys.purpose(rkey, keys.SERVER_NOISE),
-                                     cfg.clip_norm, cfg.noise_multiplier)
       # A fixed denominator: the released model depends on the noisy sum
       # alone, not on the (private) realised cohort size.
       mean = total / cfg.clients_per_round
     else:
-      total = jnp.sum(jnp.where(cohort.mask[:, None], updates, 0.0), axis=0)
-      mean = total / jnp.maximum(num_real, 1)  # equal |D_k|: FedAvg weights
-      num_clipped = jnp.zeros((), jnp.int32)
-    new_w = scheme.apply_update(w, mean, indices)
-    return (ServerState(new_w, state.fixed_indices),
-            RoundInfo(cohort.num_sampled, num_clipped.astype(jnp.int32)))
+      mean = total / jnp.maximum(jnp.sum(cohort.mask), 1)  # equal |D_k|: FedAvg
+    new_w, new_scheme_state = scheme.server_update(w, state.scheme_state, mean, plan)
+    return (ServerState(new_w, new_scheme_state),
+            RoundInfo(cohort.num_sampled, jnp.asarray(num_clipped, jnp.int32)))
 
   return round_fn
 
@@ -247,7 +240,7 @@ class RunConfig:
                        "use --accountant rdp with --sampling fixed")
 
 
-def run(model: FlatModel, scheme: MaskedScheme, data: ClientData,
+def run(model: FlatModel, scheme: Scheme, data: ClientData,
         test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
         cfg: RunConfig, progress: Callable[[int], None] | None = None) -> dict:
   """Runs one scheme for ``cfg.rounds`` rounds and reports like UAI Table 1.
@@ -275,18 +268,15 @@ def run(model: FlatModel, scheme: MaskedScheme, data: ClientData,
   w0 = jax.jit(model.init)(keys.purpose(root, keys.INIT))
   n = model.num_params
   k = scheme.num_values(n, cfg.ratio)
-  pub_x, pub_y = jnp.asarray(public[0]), jnp.asarray(public[1])
-
-  scores = None
-  if scheme.selection == "topk":
-    scores = calibration.topk_scores(model, w0, pub_x, pub_y, cfg.init_steps, cfg.lr)
-  fixed = fixed_subset(scheme, jax.random.fold_in(setup, 0), scores, n, k)
-
+  setup_data = SetupData(
+      model=model, w0=w0, public_x=jnp.asarray(public[0]),
+      public_y=jnp.asarray(public[1]), key=setup, ratio=cfg.ratio,
+      init_steps=cfg.init_steps,
+      local=LocalTraining(cfg.local_steps, cfg.batch_size, cfg.lr))
+  scheme_state = scheme.setup(setup_data)
   clip_norm = cfg.clip_norm
   if scheme.dp and clip_norm is None:
-    clip_norm = calibration.calibrate_clip_norm(
-        model, scheme, w0, fixed, k, pub_x, pub_y, jax.random.fold_in(setup, 1),
-        steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr)
+    clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
 
   rate = cfg.clients_per_round / num_clients
   sampling_keys = jax.vmap(lambda t: keys.purpose(keys.round_key(root, t), keys.SAMPLING)
@@ -302,7 +292,7 @@ def run(model: FlatModel, scheme: MaskedScheme, data: ClientData,
 
   eval_fn = make_eval_fn(model)
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
-  state = ServerState(w0, fixed)
+  state = ServerState(w0, scheme_state)
   compiled: dict[int, Callable] = {}
   history, participations, clipped = [], 0, 0
   t = 1
@@ -329,7 +319,7 @@ def run(model: FlatModel, scheme: MaskedScheme, data: ClientData,
   else:
     eps_best = eps_final = None
     label = None
-  down_values = n if scheme.full_model_downstream else k
+  down_values = scheme.num_downstream(n, cfg.ratio)
   return {
       "scheme": scheme.name,
       "ratio": cfg.ratio if scheme.uses_ratio else 1.0,

@@ -8,7 +8,7 @@ from scipy import stats
 
 from fedjax_dp import calibration, simulation
 from fedjax_dp.compression import masks
-from fedjax_dp.schemes import get_scheme
+from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
 
 
 def _round_cfg(scheme, n, **kw):
@@ -65,25 +65,42 @@ def test_rounds_are_deterministic_given_the_key(small_federation, cnn):
   assert not np.array_equal(np.asarray(a.weights), np.asarray(c.weights))
 
 
+def _setup_data(small_federation, cnn, ratio=0.005):
+  _, _, (px, py) = small_federation
+  return SetupData(model=cnn, w0=cnn.init(jax.random.PRNGKey(0)), public_x=jnp.asarray(px),
+                   public_y=jnp.asarray(py), key=jax.random.PRNGKey(3), ratio=ratio,
+                   init_steps=5, local=LocalTraining(5, 10, 0.215))
+
+
+def test_topk_setup_keeps_the_largest_public_gradients(small_federation, cnn):
+  data = _setup_data(small_federation, cnn)
+  fixed = get_scheme("FL-TOP").setup(data)
+  scores = calibration.topk_scores(cnn, data.w0, data.public_x, data.public_y, 5, 0.215)
+  k = masks.num_kept(cnn.num_params, 0.005)
+  assert fixed.shape == (k,)
+  threshold = np.sort(np.asarray(scores))[-k]
+  assert np.all(np.asarray(scores)[np.asarray(fixed)] >= threshold)
+  # Fixed random subsets differ from Top-K; redrawn ones need no setup state.
+  bas3 = get_scheme("FL-BAS-3").setup(data)
+  assert bas3.shape == (k,) and not np.array_equal(np.asarray(bas3), np.asarray(fixed))
+  assert get_scheme("FL-BASIC").setup(data).shape == (0,)
+
+
 def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
   from fedjax_dp import client
-  _, _, (px, py) = small_federation
-  px, py = jnp.asarray(px), jnp.asarray(py)
-  w0 = cnn.init(jax.random.PRNGKey(0))
+  data = _setup_data(small_federation, cnn)
   n = cnn.num_params
-  k = masks.num_kept(n, 0.005)
-  key = jax.random.PRNGKey(3)
   top = get_scheme("FL-TOP-DP")
-  fixed = masks.topk_indices(calibration.topk_scores(cnn, w0, px, py, 5, 0.215), k)
-  s_top = calibration.calibrate_clip_norm(cnn, top, w0, fixed, k, px, py, key,
-                                          steps=5, batch_size=10, lr=0.215)
-  train_key, _ = jax.random.split(key)
-  w1 = client.local_sgd(cnn.loss, w0, px, py, train_key, steps=5, batch_size=10, lr=0.215,
-                        grad_mask=masks.indices_to_mask(fixed, n))
-  assert s_top == pytest.approx(float(jnp.linalg.norm((w1 - w0)[fixed])), rel=1e-4)
-  # Random subsets: the median over 100 subsets, far below the Top-K norm.
-  s_bas = calibration.calibrate_clip_norm(cnn, get_scheme("FL-BAS-2-DP"), w0, fixed, k,
-                                          px, py, key, steps=5, batch_size=10, lr=0.215)
-  full = float(jnp.linalg.norm(client.local_sgd(cnn.loss, w0, px, py, train_key, steps=5,
-                                                batch_size=10, lr=0.215) - w0))
+  fixed = top.setup(data)
+  s_top = top.calibrate_clip(data, fixed)
+  train_key, _ = jax.random.split(jax.random.fold_in(data.key, 1))
+  w1 = client.local_sgd(cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5,
+                        batch_size=10, lr=0.215, grad_mask=masks.indices_to_mask(fixed, n))
+  assert s_top == pytest.approx(float(jnp.linalg.norm((w1 - data.w0)[fixed])), rel=1e-4)
+  # Random subsets: the median over 100 subsets of the unconstrained update,
+  # about sqrt(r) of its full norm, and far below the Top-K norm.
+  s_bas = get_scheme("FL-BAS-2-DP").calibrate_clip(data, jnp.zeros((0,), jnp.int32))
+  full = float(jnp.linalg.norm(client.local_sgd(
+      cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5, batch_size=10,
+      lr=0.215) - data.w0))
   assert 0 < s_bas < s_top and s_bas == pytest.approx(full * np.sqrt(0.005), rel=0.3)

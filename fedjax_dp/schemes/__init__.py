@@ -1,11 +1,12 @@
 """The schemes of the seed papers, by name (matched case-insensitively)."""
 
-from fedjax_dp.schemes.masked import MASKED_SCHEMES, MaskedScheme, fixed_subset
+from fedjax_dp.schemes.base import LocalTraining, Scheme, SetupData
+from fedjax_dp.schemes.masked import MASKED_SCHEMES, MaskedScheme
 
 SCHEMES = dict(MASKED_SCHEMES)
 
 
-def get_scheme(name: str) -> MaskedScheme:
+def get_scheme(name: str) -> Scheme:
   """Looks a scheme up by name, ignoring case.
 
   Raises:
@@ -19,4 +20,5 @@ def get_scheme(name: str) -> MaskedScheme:
                      f"{', '.join(SCHEMES)}") from None
 
 
-__all__ = ["MaskedScheme", "SCHEMES", "fixed_subset", "get_scheme"]
+__all__ = ["LocalTraining", "MaskedScheme", "SCHEMES", "Scheme", "SetupData",
+           "get_scheme"]

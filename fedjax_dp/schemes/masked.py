@@ -22,11 +22,16 @@ to S and adds a noise share (UAI Algorithm 3); see ``fedjax_dp.privacy``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from fedjax_dp import calibration, client
 from fedjax_dp.compression import masks
+from fedjax_dp.models import FlatModel
+from fedjax_dp.schemes.base import LocalTraining, SetupData, gaussian_aggregate
 
 SELECTIONS = ("full", "topk", "random")
 
@@ -70,30 +75,99 @@ class MaskedScheme:
     """Values each client sends up per round: K = r*n, or n for FL-STD."""
     return masks.num_kept(num_params, ratio) if self.uses_ratio else num_params
 
-  def round_indices(self, fixed: jax.Array, key: jax.Array, num_params: int,
-                    k: int) -> jax.Array | None:
+  def num_downstream(self, num_params: int, ratio: float) -> int:
+    """n when the full model goes down, else K."""
+    return num_params if self.full_model_downstream else self.num_values(num_params, ratio)
+
+  def setup(self, data: SetupData) -> jax.Array:
+    """The fixed subset: Top-K from public data (UAI Sec. 3.1) or random.
+
+    Returns:
+      (K,) sorted indices; empty for FL-STD and redrawn random subsets.
+    """
+    n = data.w0.shape[0]
+    k = self.num_values(n, data.ratio)
+    if self.selection == "topk":
+      scores = calibration.topk_scores(data.model, data.w0, data.public_x,
+                                       data.public_y, data.init_steps, data.local.lr)
+      return masks.topk_indices(scores, k)
+    if self.selection == "random" and not self.redraw:
+      return masks.random_indices(jax.random.fold_in(data.key, 0), n, k)
+    return jnp.zeros((0,), jnp.int32)
+
+  def calibrate_clip(self, data: SetupData, state: jax.Array) -> float:
+    """S from one public-data round (UAI Sec. 4).
+
+    The L2 norm of the compressed update of T_gd SGD steps from w0 on the
+    public batch; for random subsets, the median over 100 random subsets.
+    """
+    n = data.w0.shape[0]
+    k = self.num_values(n, data.ratio)
+    key = jax.random.fold_in(data.key, 1)
+    train_key, subset_key = jax.random.split(key)
+    train = functools.partial(client.local_sgd, data.model.loss, x=data.public_x,
+                              y=data.public_y, key=train_key, steps=data.local.steps,
+                              batch_size=data.local.batch_size, lr=data.local.lr)
+    w0 = data.w0
+    if self.selection != "random":
+      indices = None if self.selection == "full" else state
+      w1 = jax.jit(lambda w: train(w, grad_mask=self.grad_mask(indices, n)))(w0)
+      return float(jnp.linalg.norm(self.compress(w1 - w0, indices)))
+
+    subset_keys = jax.random.split(subset_key, calibration.NUM_CALIBRATION_SUBSETS)
+
+    @jax.jit
+    def norms():
+      subsets = jax.vmap(lambda kk: masks.random_indices(kk, n, k))(subset_keys)
+      if self.reset:  # each subset constrains its own local training
+        deltas = jax.vmap(lambda idx: train(w0, grad_mask=masks.indices_to_mask(idx, n))
+                          )(subsets) - w0
+        return jax.vmap(lambda d, idx: jnp.linalg.norm(d[idx]))(deltas, subsets)
+      delta = train(w0) - w0
+      return jax.vmap(lambda idx: jnp.linalg.norm(delta[idx]))(subsets)
+
+    return float(np.median(np.asarray(norms())))
+
+  def round_plan(self, state: jax.Array, key: jax.Array, num_params: int,
+                 m: int) -> jax.Array | None:
     """This round's subset T (None for FL-STD: every coordinate).
 
     Args:
-      fixed: The subset chosen at setup (Top-K or the fixed random subset).
+      state: The subset chosen at setup (Top-K or the fixed random subset).
       key: This round's shared mask key (the "shared seed" of UAI Sec. 4).
       num_params: n.
-      k: K.
+      m: K.
     """
     if self.selection == "full":
       return None
     if self.redraw:
-      return masks.random_indices(key, num_params, k)
-    return fixed
+      return masks.random_indices(key, num_params, m)
+    return state
+
+  def client_message(self, model: FlatModel, w: jax.Array, plan: jax.Array | None,
+                     x: jax.Array, y: jax.Array, key: jax.Array,
+                     local: LocalTraining) -> jax.Array:
+    """Local (masked) SGD from the global model, then C(delta) = delta[T]."""
+    w_end = client.local_sgd(model.loss, w, x, y, key, steps=local.steps,
+                             batch_size=local.batch_size, lr=local.lr,
+                             grad_mask=self.grad_mask(plan, w.shape[0]))
+    return self.compress(w_end - w, plan)
+
+  def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
+                noise_multiplier):
+    """Plain sum, or clip + Gaussian shares + sum for -DP (UAI Alg. 3)."""
+    return gaussian_aggregate(self.dp, messages, slot_mask, noise_keys, server_key,
+                              clip_norm, noise_multiplier)
+
+  def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,
+                    plan: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    """Server step ``w[T] += mean`` (UAI Algorithm 1 lines 9-13)."""
+    new_w = w + mean if plan is None else w.at[plan].add(mean)
+    return new_w, state
 
   def compress(self, delta: jax.Array, indices: jax.Array | None) -> jax.Array:
     """C(delta): the update's values on T."""
     return delta if indices is None else masks.compress(delta, indices)
-
-  def apply_update(self, w: jax.Array, mean_update: jax.Array,
-                   indices: jax.Array | None) -> jax.Array:
-    """Server step ``w[T] += mean`` (UAI Algorithm 1 lines 9-13)."""
-    return w + mean_update if indices is None else w.at[indices].add(mean_update)
 
   def grad_mask(self, indices: jax.Array | None, num_params: int) -> jax.Array | None:
     """Coordinates local SGD may move (None: all of them)."""
@@ -119,20 +193,3 @@ MASKED_SCHEMES = {
         _variants("FL-BAS-4", "random", False, False, "UAI 2021 App. D"))
 }
 
-
-def fixed_subset(scheme: MaskedScheme, key: jax.Array, topk_scores: jax.Array | None,
-                 num_params: int, k: int) -> jax.Array:
-  """The subset chosen once at setup (empty when the scheme needs none).
-
-  Args:
-    scheme: The scheme.
-    key: Setup key for a fixed random subset.
-    topk_scores: Accumulated |grad| on public data (Top-K schemes).
-    num_params: n.
-    k: K.
-  """
-  if scheme.selection == "topk":
-    return masks.topk_indices(topk_scores, k)
-  if scheme.selection == "random" and not scheme.redraw:
-    return masks.random_indices(key, num_params, k)
-  return jnp.zeros((0,), jnp.int32)
