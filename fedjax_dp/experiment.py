@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--sampling", choices=SAMPLERS, default="poisson",
                  help="poisson (default; epsilon valid) or fixed (papers' literal "
                       "fixed-size cohorts; needs --accountant rdp)")
+  p.add_argument("--max-cohort", type=int, default=None,
+                 help="cap the Poisson cohort at B clients (truncated Poisson sampling: a "
+                      "random B of the sampled clients; accounted with --accountant pld)")
   p.add_argument("--init-steps", type=int, default=P["init_steps"],
                  help="T_init public-data steps for Top-K (default 5)")
   p.add_argument("--public-size", type=int, default=P["public_batch"],
@@ -105,7 +108,7 @@ def _config(args, ratio: float, clip) -> simulation.RunConfig:
       local_steps=args.local_steps, batch_size=args.batch_size, lr=args.lr,
       noise_multiplier=args.noise_multiplier, clip_norm=clip, delta=args.delta,
       accountant=args.accountant, sampler=args.sampling, init_steps=args.init_steps,
-      seed=args.seed, eval_every=args.eval_every)
+      seed=args.seed, eval_every=args.eval_every, max_cohort=args.max_cohort)
 
 
 def _clip_for(args, scheme, ratio):

@@ -19,7 +19,8 @@ CSV_FIELDS = ("scheme", "ratio", "best_accuracy", "best_round", "final_accuracy"
               "downstream_kb", "upstream_kb", "measured_upstream_kb", "epsilon",
               "epsilon_final", "delta", "accountant", "sampler", "noise_multiplier",
               "clip_norm", "clipped_fraction", "rounds", "num_params", "num_clients",
-              "clients_per_round", "capacity", "mean_cohort", "seed", "seconds")
+              "clients_per_round", "capacity", "max_cohort", "truncated_rounds",
+              "mean_cohort", "seed", "seconds")
 
 
 def _fmt(value, spec: str) -> str:

@@ -205,6 +205,7 @@ class RunConfig:
   init_steps: int = 5
   seed: int = 0
   eval_every: int = 1
+  max_cohort: int | None = None  # truncated Poisson sampling (PLD accounting)
 
   def validate(self, num_clients: int) -> None:
     """Raises ValueError with a one-line message for a bad setting."""
@@ -235,6 +236,12 @@ class RunConfig:
     for ok, message in checks:
       if not ok:
         raise ValueError(message)
+    if self.max_cohort is not None:
+      if self.max_cohort < 1:
+        raise ValueError(f"--max-cohort must be >= 1, got {self.max_cohort}")
+      if self.sampler != "poisson" or self.accountant != "pld":
+        raise ValueError("--max-cohort (truncated Poisson sampling) needs "
+                         "--sampling poisson and --accountant pld")
     if self.sampler == "fixed" and self.accountant != "rdp":
       raise ValueError(f"accountant {self.accountant!r} assumes Poisson sampling; "
                        "use --accountant rdp with --sampling fixed")
@@ -282,6 +289,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   sampling_keys = jax.vmap(lambda t: keys.purpose(keys.round_key(root, t), keys.SAMPLING)
                            )(jnp.arange(1, cfg.rounds + 1))
   capacity = sampling.plan_capacity(sampling_keys, num_clients, rate, cfg.sampler)
+  if cfg.max_cohort is not None:  # truncated Poisson: keep a random subset
+    capacity = min(capacity, cfg.max_cohort)
   round_cfg = RoundConfig(
       scheme=scheme, num_clients=num_clients,
       clients_per_round=cfg.clients_per_round, capacity=capacity,
@@ -294,7 +303,7 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
   state = ServerState(w0, scheme_state)
   compiled: dict[int, Callable] = {}
-  history, participations, clipped = [], 0, 0
+  history, participations, clipped, truncated = [], 0, 0, 0
   t = 1
   while t <= cfg.rounds:
     chunk = min(cfg.eval_every, cfg.rounds - t + 1)
@@ -304,9 +313,13 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     t += chunk
     sampled = np.asarray(infos.num_sampled)
     participations += int(np.minimum(sampled, capacity).sum())
+    truncated += int((sampled > capacity).sum())
     clipped += int(np.asarray(infos.num_clipped).sum())
     preds, _ = eval_fn(state.weights, test_x)
-    history.append({"round": t - 1, "accuracy": metrics.accuracy(test_y, np.asarray(preds))})
+    entry = {"round": t - 1, "accuracy": metrics.accuracy(test_y, np.asarray(preds))}
+    if hasattr(scheme, "diagnostics"):  # e.g. FL-CS decoder iterations
+      entry.update(scheme.diagnostics(state.scheme_state, t - 1))
+    history.append(entry)
     if progress is not None:
       progress(chunk)
 
@@ -314,8 +327,9 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   if scheme.dp:
     eps_best, eps_final = accounting.epsilon_curve(
         cfg.noise_multiplier, rate, [best["round"], cfg.rounds], cfg.delta,
-        cfg.accountant, cfg.sampler, num_clients=num_clients)
-    label = accounting.accountant_label(cfg.accountant, cfg.sampler)
+        cfg.accountant, cfg.sampler, num_clients=num_clients,
+        truncated_cohort=cfg.max_cohort)
+    label = accounting.accountant_label(cfg.accountant, cfg.sampler, cfg.max_cohort)
   else:
     eps_best = eps_final = None
     label = None
@@ -344,9 +358,13 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       "num_clients": num_clients,
       "clients_per_round": cfg.clients_per_round,
       "capacity": capacity,
+      "max_cohort": cfg.max_cohort,
+      "truncated_rounds": truncated,
       "mean_cohort": participations / cfg.rounds,
       "seed": cfg.seed,
       "seconds": time.perf_counter() - start,
       "history": history,
+      **(scheme.diagnostics(state.scheme_state, cfg.rounds)
+         if hasattr(scheme, "diagnostics") else {}),
   }
 

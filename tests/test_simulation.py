@@ -26,3 +26,15 @@ def test_every_scheme_learns_above_chance(name, small_federation, cnn):
     assert 0 < record["epsilon"] < np.inf
   else:
     assert record["epsilon"] is None
+
+
+def test_truncated_poisson_run_is_accounted_with_pld(small_federation, cnn):
+  data, test, public = small_federation
+  cfg = simulation.RunConfig(ratio=0.05, rounds=2, clients_per_round=12, eval_every=2,
+                             clip_norm=1.0, accountant="pld", max_cohort=6)
+  rec = simulation.run(cnn, get_scheme("FL-TOP-DP"), data, test, public, cfg)
+  assert rec["capacity"] == 6 and rec["truncated_rounds"] >= 1
+  assert "truncated" in rec["accountant"].lower()
+  assert 0 < rec["epsilon"] < np.inf
+  with pytest.raises(ValueError, match="max-cohort"):
+    simulation.RunConfig(max_cohort=6, accountant="moments").validate(600)
