@@ -1,24 +1,31 @@
 """The sweep behind ``experiments/sweep.py``: arguments, runs, report.
 
-Defaults are the UAI 2021 Fashion-MNIST setting (Table 5). Every input is
-checked before any work starts; a bad one ends the program with a one-line
-message and exit code 2, and nothing is written.
+Defaults are the UAI 2021 Fashion-MNIST setting (Table 5). Schemes whose
+papers used another setting (FL-SIGN: thesis Table 8.1; FL-SIGN-DP: Table
+8.2; signSGD: all clients, one batch) get it as a preset
+(``presets.SCHEME_SETTINGS``): for each of --rounds, --num-clients,
+--samples-per-client, --clients-per-round, --local-steps, --batch-size and
+--lr the value is the flag if given, else the scheme's preset, else the UAI
+default. Every input is checked before any work starts; a bad one ends the
+program with a one-line message and exit code 2, and nothing is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import jax.numpy as jnp
 from tqdm import tqdm
 
 from fedjax_dp import presets, report, simulation
+from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.data import DataError, load_federated, public_batch
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.sampling import SAMPLERS
-from fedjax_dp.schemes import SCHEMES, get_scheme
+from fedjax_dp.schemes import SCHEMES, CSScheme, SignScheme, get_scheme
 
 P = presets.FASHION_MNIST
 
@@ -45,24 +52,60 @@ def _clip(value: str):
   return clip
 
 
+def _cohort(value: str):
+  if value == "all":
+    return value
+  try:
+    return int(value)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f"--clients-per-round takes an int or 'all', got {value!r}") from None
+
+
+# Flags whose default is the scheme's preset, then the UAI default.
+PRESET_FLAGS = ("rounds", "num_clients", "samples_per_client", "clients_per_round",
+                "local_steps", "batch_size", "lr")
+_PRESET_HELP = " (default: the scheme's preset, else {})"
+
+
+def _presets_epilog() -> str:
+  lines = ["scheme presets (used where the flag is not given; all other schemes use "
+           "the UAI 2021 setting):"]
+  names = {"num_clients": "N", "clients_per_round": "|K|", "samples_per_client": "|D_k|",
+           "batch_size": "|B|", "local_steps": "T_gd", "rounds": "T_cl", "lr": "eta"}
+  for scheme, setting in presets.SCHEME_SETTINGS.items():
+    values = ", ".join(f"{names[k]}={v}" for k, v in setting.items())
+    gamma = getattr(SCHEMES.get(scheme), "gamma", None)
+    values += "" if gamma is None else f", gamma={gamma}"
+    lines.append(f"  {scheme}: {values} ({presets.SETTING_SOURCES[scheme]})")
+  return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
   """The sweep's command-line options."""
   p = _Parser(prog="sweep.py", description=(
       "Run DP / compressed federated learning schemes and report best accuracy, "
-      "its round, bandwidth and epsilon like UAI 2021 Table 1."))
+      "its round, bandwidth and epsilon like UAI 2021 Table 1."), epilog=_presets_epilog(),
+      formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--ratio", type=float, nargs="+", default=[0.005],
                  help="compression ratio(s) r in (0, 1] (default 0.005)")
   p.add_argument("--schemes", nargs="+", default=list(SCHEMES),
                  help="schemes, case-insensitive (default: all): " + ", ".join(SCHEMES))
-  p.add_argument("--rounds", type=int, default=P["rounds"], help="T_cl (default 200)")
-  p.add_argument("--num-clients", type=int, default=P["num_clients"], help="N (default 6000)")
-  p.add_argument("--samples-per-client", type=int, default=P["samples_per_client"],
-                 help="|D_k| (default 10)")
-  p.add_argument("--clients-per-round", type=int, default=P["clients_per_round"],
-                 help="expected |K| = C*N (default 100, C = 1/60)")
-  p.add_argument("--local-steps", type=int, default=P["local_steps"], help="T_gd (default 5)")
-  p.add_argument("--batch-size", type=int, default=P["batch_size"], help="|B| (default 10)")
-  p.add_argument("--lr", type=float, default=P["lr"], help="client SGD rate (default 0.215)")
+  p.add_argument("--rounds", type=int, default=None,
+                 help="T_cl" + _PRESET_HELP.format(P["rounds"]))
+  p.add_argument("--num-clients", type=int, default=None,
+                 help="N" + _PRESET_HELP.format(P["num_clients"]))
+  p.add_argument("--samples-per-client", type=int, default=None,
+                 help="|D_k|" + _PRESET_HELP.format(P["samples_per_client"]))
+  p.add_argument("--clients-per-round", type=_cohort, default=None,
+                 help="expected |K| = C*N, or 'all' (C = 1)"
+                      + _PRESET_HELP.format(f"{P['clients_per_round']}, C = 1/60"))
+  p.add_argument("--local-steps", type=int, default=None,
+                 help="T_gd" + _PRESET_HELP.format(P["local_steps"]))
+  p.add_argument("--batch-size", type=int, default=None,
+                 help="|B|" + _PRESET_HELP.format(P["batch_size"]))
+  p.add_argument("--lr", type=float, default=None,
+                 help="client SGD rate" + _PRESET_HELP.format(P["lr"]))
   p.add_argument("--noise-multiplier", type=float, default=P["noise_multiplier"],
                  help="sigma of DP schemes (default 1.54)")
   p.add_argument("--clip", type=_clip, default="calibrate",
@@ -84,14 +127,77 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
   p.add_argument("--eval-every", type=int, default=1,
                  help="evaluate test accuracy every k rounds (default 1)")
+  cs = p.add_argument_group("FL-CS / FL-FREQ (defaults: thesis Table 8.4)")
+  cs_paper = SCHEMES["FL-CS"]
+  cs.add_argument("--chunks", type=int, default=cs_paper.chunks,
+                  help="P, DCT chunks (default 200)")
+  cs.add_argument("--cs-lambda", type=float, default=cs_paper.lam,
+                  help="lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)")
+  cs.add_argument("--server-momentum", type=float, default=cs_paper.momentum,
+                  help="FL-CS server momentum rho (default 0.9)")
+  cs.add_argument("--server-lr", type=float, default=cs_paper.server_lr,
+                  help="FL-CS global learning rate eta_G (default 0.35)")
+  cs.add_argument("--decoder", choices=fista.SOLVERS, default=cs_paper.decoder,
+                  help="BPDN solver (default fista)")
+  cs.add_argument("--decoder-restart", action="store_true",
+                  help="FISTA with gradient restart")
+  cs.add_argument("--decoder-iters", type=int, default=cs_paper.max_iters,
+                  help="decoder steps per round at most (default 100)")
+  cs.add_argument("--decoder-tol", type=float, default=cs_paper.tol,
+                  help="decoder stops when its iterate changes by <= this, relative "
+                       "(default 1e-3)")
+  cs.add_argument("--dct-method", choices=dct_cs.METHODS, default=cs_paper.dct_method,
+                  help="DCT implementation, same operator (default auto)")
+  sign = p.add_argument_group(
+      "FL-SIGN / FL-SIGN-DP / signSGD (presets: thesis Tables 8.1, 8.2; Sec. 4.1.1)")
+  sign.add_argument("--gamma", type=float, default=None,
+                    help="server step gamma (default: 0.001 for FL-SIGN and signSGD, "
+                         "0.005 for FL-SIGN-DP)")
+  sec = p.add_argument_group("secure aggregation and client failures (UAI Sec. 3.2.2; "
+                             "thesis 5.2.4-5.2.5)")
+  sec.add_argument("--secure-aggregation", action="store_true",
+                   help="sum every DP scheme's (and FL-SIGN's, signSGD's) messages under "
+                        "simulated secure aggregation: fixed-point encoding, pairwise "
+                        "masks mod 2^b; overflows are counted and reported")
+  sec.add_argument("--secure-bits", type=int, default=None,
+                   help="b, bits per value (default: thesis 5.2.4, "
+                        "ceil(log2((12 S sigma + max|x|) |K| 2^f)); 22 for FL-SIGN-DP)")
+  sec.add_argument("--secure-frac-bits", type=int, default=16,
+                   help="f, fractional bits of the fixed-point encoding of real "
+                        "updates (default 16)")
+  sec.add_argument("--secure-neighbours", type=int, default=1,
+                   help="d: each client shares masks with its d ring neighbours on "
+                        "each side (default 1; results do not depend on it)")
+  sec.add_argument("--max-dropouts", type=int, default=0,
+                   help="l: DP noise shares sized for |K| - l clients, so the noise "
+                        "stays >= S*sigma if up to l clients fail (default 0)")
+  sec.add_argument("--dropout-rate", type=float, default=0.0,
+                   help="each sampled client fails before sending with this "
+                        "probability (default 0)")
+  sec.add_argument("--client-chunk", type=int, default=None,
+                   help="train and sum the cohort this many clients at a time "
+                        f"(default: all, or {simulation.AUTO_CHUNK} above "
+                        f"{simulation.AUTO_CHUNK_ABOVE} slots)")
   p.add_argument("--out", default="results", help="output folder (default ./results)")
   p.add_argument("--quiet", action="store_true", help="no progress bar")
   return p
 
 
+def _settings(args, scheme) -> dict:
+  """The preset-able settings of one scheme: flag, else preset, else UAI default."""
+  setting = presets.scheme_setting(scheme.name)
+  for flag in PRESET_FLAGS:
+    value = getattr(args, flag)
+    if value is not None:
+      setting[flag] = value
+  if setting["clients_per_round"] == "all":
+    setting["clients_per_round"] = setting["num_clients"]
+  return setting
+
+
 def _run_plan(args) -> list[tuple]:
   """(scheme, ratio) pairs in Table 1 order; FL-STD(-DP) once, at r = 100%."""
-  schemes = [get_scheme(s) for s in args.schemes]
+  schemes = [_configure(get_scheme(s), args) for s in args.schemes]
   plan = [(s, r) for r in args.ratio for s in schemes if s.uses_ratio]
   plan += [(s, 1.0) for s in schemes if not s.uses_ratio]
   seen, unique = set(), []
@@ -102,23 +208,43 @@ def _run_plan(args) -> list[tuple]:
   return unique
 
 
-def _config(args, ratio: float, clip) -> simulation.RunConfig:
+def _configure(scheme, args):
+  """Applies the FL-CS / FL-FREQ options, or --gamma to a sign scheme."""
+  if isinstance(scheme, SignScheme):
+    return scheme if args.gamma is None else dataclasses.replace(scheme, gamma=args.gamma)
+  if not isinstance(scheme, CSScheme):
+    return scheme
+  return dataclasses.replace(
+      scheme, chunks=args.chunks, lam=args.cs_lambda, momentum=args.server_momentum,
+      server_lr=args.server_lr, decoder=args.decoder, restart=args.decoder_restart,
+      max_iters=args.decoder_iters, tol=args.decoder_tol, dct_method=args.dct_method)
+
+
+def _config(args, scheme, ratio: float, clip) -> simulation.RunConfig:
+  setting = _settings(args, scheme)
   return simulation.RunConfig(
-      ratio=ratio, rounds=args.rounds, clients_per_round=args.clients_per_round,
-      local_steps=args.local_steps, batch_size=args.batch_size, lr=args.lr,
-      noise_multiplier=args.noise_multiplier, clip_norm=clip, delta=args.delta,
-      accountant=args.accountant, sampler=args.sampling, init_steps=args.init_steps,
-      seed=args.seed, eval_every=args.eval_every, max_cohort=args.max_cohort)
+      ratio=ratio, rounds=setting["rounds"],
+      clients_per_round=setting["clients_per_round"],
+      local_steps=setting["local_steps"], batch_size=setting["batch_size"],
+      lr=setting["lr"], noise_multiplier=args.noise_multiplier, clip_norm=clip,
+      delta=args.delta, accountant=args.accountant, sampler=args.sampling,
+      init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
+      max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,
+      secure_bits=args.secure_bits, secure_frac_bits=args.secure_frac_bits,
+      secure_neighbours=args.secure_neighbours, max_dropouts=args.max_dropouts,
+      dropout_rate=args.dropout_rate, client_chunk=args.client_chunk)
 
 
 def _clip_for(args, scheme, ratio):
   """(clip norm or None to calibrate, where it came from)."""
+  if hasattr(scheme, "fixed_clip_norm"):
+    return None, "sqrt(n): a sign vector's L2 norm (thesis Table 8.2)"
   if isinstance(args.clip, float):
     return args.clip, "user"
   if args.clip == "paper":
     s = presets.paper_clip_norm(scheme.name, ratio)
     if s is not None:
-      return s, "paper (UAI Table 6)"
+      return s, f"paper ({presets.paper_clip_source(scheme.name, ratio)})"
   return None, "calibrated (UAI Sec. 4)"
 
 
@@ -127,29 +253,51 @@ def main(argv: list[str] | None = None) -> int:
   try:
     args = build_parser().parse_args(argv)
     plan = _run_plan(args)
+    num_params = get_model("cnn").num_params
     for scheme, ratio in plan:  # validate every run before any work
-      _config(args, ratio, None).validate(args.num_clients)
+      setting = _settings(args, scheme)
+      for flag in ("num_clients", "samples_per_client"):
+        if setting[flag] < 1:
+          raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {setting[flag]}")
+      _config(args, scheme, ratio, None).validate_scheme(scheme, setting["num_clients"])
+      if hasattr(scheme, "validate"):  # scheme options, e.g. FL-CS chunks
+        scheme.validate(num_params, ratio)
     if args.public_size < 1:
       raise ValueError(f"--public-size must be >= 1, got {args.public_size}")
-    fed, test_x, test_y = load_federated("fashion-mnist", args.num_clients,
-                                         args.samples_per_client, args.seed)
+    federations = {}  # (N, |D_k|) -> (data, test_x, test_y); presets may differ
+    for scheme, _ in plan:
+      setting = _settings(args, scheme)
+      shape = (setting["num_clients"], setting["samples_per_client"])
+      if shape not in federations:
+        fed, test_x, test_y = load_federated("fashion-mnist", *shape, args.seed)
+        federations[shape] = (simulation.ClientData(jnp.asarray(fed.x), jnp.asarray(fed.y)),
+                              test_x, test_y)
     public = public_batch(args.public_size, seed=args.seed)
   except (UsageError, ValueError, DataError) as e:
     print(f"sweep.py: error: {e}", file=sys.stderr)
     return 2
 
   model = get_model("cnn")
-  data = simulation.ClientData(jnp.asarray(fed.x), jnp.asarray(fed.y))
   runs = []
-  bar = tqdm(total=args.rounds * len(plan), unit="round", disable=args.quiet,
-             file=sys.stderr, dynamic_ncols=True)
+  bar = tqdm(total=sum(_settings(args, s)["rounds"] for s, _ in plan), unit="round",
+             disable=args.quiet, file=sys.stderr, dynamic_ncols=True)
   try:
     for scheme, ratio in plan:
       bar.set_description(f"{scheme.name} r={ratio:g}")
       clip, source = _clip_for(args, scheme, ratio)
+      setting = _settings(args, scheme)
+      data, test_x, test_y = federations[(setting["num_clients"],
+                                          setting["samples_per_client"])]
       record = simulation.run(model, scheme, data, (test_x, test_y), public,
-                              _config(args, ratio, clip), progress=bar.update)
+                              _config(args, scheme, ratio, clip), progress=bar.update)
       record["clip_source"] = source if scheme.dp else None
+      record["paper_source"] = presets.paper_source(scheme.name, ratio)
+      record["paper_upstream_bits"] = presets.PAPER_UPSTREAM_BITS.get(scheme.name)
+      record["setting_source"] = presets.SETTING_SOURCES.get(scheme.name, "UAI Table 5")
+      record.update({k: setting[k] for k in ("samples_per_client", "local_steps",
+                                              "batch_size", "lr")})
+      if isinstance(scheme, SignScheme):
+        record["gamma"] = scheme.gamma
       runs.append(record)
   except KeyboardInterrupt:
     bar.close()

@@ -6,6 +6,8 @@ along a path that names its purpose, so no two draws share a key:
   run key -> "init" (w0), "setup" (public-data mask / clip calibration),
              "rounds" -> round t -> "sampling" | "mask" | "server_noise"
                                   | "clients" -> client id -> "train" | "noise"
+                                  | "secure_agg" -> client pair -> ring offset
+                                  | "dropout"
 
 Client keys are folded in by *client id* (not slot), so a client's key in a
 round does not depend on where it sits in the cohort array.
@@ -18,6 +20,7 @@ import jax
 # Fixed integers for the purposes; changing them changes every run's draws.
 INIT, SETUP, ROUNDS = 0, 1, 2
 SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
+SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures
 TRAIN, NOISE = 0, 1
 
 

@@ -4,6 +4,18 @@ Source: UAI 2021 FL-TOP paper (``seeds/fl-top-uai2021-full-with-appendix.txt``),
 Table 5 (common setting), Table 6 (clip norms S on Fashion-MNIST) and Table 8
 (best accuracy over 200 rounds, the round it was reached and epsilon; Table 1
 is its subset for r in {0.5%, 5%, 10%} and FL-STD at 100%).
+
+The compressive-sensing family (FL-CS, FL-RND, FL-FREQ and their -DP
+variants) at r in {5%, 10%, 20%} comes from the thesis
+(``seeds/kerkouche-thesis-dp-fl-bandwidth-energy.txt``): Table 8.4 (one clip
+norm S per ratio, shared by the three DP schemes), Table 4.2 (non-private) and
+Table 5.3 (DP, epsilon). Where both sources cover a cell (FL-CS(-DP) at 5% and
+10%), the thesis is used, since its S and its accuracies come from the same
+runs; ``paper_source`` and ``paper_clip_source`` name the table.
+
+The sign family (FL-SIGN, FL-SIGN-DP, signSGD) comes from thesis Tables 4.1,
+4.2, 5.2 and 5.5, with its own settings (Tables 8.1, 8.2, 8.4) in
+``SCHEME_SETTINGS``, which the sweep applies where the user passes no flag.
 """
 
 from __future__ import annotations
@@ -83,7 +95,84 @@ def _build_results() -> dict[tuple[str, float], PaperResult]:
   return table
 
 
-PAPER_RESULTS = _build_results()
+# Thesis Table 8.4 (Fashion-MNIST): S for FL-CS-DP, FL-RND-DP and FL-FREQ-DP.
+_THESIS_CS_RATIOS = (0.05, 0.1, 0.2)
+_THESIS_CS_CLIP = (.47, .69, .98)
+# Thesis Table 4.2 (accuracy, round) and Table 5.3 (accuracy, round, epsilon)
+# per ratio of _THESIS_CS_RATIOS.
+_THESIS_TABLE4_2 = {
+    "FL-RND": ((.73, 192), (.78, 200), (.82, 200)),
+    "FL-FREQ": ((.73, 189), (.78, 197), (.82, 195)),
+    "FL-CS": ((.82, 200), (.85, 199), (.87, 193)),
+}
+_THESIS_TABLE5_3 = {
+    "FL-RND-DP": ((.73, 196, .99), (.77, 199, 1.0), (.80, 199, 1.0)),
+    "FL-FREQ-DP": ((.72, 200, 1.0), (.76, 200, 1.0), (.79, 200, 1.0)),
+    "FL-CS-DP": ((.78, 197, 1.0), (.73, 101, .84), (.66, 150, .92)),
+}
+
+
+def _thesis_results() -> dict[tuple[str, float], PaperResult]:
+  table = {}
+  for i, ratio in enumerate(_THESIS_CS_RATIOS):
+    for name, cells in _THESIS_TABLE4_2.items():
+      table[(name, ratio)] = PaperResult(cells[i][0], cells[i][1], None)
+    for name, cells in _THESIS_TABLE5_3.items():
+      table[(name, ratio)] = PaperResult(*cells[i])
+  return table
+
+
+THESIS_RESULTS = _thesis_results()
+
+# The sign family (thesis Sec. 4.1.1-4.1.3, 5.2), Fashion-MNIST, ratio 1.0.
+# FL-SIGN: Table 4.1 (Table 8.1 setting; FL-STD reached 0.89 at round 90 in
+# that setting, against 0.86 in UAI Table 1's). FL-SIGN-DP: Table 5.2 (0.63 at
+# epsilon 1, 22 bits per value) with the round and epsilon of Table 5.5.
+# signSGD: Table 4.2 (Table 8.4 setting, all clients every round).
+SIGN_RESULTS = {
+    ("FL-SIGN", 1.0): PaperResult(.87, 68, None),
+    ("FL-SIGN-DP", 1.0): PaperResult(.63, 187, .98),
+    ("signSGD", 1.0): PaperResult(.85, 200, None),
+}
+_SIGN_SOURCES = {"FL-SIGN": "thesis Table 4.1", "FL-SIGN-DP": "thesis Tables 5.2, 5.5",
+                 "signSGD": "thesis Table 4.2"}
+THESIS_TABLE4_1_FL_STD = PaperResult(.89, 90, None)
+# Upstream bits per value reported by the thesis (Sec. 4.1.3; Tables 5.1-5.2).
+PAPER_UPSTREAM_BITS = {"FL-SIGN": 1, "FL-SIGN-DP": 22, "signSGD": 1}
+
+PAPER_RESULTS = {**_build_results(), **THESIS_RESULTS, **SIGN_RESULTS}
+
+# Scheme-specific settings that differ from FASHION_MNIST (the UAI 2021
+# setting). The sweep applies them to a scheme unless the user passes the
+# flag; "all" clients per round means C = 1. gamma is the schemes' own field.
+SCHEME_SETTINGS = {
+    # Thesis Table 8.1 (MNIST / Fashion-MNIST), Sec. 4.1.2; gamma = 0.001.
+    "FL-SIGN": {"num_clients": 1000, "clients_per_round": 100,  # C = 0.1
+                "samples_per_client": 60, "batch_size": 10, "local_steps": 30,
+                "rounds": 100, "lr": 0.215},
+    # Thesis Table 8.2 (privacy part): gamma = 0.005, T_cl = 200, S = sqrt(n).
+    "FL-SIGN-DP": {"num_clients": 6000, "clients_per_round": 100,  # C = 1/60
+                   "samples_per_client": 10, "batch_size": 10, "local_steps": 5,
+                   "rounds": 200, "lr": 0.215},
+    # Thesis Table 8.4 / Sec. 4.1.1: every client, one mini-batch, 200 rounds.
+    "signSGD": {"num_clients": 6000, "clients_per_round": "all",
+                "samples_per_client": 10, "batch_size": 10, "local_steps": 1,
+                "rounds": 200},
+}
+SETTING_SOURCES = {"FL-SIGN": "thesis Table 8.1", "FL-SIGN-DP": "thesis Table 8.2",
+                   "signSGD": "thesis Table 8.4, Sec. 4.1.1"}
+
+
+def scheme_setting(scheme: str) -> dict:
+  """The sweep settings of a scheme: FASHION_MNIST updated by its preset."""
+  return {**FASHION_MNIST, **SCHEME_SETTINGS.get(scheme, {})}
+
+
+def _thesis_cs_ratio(scheme: str, ratio: float) -> float | None:
+  """The Table 8.4 ratio matching ``ratio`` for a CS-family scheme, if any."""
+  if scheme.removesuffix("-DP") not in _THESIS_TABLE4_2:
+    return None
+  return next((r for r in _THESIS_CS_RATIOS if abs(r - ratio) < 1e-12), None)
 
 
 def paper_result(scheme: str, ratio: float) -> PaperResult | None:
@@ -91,8 +180,33 @@ def paper_result(scheme: str, ratio: float) -> PaperResult | None:
   return PAPER_RESULTS.get((scheme, round(ratio, 6)))
 
 
+def paper_source(scheme: str, ratio: float) -> str | None:
+  """Which table :func:`paper_result` comes from, if any."""
+  if (scheme, round(ratio, 6)) in SIGN_RESULTS:
+    return _SIGN_SOURCES[scheme]
+  if (scheme, round(ratio, 6)) in THESIS_RESULTS:
+    return "thesis Table 5.3" if scheme.endswith("-DP") else "thesis Table 4.2"
+  if paper_result(scheme, ratio) is not None:
+    return "UAI Table 8" if ratio < 1.0 else "UAI Table 1"
+  return None
+
+
+def paper_clip_source(scheme: str, ratio: float) -> str | None:
+  """Which table :func:`paper_clip_norm` comes from, if any."""
+  if paper_clip_norm(scheme, ratio) is None:
+    return None
+  return "thesis Table 8.4" if _thesis_cs_ratio(scheme, ratio) is not None else "UAI Table 6"
+
+
 def paper_clip_norm(scheme: str, ratio: float) -> float | None:
-  """UAI Table 6's clip norm S for a DP scheme at a ratio, if published."""
+  """The published clip norm S for a DP scheme at a ratio, if any.
+
+  Thesis Table 8.4 for FL-CS-DP, FL-RND-DP and FL-FREQ-DP at 5%, 10% and
+  20%; UAI Table 6 otherwise (FL-STD-DP: 2.40).
+  """
+  thesis = _thesis_cs_ratio(scheme, ratio) if scheme.endswith("-DP") else None
+  if thesis is not None:
+    return _THESIS_CS_CLIP[_THESIS_CS_RATIOS.index(thesis)]
   if scheme == "FL-STD-DP":
     return _STD_DP_CLIP
   row = _TABLE6.get(scheme)

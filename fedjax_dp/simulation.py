@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -23,8 +24,9 @@ import numpy as np
 
 from fedjax_dp import bandwidth, keys, metrics, sampling
 from fedjax_dp.models import FlatModel
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes import LocalTraining, Scheme, SetupData
+from fedjax_dp.schemes import base as scheme_base
 
 
 class ClientData(NamedTuple):
@@ -54,10 +56,19 @@ class ServerState(NamedTuple):
 
 
 class RoundInfo(NamedTuple):
-  """Per-round diagnostics (no private data: counts only)."""
+  """Per-round diagnostics (no private data: counts only).
+
+  Attributes:
+    num_sampled: Clients the sampler selected.
+    num_clipped: Real clients whose message was longer than S.
+    num_dropped: Sampled clients that failed before sending (thesis 5.2.5).
+    secure_overflow: Coordinates whose secure sum overflowed the modulus.
+  """
 
   num_sampled: jax.Array
   num_clipped: jax.Array
+  num_dropped: jax.Array | int = 0
+  secure_overflow: jax.Array | int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +88,20 @@ class RoundConfig:
     lr: Client SGD learning rate eta.
     noise_multiplier: sigma (DP schemes).
     clip_norm: S (DP schemes).
+    secure_bits: b: sum the contributions under simulated secure
+      aggregation modulo 2^b (``fedjax_dp.privacy.secure_aggregation``);
+      None: a plain sum.
+    secure_scale: Fixed-point scale 2^f of real contributions (1 for
+      integer messages).
+    secure_neighbours: d, ring neighbours each client shares a mask with.
+    max_dropouts: l: DP noise shares are sized for |K| - l clients, so the
+      aggregate noise is at least S*sigma while at most l clients fail
+      (thesis 5.2.5 / 5.3.3).
+    dropout_rate: Each sampled client fails (sends nothing) with this
+      probability, after the cohort and the masks are fixed.
+    client_chunk: Train and aggregate the cohort this many slots at a time
+      (bounds memory for large cohorts, e.g. signSGD's all clients); None:
+      all slots at once.
   """
 
   scheme: Scheme
@@ -90,6 +115,19 @@ class RoundConfig:
   lr: float
   noise_multiplier: float = 0.0
   clip_norm: float = 1.0
+  secure_bits: int | None = None
+  secure_scale: float = 1.0
+  secure_neighbours: int = 1
+  max_dropouts: int = 0
+  dropout_rate: float = 0.0
+  client_chunk: int | None = None
+
+  @property
+  def generic_aggregation(self) -> bool:
+    """Contributions then a (secure) sum, instead of ``scheme.aggregate``."""
+    return (self.secure_bits is not None or self.max_dropouts > 0
+            or self.dropout_rate > 0 or
+            (self.client_chunk is not None and self.client_chunk < self.capacity))
 
   @property
   def rate(self) -> float:
@@ -121,6 +159,84 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
   """
   scheme = cfg.scheme
 
+  def train(w, plan, data, indices, train_keys):
+    x = _as_float(data.x[indices])
+    y = data.y[indices]
+    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
+        model, w, plan, xk, yk, kk, cfg.local))(x, y, train_keys)
+
+  def generic_sum(w, plan, data, rkey, cohort, train_keys, noise_keys):
+    """Contributions, failures and a plain or secure sum, chunk by chunk.
+
+    Returns:
+      ``(total, num_clipped, num_present, num_dropped, overflow)``.
+    """
+    slot_mask = cohort.mask
+    capacity = slot_mask.shape[0]
+    if cfg.dropout_rate > 0:  # failures after the cohort (and masks) are fixed
+      fails = jax.random.bernoulli(keys.purpose(rkey, keys.DROPOUT), cfg.dropout_rate,
+                                   (capacity,))
+    else:
+      fails = jnp.zeros((capacity,), bool)
+    present = slot_mask & ~fails
+    # Thesis 5.2.5: shares sized so that any |K| - l of them carry S*sigma.
+    num_shares = jnp.maximum(jnp.sum(slot_mask) - cfg.max_dropouts, 1)
+    chunk = min(cfg.client_chunk or capacity, capacity)
+    num_chunks = -(-capacity // chunk)
+    padded = num_chunks * chunk
+
+    def pad(a, fill=0):
+      extra = jnp.full((padded - capacity,) + a.shape[1:], fill, a.dtype)
+      return jnp.concatenate([a, extra]) if padded > capacity else a
+
+    ids, smask, pres = pad(cohort.indices), pad(slot_mask, False), pad(present, False)
+    tkeys, nkeys = pad(train_keys), pad(noise_keys)
+
+    def chunk_contributions(c):
+      take = lambda a: jax.lax.dynamic_slice_in_dim(a, c * chunk, chunk)
+      messages = train(w, plan, data, take(ids), take(tkeys))
+      contribs, clipped = scheme_base.contributions(
+          scheme, messages, take(smask), take(nkeys), cfg.clip_norm,
+          cfg.noise_multiplier, num_shares)
+      return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
+
+    shape = jax.eval_shape(chunk_contributions, 0)[0]
+    integer = jnp.issubdtype(shape.dtype, jnp.integer)
+    secure = cfg.secure_bits is not None
+    sa_key = keys.purpose(rkey, keys.SECURE_AGG)
+
+    def body(carry, c):
+      acc, clipped = carry
+      contribs, nclip, pres_c = chunk_contributions(c)
+      if secure:
+        acc = secure_aggregation.secure_accumulate(
+            acc, contribs, c * chunk + jnp.arange(chunk), smask, pres, ids, sa_key,
+            cfg.secure_bits, cfg.secure_scale, cfg.secure_neighbours)
+      else:
+        acc = acc + jnp.sum(jnp.where(pres_c[:, None], contribs, 0), axis=0,
+                            dtype=acc.dtype)
+      return (acc, clipped + nclip), None
+
+    if secure:
+      init = secure_aggregation.secure_init(shape.shape[1:])
+    else:
+      init = jnp.zeros(shape.shape[1:], jnp.int32 if integer else shape.dtype)
+    (acc, num_clipped), _ = jax.lax.scan(body, (init, jnp.int32(0)),
+                                         jnp.arange(num_chunks))
+    if secure:
+      result = secure_aggregation.secure_finalize(acc, cfg.secure_bits, cfg.secure_scale)
+      total, overflow = result.total, result.overflow
+    else:
+      total, overflow = acc.astype(jnp.float32), jnp.int32(0)
+    num_present = jnp.sum(present)
+    if scheme.dp:  # nobody's share arrived: the server adds the full noise
+      fallback = scheme_base.server_noise(
+          scheme, keys.purpose(rkey, keys.SERVER_NOISE), shape.shape[1:],
+          jnp.float32, cfg.clip_norm, cfg.noise_multiplier)
+      total = total + jnp.where(num_present == 0, fallback, 0).astype(jnp.float32)
+    num_dropped = jnp.sum(slot_mask & fails).astype(jnp.int32)
+    return total, num_clipped, num_present, num_dropped, overflow
+
   def round_fn(state: ServerState, data: ClientData, run_key: jax.Array,
                t: jax.Array) -> tuple[ServerState, RoundInfo]:
     w = state.weights
@@ -131,22 +247,25 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
     plan = scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
                              w.shape[0], cfg.num_kept)
     train_keys, noise_keys = keys.client_keys(rkey, cohort.indices)
-    x = _as_float(data.x[cohort.indices])
-    y = data.y[cohort.indices]
-    messages = jax.vmap(lambda xk, yk, kk: scheme.client_message(
-        model, w, plan, xk, yk, kk, cfg.local))(x, y, train_keys)
-    total, num_clipped = scheme.aggregate(
-        messages, cohort.mask, noise_keys, keys.purpose(rkey, keys.SERVER_NOISE),
-        cfg.clip_norm, cfg.noise_multiplier)
+    if cfg.generic_aggregation:
+      total, num_clipped, num_present, num_dropped, overflow = generic_sum(
+          w, plan, data, rkey, cohort, train_keys, noise_keys)
+    else:  # the default path: the scheme sums its own cohort
+      messages = train(w, plan, data, cohort.indices, train_keys)
+      total, num_clipped = scheme.aggregate(
+          messages, cohort.mask, noise_keys, keys.purpose(rkey, keys.SERVER_NOISE),
+          cfg.clip_norm, cfg.noise_multiplier)
+      num_present, num_dropped, overflow = jnp.sum(cohort.mask), jnp.int32(0), jnp.int32(0)
     if scheme.dp:
       # A fixed denominator: the released model depends on the noisy sum
       # alone, not on the (private) realised cohort size.
       mean = total / cfg.clients_per_round
     else:
-      mean = total / jnp.maximum(jnp.sum(cohort.mask), 1)  # equal |D_k|: FedAvg
+      mean = total / jnp.maximum(num_present, 1)  # equal |D_k|: FedAvg
     new_w, new_scheme_state = scheme.server_update(w, state.scheme_state, mean, plan)
     return (ServerState(new_w, new_scheme_state),
-            RoundInfo(cohort.num_sampled, jnp.asarray(num_clipped, jnp.int32)))
+            RoundInfo(cohort.num_sampled, jnp.asarray(num_clipped, jnp.int32),
+                      num_dropped, overflow))
 
   return round_fn
 
@@ -206,6 +325,14 @@ class RunConfig:
   seed: int = 0
   eval_every: int = 1
   max_cohort: int | None = None  # truncated Poisson sampling (PLD accounting)
+  # Secure aggregation (UAI 3.2.2, thesis 5.2.1/5.2.4) and failures (5.2.5).
+  secure_aggregation: bool = False
+  secure_bits: int | None = None  # None: thesis 5.2.4 formula
+  secure_frac_bits: int = 16  # fixed-point scale 2^f of real contributions
+  secure_neighbours: int = 1
+  max_dropouts: int = 0
+  dropout_rate: float = 0.0
+  client_chunk: int | None = None  # None: all slots at once up to AUTO_CHUNK
 
   def validate(self, num_clients: int) -> None:
     """Raises ValueError with a one-line message for a bad setting."""
@@ -232,6 +359,19 @@ class RunConfig:
          f"unknown sampler {self.sampler!r}; choose one of {', '.join(sampling.SAMPLERS)}"),
         (self.init_steps >= 1, f"--init-steps must be >= 1, got {self.init_steps}"),
         (self.eval_every >= 1, f"--eval-every must be >= 1, got {self.eval_every}"),
+        (self.secure_bits is None or
+         2 <= self.secure_bits <= secure_aggregation.MAX_BITS,
+         f"--secure-bits must be in [2, {secure_aggregation.MAX_BITS}], "
+         f"got {self.secure_bits}"),
+        (0 <= self.secure_frac_bits <= 24,
+         f"--secure-frac-bits must be in [0, 24], got {self.secure_frac_bits}"),
+        (self.secure_neighbours >= 1,
+         f"--secure-neighbours must be >= 1, got {self.secure_neighbours}"),
+        (self.max_dropouts >= 0, f"--max-dropouts must be >= 0, got {self.max_dropouts}"),
+        (0.0 <= self.dropout_rate < 1.0,
+         f"--dropout-rate must be in [0, 1), got {self.dropout_rate}"),
+        (self.client_chunk is None or self.client_chunk >= 1,
+         f"--client-chunk must be >= 1, got {self.client_chunk}"),
     ]
     for ok, message in checks:
       if not ok:
@@ -245,6 +385,53 @@ class RunConfig:
     if self.sampler == "fixed" and self.accountant != "rdp":
       raise ValueError(f"accountant {self.accountant!r} assumes Poisson sampling; "
                        "use --accountant rdp with --sampling fixed")
+
+  def validate_scheme(self, scheme: Scheme, num_clients: int) -> None:
+    """Checks what depends on the scheme too (raises ValueError)."""
+    self.validate(num_clients)
+    if (scheme.dp and getattr(scheme, "discrete_gaussian", False)
+        and self.accountant not in accounting.DG_ACCOUNTANTS):
+      raise ValueError(f"{scheme.name} is accounted with the discrete Gaussian bound "
+                       "(thesis Thm 3); use --accountant moments or rdp")
+
+
+# Cohorts above this many slots are trained and summed AUTO_CHUNK at a time.
+AUTO_CHUNK_ABOVE = 256
+AUTO_CHUNK = 128
+
+
+def _communication(scheme: Scheme, cfg: RunConfig, k: int, capacity: int,
+                   clip_norm: float | None) -> dict:
+  """Secure-aggregation settings and bits per value up and down.
+
+  Secure aggregation applies to DP schemes and to schemes with bounded
+  integer messages (FL-SIGN, signSGD); the bit width is ``--secure-bits`` or
+  thesis 5.2.4's ``ceil(log2((12 S sigma + max|x|) |K| 2^f))`` with |K| the
+  largest cohort (capacity), S sigma the aggregate noise std, max|x| the
+  largest noiseless coordinate (1 for signs, S after clipping) and 2^f the
+  fixed-point scale (1 for integers). Without it a value costs 32 bits, or
+  the scheme's own figure (1 for a sign; the thesis modulus for FL-SIGN-DP,
+  whose Alg. 9 always encrypts).
+  """
+  integer = getattr(scheme, "integer_messages", False)
+  scale = 1.0 if integer else float(2 ** cfg.secure_frac_bits)
+  max_abs = getattr(scheme, "max_abs_value", None) or clip_norm
+  noise_std = clip_norm * cfg.noise_multiplier if scheme.dp else 0.0
+
+  def formula(scale):
+    return secure_aggregation.bit_width(noise_std, max_abs, capacity, scale)
+
+  secure = cfg.secure_aggregation and (scheme.dp or integer)
+  bits = (cfg.secure_bits or formula(scale)) if secure else None
+  up = getattr(scheme, "upstream_bits", bandwidth.BITS_PER_FLOAT)
+  if bits is not None:
+    up = bits
+  elif up is None:
+    up = formula(1.0)
+  return {"secure_bits": bits, "secure_scale": scale if secure else 1.0,
+          "secure_frac_bits": None if (not secure or integer) else cfg.secure_frac_bits,
+          "upstream_bits": up,
+          "downstream_bits": getattr(scheme, "downstream_bits", bandwidth.BITS_PER_FLOAT)}
 
 
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
@@ -269,7 +456,7 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   """
   start = time.perf_counter()
   num_clients = int(data.x.shape[0])
-  cfg.validate(num_clients)
+  cfg.validate_scheme(scheme, num_clients)
   root = keys.run_key(cfg.seed)
   setup = keys.purpose(root, keys.SETUP)
   w0 = jax.jit(model.init)(keys.purpose(root, keys.INIT))
@@ -282,6 +469,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       local=LocalTraining(cfg.local_steps, cfg.batch_size, cfg.lr))
   scheme_state = scheme.setup(setup_data)
   clip_norm = cfg.clip_norm
+  if scheme.dp and hasattr(scheme, "fixed_clip_norm"):  # e.g. sign vectors: sqrt(n)
+    clip_norm = scheme.fixed_clip_norm(k)
   if scheme.dp and clip_norm is None:
     clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
 
@@ -291,19 +480,28 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   capacity = sampling.plan_capacity(sampling_keys, num_clients, rate, cfg.sampler)
   if cfg.max_cohort is not None:  # truncated Poisson: keep a random subset
     capacity = min(capacity, cfg.max_cohort)
+  comm = _communication(scheme, cfg, k, capacity, clip_norm)
+  client_chunk = cfg.client_chunk
+  if client_chunk is None and capacity > AUTO_CHUNK_ABOVE:
+    client_chunk = AUTO_CHUNK
   round_cfg = RoundConfig(
       scheme=scheme, num_clients=num_clients,
       clients_per_round=cfg.clients_per_round, capacity=capacity,
       sampler=cfg.sampler, num_kept=k, local_steps=cfg.local_steps,
       batch_size=cfg.batch_size, lr=cfg.lr,
       noise_multiplier=cfg.noise_multiplier if scheme.dp else 0.0,
-      clip_norm=clip_norm if scheme.dp else 1.0)
+      clip_norm=clip_norm if scheme.dp else 1.0,
+      secure_bits=comm["secure_bits"], secure_scale=comm["secure_scale"],
+      secure_neighbours=cfg.secure_neighbours,
+      max_dropouts=cfg.max_dropouts if scheme.dp else 0,
+      dropout_rate=cfg.dropout_rate, client_chunk=client_chunk)
 
   eval_fn = make_eval_fn(model)
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
   state = ServerState(w0, scheme_state)
   compiled: dict[int, Callable] = {}
   history, participations, clipped, truncated = [], 0, 0, 0
+  dropped, under_noised, overflows = 0, 0, 0
   t = 1
   while t <= cfg.rounds:
     chunk = min(cfg.eval_every, cfg.rounds - t + 1)
@@ -315,6 +513,10 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     participations += int(np.minimum(sampled, capacity).sum())
     truncated += int((sampled > capacity).sum())
     clipped += int(np.asarray(infos.num_clipped).sum())
+    round_drops = np.asarray(infos.num_dropped)
+    dropped += int(round_drops.sum())
+    under_noised += int((round_drops > cfg.max_dropouts).sum()) if scheme.dp else 0
+    overflows += int(np.asarray(infos.secure_overflow).sum())
     preds, _ = eval_fn(state.weights, test_x)
     entry = {"round": t - 1, "accuracy": metrics.accuracy(test_y, np.asarray(preds))}
     if hasattr(scheme, "diagnostics"):  # e.g. FL-CS decoder iterations
@@ -324,7 +526,20 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       progress(chunk)
 
   best = max(history, key=lambda h: (h["accuracy"], -h["round"]))
-  if scheme.dp:
+  if overflows:
+    warnings.warn(f"{scheme.name}: {overflows} coordinate sums overflowed the "
+                  f"{comm['secure_bits']}-bit secure-aggregation modulus")
+  if under_noised:
+    warnings.warn(f"{scheme.name}: {under_noised} rounds lost more than "
+                  f"--max-dropouts {cfg.max_dropouts} clients; their aggregate noise "
+                  "was below what the accountant assumes")
+  if scheme.dp and getattr(scheme, "discrete_gaussian", False):
+    eps_best, eps_final = accounting.epsilon_discrete_gaussian_curve(
+        cfg.noise_multiplier, rate, [best["round"], cfg.rounds], cfg.delta, k,
+        capacity, cfg.accountant, cfg.sampler, num_clients=num_clients)
+    label = accounting.discrete_gaussian_label(cfg.accountant, cfg.sampler,
+                                               cfg.noise_multiplier, k, capacity)
+  elif scheme.dp:
     eps_best, eps_final = accounting.epsilon_curve(
         cfg.noise_multiplier, rate, [best["round"], cfg.rounds], cfg.delta,
         cfg.accountant, cfg.sampler, num_clients=num_clients,
@@ -340,9 +555,23 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       "best_accuracy": best["accuracy"],
       "best_round": best["round"],
       "final_accuracy": history[-1]["accuracy"],
-      "downstream_kb": bandwidth.cost_kb(down_values, best["round"], rate),
-      "upstream_kb": bandwidth.cost_kb(k, best["round"], rate),
-      "measured_upstream_kb": bandwidth.measured_cost_kb(k, participations, num_clients),
+      "downstream_kb": bandwidth.cost_kb(down_values, best["round"], rate,
+                                         comm["downstream_bits"]),
+      "upstream_kb": bandwidth.cost_kb(k, best["round"], rate, comm["upstream_bits"]),
+      "measured_upstream_kb": bandwidth.measured_cost_kb(k, participations, num_clients,
+                                                         comm["upstream_bits"]),
+      "upstream_bits": comm["upstream_bits"],
+      "downstream_bits": comm["downstream_bits"],
+      "secure_aggregation": comm["secure_bits"] is not None,
+      "secure_bits": comm["secure_bits"],
+      "secure_frac_bits": comm["secure_frac_bits"],
+      "secure_neighbours": cfg.secure_neighbours if comm["secure_bits"] else None,
+      "secure_overflows": overflows,
+      "max_dropouts": cfg.max_dropouts if scheme.dp else 0,
+      "dropout_rate": cfg.dropout_rate,
+      "dropped_clients": dropped,
+      "under_noised_rounds": under_noised,
+      "client_chunk": client_chunk,
       "upstream_values": k,
       "downstream_values": down_values,
       "epsilon": eps_best,

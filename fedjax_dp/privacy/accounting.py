@@ -342,3 +342,152 @@ def accountant_label(accountant: str, sampler: str,
   else:
     sampling = "Poisson sampling"
   return f"{method}, {sampling}"
+
+
+# ---------------------------------------------------------------------------
+# FL-SIGN-DP: the distributed discrete Gaussian mechanism (thesis Sec. 5.2).
+# ---------------------------------------------------------------------------
+
+DG_ACCOUNTANTS = ("moments", "rdp")
+
+
+def discrete_gaussian_kappa(scale: float) -> float:
+  """kappa(xi) of thesis Lemma 1, ``2 e^{-2 pi^2 xi^2} / (1 - e^{-6 pi^2 xi^2})``.
+
+  The continuous Gaussian pdf and the discrete Gaussian pmf of scale xi are
+  within a factor ``1 +- kappa(xi)`` of each other at every integer.
+  """
+  if not scale > 0:
+    raise ValueError(f"scale must be > 0, got {scale}.")
+  a = 2.0 * math.pi ** 2 * float(scale) ** 2
+  return 2.0 * math.exp(-a) / -math.expm1(-3.0 * a)
+
+
+def discrete_gaussian_nu(noise_multiplier: float, num_params: int,
+                         cohort_size: int) -> float:
+  """The smallest nu of thesis Theorem 3 for the given noise.
+
+  Theorem 3 needs ``sigma >= sqrt(|K| ln(2 + 2/nu) / (2 n pi^2))`` (each of
+  the |K| shares ``DG(., sqrt(n) sigma / sqrt(|K|))`` is above the smoothing
+  bound of Micciancio-Walter 2017, Lemma 3 of the thesis), i.e.
+  ``nu = 2 / (exp(2 n pi^2 sigma^2 / |K|) - 2)``.
+
+  Args:
+    noise_multiplier: sigma.
+    num_params: n, the length of the sign vector (L2 sensitivity sqrt(n)).
+    cohort_size: |K|, the number of noise shares (the largest cohort).
+
+  Returns:
+    nu in (0, 1) (0.0 when it underflows).
+
+  Raises:
+    ValueError: If no nu < 1 satisfies the condition (sigma too small).
+  """
+  x = 2.0 * num_params * math.pi ** 2 * float(noise_multiplier) ** 2 / cohort_size
+  if not x > math.log(4.0):
+    raise ValueError(
+        f"sigma = {noise_multiplier} is too small for Theorem 3 with n = {num_params}"
+        f" and |K| = {cohort_size} (needs 2 n pi^2 sigma^2 / |K| > ln 4).")
+  # 2 / (e^x - 2) in log space: no overflow for large x.
+  return math.exp(math.log(2.0) - x - math.log1p(-2.0 * math.exp(-x)))
+
+
+def _dg_correction(lam: np.ndarray, kappa: float, nu: float) -> np.ndarray:
+  """``log((1+kappa)^lam / (1-kappa)^(lam+1) ((1+nu)/(1-nu))^3)`` (Theorem 3)."""
+  if not (0 <= kappa < 1 and 0 <= nu < 1):
+    raise ValueError(f"the bound needs kappa, nu < 1, got {kappa}, {nu}.")
+  return (lam * math.log1p(kappa) - (lam + 1.0) * math.log1p(-kappa)
+          + 3.0 * (math.log1p(nu) - math.log1p(-nu)))
+
+
+def epsilon_discrete_gaussian_curve(noise_multiplier: float, sampling_rate: float,
+                                    rounds_list, delta: float, num_params: int,
+                                    cohort_size: int, accountant: str = "moments",
+                                    sampler: str = "poisson",
+                                    num_clients: int | None = None) -> list[float]:
+  """Epsilon of FL-SIGN-DP after each T in ``rounds_list``, thesis Theorem 3.
+
+  ``eps = min_lambda (T (alpha_G(lambda|C) + log((1+kappa)^lambda /
+  (1-kappa)^(lambda+1) ((1+nu)/(1-nu))^3)) - log delta) / lambda`` with
+  ``kappa = kappa(sqrt(n) sigma)`` (Lemma 1, Theorem 2) and nu from
+  :func:`discrete_gaussian_nu` (Lemma 3: a sum of discrete Gaussians is
+  within ``(1+nu)/(1-nu)`` of a discrete Gaussian). ``alpha_G(lambda|C)`` is
+  the log moment of the subsampled Gaussian mechanism with noise multiplier
+  sigma, i.e. ``lambda * RDP(lambda + 1)``:
+
+  * "moments": integer lambda = 1..32 (orders 2..33), the papers' method;
+  * "rdp": dp_accounting's RDP at its default orders, the correction added
+    as ``correction(a - 1) / (a - 1)`` at order a, and its conversion.
+
+  For the paper setting (n = 1,663,370, sigma ~ 1) kappa and nu underflow to
+  0 and epsilon equals that of the continuous Gaussian mechanism.
+
+  Args:
+    noise_multiplier: sigma; the aggregate noise has scale ``sqrt(n) sigma``.
+    sampling_rate: q = C.
+    rounds_list: Round counts T >= 0.
+    delta: Target delta.
+    num_params: n.
+    cohort_size: |K| (the largest number of shares; larger is conservative).
+    accountant: "moments" or "rdp".
+    sampler: "poisson", or "fixed" (with "rdp").
+    num_clients: N (needed by "fixed").
+
+  Returns:
+    The epsilons.
+
+  Raises:
+    ValueError: On invalid arguments, for "pld" (the bound is a moments
+      bound), or if sigma is too small for the theorem.
+  """
+  if accountant not in DG_ACCOUNTANTS:
+    raise ValueError(f"the discrete Gaussian bound (thesis Theorem 3) is a moments/RDP "
+                     f"bound; use accountant {' or '.join(DG_ACCOUNTANTS)}, "
+                     f"not {accountant!r}.")
+  _check_args(noise_multiplier, sampling_rate, delta, accountant, sampler,
+              num_clients, None)
+  if int(num_params) != num_params or num_params < 1:
+    raise ValueError(f"num_params must be a positive int, got {num_params}.")
+  if int(cohort_size) != cohort_size or cohort_size < 1:
+    raise ValueError(f"cohort_size must be a positive int, got {cohort_size}.")
+  rounds = [_check_rounds(t) for t in rounds_list]
+  sigma, q, delta = float(noise_multiplier), float(sampling_rate), float(delta)
+  if sigma == 0:
+    return [0.0 if t == 0 else math.inf for t in rounds]
+  kappa = discrete_gaussian_kappa(math.sqrt(num_params) * sigma)
+  nu = discrete_gaussian_nu(sigma, int(num_params), int(cohort_size))
+  if accountant == "moments":
+    lam = MOMENTS_ORDERS - 1.0
+    moment = lam * _moments_rdp(sigma, q) + _dg_correction(lam, kappa, nu)
+    t = np.asarray(rounds, dtype=np.float64)[:, None]
+    eps = np.min((t * moment[None, :] + math.log(1.0 / delta)) / lam[None, :], axis=1)
+    return [0.0 if r == 0 else float(e) for r, e in zip(rounds, eps)]
+  rdp = _accountant_rdp(sigma, q, sampler,
+                        None if sampler == "poisson" else int(num_clients))
+  lam = _RDP_ORDERS - 1.0
+  rdp = rdp + _dg_correction(lam, kappa, nu) / lam
+  return [float(dp_accounting.rdp.compute_epsilon(_RDP_ORDERS, t * rdp, delta)[0])
+          if t else 0.0 for t in rounds]
+
+
+def epsilon_discrete_gaussian(noise_multiplier: float, sampling_rate: float,
+                              rounds: int, delta: float, num_params: int,
+                              cohort_size: int, accountant: str = "moments",
+                              sampler: str = "poisson",
+                              num_clients: int | None = None) -> float:
+  """Epsilon of ``rounds`` rounds of FL-SIGN-DP (thesis Theorem 3).
+
+  See :func:`epsilon_discrete_gaussian_curve` for the bound and arguments.
+  """
+  return epsilon_discrete_gaussian_curve(noise_multiplier, sampling_rate, [rounds],
+                                         delta, num_params, cohort_size, accountant,
+                                         sampler, num_clients)[0]
+
+
+def discrete_gaussian_label(accountant: str, sampler: str, noise_multiplier: float,
+                            num_params: int, cohort_size: int) -> str:
+  """Label of a Theorem 3 accounting, with its kappa and nu."""
+  kappa = discrete_gaussian_kappa(math.sqrt(num_params) * noise_multiplier)
+  nu = discrete_gaussian_nu(noise_multiplier, num_params, cohort_size)
+  return (f"{accountant_label(accountant, sampler)}, discrete Gaussian bound "
+          f"(thesis Thm 3: kappa={kappa:.2g}, nu={nu:.2g})")

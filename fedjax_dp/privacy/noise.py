@@ -10,6 +10,11 @@ The cohort is a fixed-capacity array of slots, some of them padding (see
 The shares are scaled by the number of *real* participants, and when a round
 has no participant at all the server adds the full ``G(0, S^2 sigma^2)``
 itself, so the aggregate noise standard deviation is never below ``S*sigma``.
+
+:func:`privatize` is the per-client step alone (what each client feeds to
+secure aggregation, ``fedjax_dp.privacy.secure_aggregation``); with
+``num_shares = |K| - l`` its shares tolerate l client failures (thesis 5.2.5,
+5.3.3). :func:`noisy_sum` is :func:`privatize` followed by a plain sum.
 """
 
 from __future__ import annotations
@@ -37,13 +42,54 @@ def noise_share_std(clip_norm: float | jax.Array, noise_multiplier: float,
   return sigma_sum / jnp.sqrt(jnp.maximum(num_participants, 1).astype(jnp.float32))
 
 
+def privatize(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
+              clip_norm: float | jax.Array, noise_multiplier: float,
+              num_shares: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Each client's contribution to the secure sum: clipped update + share.
+
+  UAI 2021 Algorithm 3 lines 25-27 / thesis Alg. 10-11: ``clip(u_k) + z_k``
+  with ``z_k ~ G(0, S^2 sigma^2 / num_shares)``. To tolerate up to l client
+  failures (thesis 5.2.5 / 5.3.3) pass ``num_shares = |K| - l``: any
+  ``|K| - l`` surviving shares still sum to at least ``G(0, S^2 sigma^2)``.
+
+  Args:
+    updates: (capacity, m) compressed updates, one row per cohort slot.
+    slot_mask: (capacity,) bool, True for real participants.
+    noise_keys: (capacity, 2) per-client PRNG keys used for nothing else.
+    clip_norm: S.
+    noise_multiplier: sigma >= 0.
+    num_shares: The number of shares the noise is split into (>= 0; 0 and 1
+      both mean full ``S sigma`` shares).
+
+  Returns:
+    ``(contributions, num_clipped)``: (capacity, m) and the number of real
+    clients whose update was longer than S.
+  """
+  clipped, norms = jax.vmap(clip_by_l2_norm, in_axes=(0, None))(updates, clip_norm)
+  share_std = noise_share_std(clip_norm, noise_multiplier, num_shares)
+  shape = updates.shape[1:]
+  shares = jax.vmap(lambda k: jax.random.normal(k, shape, updates.dtype))(noise_keys)
+  contributions = clipped + share_std * shares
+  num_clipped = jnp.sum(slot_mask & (norms > clip_norm))
+  return contributions, num_clipped
+
+
+def server_noise(server_key: jax.Array, shape: tuple[int, ...], dtype,
+                 clip_norm: float | jax.Array, noise_multiplier: float) -> jax.Array:
+  """``G(0, S^2 sigma^2)``: what the server adds when no client's share arrives."""
+  return (l2_sensitivity(clip_norm) * noise_multiplier *
+          jax.random.normal(server_key, shape, dtype))
+
+
 def noisy_sum(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
               server_key: jax.Array, clip_norm: float | jax.Array,
               noise_multiplier: float) -> tuple[jax.Array, jax.Array]:
   """Clips, noises and sums the compressed updates of one cohort.
 
   Simulates UAI 2021 Algorithm 3 lines 25-27 followed by the secure sum of
-  Eq. (1): ``sum_k (clip(u_k) + z_k)`` with ``z_k ~ G(0, S^2 sigma^2 / |K|)``.
+  Eq. (1): ``sum_k (clip(u_k) + z_k)`` with ``z_k ~ G(0, S^2 sigma^2 / |K|)``
+  (:func:`privatize` then a plain sum; see
+  ``fedjax_dp.privacy.secure_aggregation`` for the modular masked sum).
 
   Args:
     updates: (capacity, m) compressed updates, one row per cohort slot.
@@ -57,16 +103,12 @@ def noisy_sum(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
     ``(noisy_sum, num_clipped)``: the (m,) aggregate and the number of real
     clients whose update was longer than S.
   """
-  clipped, norms = jax.vmap(clip_by_l2_norm, in_axes=(0, None))(updates, clip_norm)
   num_real = jnp.sum(slot_mask)
-  share_std = noise_share_std(clip_norm, noise_multiplier, num_real)
-  shape = updates.shape[1:]
-  shares = jax.vmap(lambda k: jax.random.normal(k, shape, updates.dtype))(noise_keys)
-  contributions = clipped + share_std * shares
+  contributions, num_clipped = privatize(updates, slot_mask, noise_keys, clip_norm,
+                                         noise_multiplier, num_real)
   total = jnp.sum(jnp.where(slot_mask[:, None], contributions, 0.0), axis=0)
   # Empty cohort: nobody adds a share, so the server adds G(0, S^2 sigma^2).
-  fallback = (l2_sensitivity(clip_norm) * noise_multiplier *
-              jax.random.normal(server_key, shape, updates.dtype))
+  fallback = server_noise(server_key, updates.shape[1:], updates.dtype, clip_norm,
+                          noise_multiplier)
   total = total + jnp.where(num_real == 0, 1.0, 0.0) * fallback
-  num_clipped = jnp.sum(slot_mask & (norms > clip_norm))
   return total, num_clipped

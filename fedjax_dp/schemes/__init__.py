@@ -1,9 +1,13 @@
 """The schemes of the seed papers, by name (matched case-insensitively)."""
 
 from fedjax_dp.schemes.base import LocalTraining, Scheme, SetupData
+from fedjax_dp.schemes.cs import CS_SCHEMES, CSScheme
 from fedjax_dp.schemes.masked import MASKED_SCHEMES, MaskedScheme
+from fedjax_dp.schemes.sign import SIGN_SCHEMES, SignScheme
 
 SCHEMES = dict(MASKED_SCHEMES)
+SCHEMES.update(CS_SCHEMES)  # thesis Sec. 4.1.4-4.1.6 and 5.3
+SCHEMES.update(SIGN_SCHEMES)  # thesis Sec. 4.1.1 and 5.2
 
 
 def get_scheme(name: str) -> Scheme:
@@ -20,5 +24,5 @@ def get_scheme(name: str) -> Scheme:
                      f"{', '.join(SCHEMES)}") from None
 
 
-__all__ = ["LocalTraining", "MaskedScheme", "SCHEMES", "Scheme", "SetupData",
-           "get_scheme"]
+__all__ = ["CSScheme", "LocalTraining", "MaskedScheme", "SCHEMES", "Scheme", "SetupData",
+           "SignScheme", "get_scheme"]

@@ -15,6 +15,20 @@ calls inside ``jit``:
 
 ``setup`` runs once on the server before round 1 (public-data work such as
 the Top-K selection), and ``calibrate_clip`` derives S from public data.
+
+Secure aggregation, client failures and chunked cohorts need the step before
+the sum on its own: :func:`contributions` gives each client's privatised
+message (a scheme may define ``contributions`` and ``server_noise`` itself,
+as FL-SIGN-DP does with discrete Gaussian integers; otherwise the Gaussian
+default applies), and the round sums them, plainly or securely.
+
+Optional attributes a scheme may have (``fedjax_dp.schemes.sign`` has all):
+``integer_messages`` (secure aggregation encodes with scale 1),
+``max_abs_value`` (largest noiseless coordinate, for the secure modulus;
+default S), ``upstream_bits`` / ``downstream_bits`` (bits per value; default
+32; ``upstream_bits = None`` means the thesis 5.2.4 modulus),
+``fixed_clip_norm(n)`` (a sensitivity that is not calibrated) and
+``discrete_gaussian`` (accounted with thesis Theorem 3).
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_dp.models import FlatModel
+from fedjax_dp.privacy import noise
 from fedjax_dp.privacy.noise import noisy_sum
 
 
@@ -120,3 +135,44 @@ def gaussian_aggregate(dp: bool, messages: jax.Array, slot_mask: jax.Array,
                      noise_multiplier)
   total = jnp.sum(jnp.where(slot_mask[:, None], messages, 0.0), axis=0)
   return total, jnp.zeros((), jnp.int32)
+
+
+def contributions(scheme: Scheme, messages: jax.Array, slot_mask: jax.Array,
+                  noise_keys: jax.Array, clip_norm: float, noise_multiplier: float,
+                  num_shares: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Each client's input to the (secure) sum, before summing.
+
+  The scheme's own ``contributions`` method if it has one; otherwise, for DP
+  schemes, the clipped message plus a Gaussian share
+  ``G(0, S^2 sigma^2 / num_shares)`` (``fedjax_dp.privacy.noise.privatize``),
+  and the message itself without DP.
+
+  Args:
+    scheme: The scheme.
+    messages: (capacity, m) messages.
+    slot_mask: (capacity,) real participants.
+    noise_keys: (capacity, 2) per-client noise keys.
+    clip_norm: S.
+    noise_multiplier: sigma.
+    num_shares: How many shares the aggregate noise is split into (|K|, or
+      |K| - l to tolerate l failures, thesis 5.2.5).
+
+  Returns:
+    ``(contributions, num_clipped)``.
+  """
+  own = getattr(scheme, "contributions", None)
+  if own is not None:
+    return own(messages, slot_mask, noise_keys, clip_norm, noise_multiplier, num_shares)
+  if scheme.dp:
+    return noise.privatize(messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
+                           num_shares)
+  return messages, jnp.zeros((), jnp.int32)
+
+
+def server_noise(scheme: Scheme, key: jax.Array, shape: tuple[int, ...], dtype,
+                 clip_norm: float, noise_multiplier: float) -> jax.Array:
+  """The full aggregate noise, added by the server when no share arrives."""
+  own = getattr(scheme, "server_noise", None)
+  if own is not None:
+    return own(key, shape, clip_norm, noise_multiplier)
+  return noise.server_noise(key, shape, dtype, clip_norm, noise_multiplier)

@@ -1,0 +1,227 @@
+"""FL-CS, FL-FREQ and FL-RND (thesis Sec. 4.1.4-4.1.6, 5.3) with -DP variants.
+
+All three send r*n values up and receive the full model down (thesis
+Table 4.2 costs). Clients train T_gd SGD steps from the global model and
+compress their update with a linear operator shared by every party:
+
+* FL-CS (Alg. 4): the client sends C(delta), the first m/P DCT-II
+  coefficients of each of P chunks of its shuffled update; the server keeps
+  momentum and error feedback in the compressed domain and decodes with BPDN.
+* FL-FREQ (Alg. 6): the same C; the server adds C^T(mean), the inverse DCT
+  of the zero-padded mean (a low-pass filter), with no decoder.
+* FL-RND (Alg. 5): the client sends its update on m random coordinates,
+  drawn anew each round from a shared seed; the server adds the mean there.
+
+A -DP variant clips the compressed vector to S and adds its noise share
+(Algorithms 11-13, and UAI 2021 Alg. 3), through ``gaussian_aggregate``. The
+server keeps FL-CS's momentum u and error e in the compressed domain (size
+m), exactly as Algorithms 4 and 11:
+
+  u_t = rho u_{t-1} + y_t;  e_t = eta_G u_t + e_{t-1};  s_t = D(e_t);
+  e_t <- e_t - C(s_t);      w_t = w_{t-1} + s_t,
+
+with D the BPDN decoder of Eq. (2.4) solved by FISTA (``compression.fista``),
+warm-started from the previous round's s.
+
+FL-RND is the coordinate-subset pattern of ``schemes.masked`` (a random
+subset redrawn each round, all weights trained, no reset): the same algorithm
+as UAI's FL-BAS-2, under the thesis' name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_dp import client
+from fedjax_dp.compression import dct_cs, fista
+from fedjax_dp.models import FlatModel
+from fedjax_dp.schemes.base import LocalTraining, SetupData, gaussian_aggregate
+from fedjax_dp.schemes.masked import MaskedScheme
+
+RECONSTRUCTIONS = ("bpdn", "adjoint")
+_PERMUTATION_SEED = 2  # fold_in of the setup key: the shared shuffling seed
+
+
+class CSState(NamedTuple):
+  """The FL-CS / FL-FREQ server state.
+
+  Attributes:
+    op: The shared operator C (fixed permutation, chunking, DCT rows).
+    u: (m,) momentum, compressed domain (Alg. 4 line 9).
+    e: (m,) error-feedback vector, compressed domain (Alg. 4 lines 10, 12).
+    s: (P, L) last decoded update in the operator's chunk domain (warm start).
+    iterations: Decoder steps in the last round (int32).
+    total_iterations: Decoder steps summed over all rounds (int32).
+  """
+
+  op: dct_cs.ChunkedDCT
+  u: jax.Array
+  e: jax.Array
+  s: jax.Array
+  iterations: jax.Array
+  total_iterations: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class CSScheme:
+  """FL-CS(-DP) or FL-FREQ(-DP): the chunked partial-DCT family.
+
+  Defaults are the thesis' Fashion-MNIST setting (Table 8.4): P = 200,
+  lambda = 1e-5, rho = 0.9, eta_G = 0.35, error feedback on.
+
+  Attributes:
+    name: Paper name.
+    reconstruction: "bpdn" (FL-CS: momentum, error feedback, BPDN decoder) or
+      "adjoint" (FL-FREQ: w += C^T(mean), Alg. 6).
+    dp: Clip the compressed update to S and add Gaussian noise shares.
+    reference: Where the scheme is defined.
+    chunks: P.
+    lam: lambda of the BPDN decoder, Eq. (2.4).
+    momentum: rho (FL-CS only).
+    server_lr: eta_G (FL-CS only).
+    error_feedback: Accumulate the reconstruction error (Alg. 4 line 12).
+    decoder: "fista" or "ista".
+    restart: FISTA with gradient restart (O'Donoghue & Candes, 2015).
+    max_iters: Decoder step limit per round.
+    tol: Decoder stops once the relative change of its iterate is <= tol.
+    dct_method: "auto", "fft" or "matmul" (same operator; see dct_cs).
+  """
+
+  name: str
+  reconstruction: str
+  dp: bool
+  reference: str
+  chunks: int = 200
+  lam: float = 1e-5
+  momentum: float = 0.9
+  server_lr: float = 0.35
+  error_feedback: bool = True
+  decoder: str = "fista"
+  restart: bool = False
+  max_iters: int = 100
+  tol: float = 1e-3
+  dct_method: str = "auto"
+
+  @property
+  def uses_ratio(self) -> bool:
+    """The compression ratio r applies."""
+    return True
+
+  def validate(self, num_params: int, ratio: float) -> None:
+    """Raises ValueError (one line) for settings that cannot run.
+
+    Checks P, r (at least one coefficient per chunk), lambda >= 0, the
+    decoder settings, rho in [0, 1) and eta_G > 0.
+    """
+    if self.reconstruction not in RECONSTRUCTIONS:
+      raise ValueError(f"unknown reconstruction {self.reconstruction!r}")
+    dct_cs.coeffs_per_chunk(num_params, ratio, self.chunks)
+    if self.dct_method not in dct_cs.METHODS:
+      raise ValueError(f"unknown DCT method {self.dct_method!r}; choose one of "
+                       f"{', '.join(dct_cs.METHODS)}")
+    fista.check_params(self.lam, self.max_iters, self.tol, self.decoder)
+    if not 0.0 <= self.momentum < 1.0:
+      raise ValueError(f"server momentum rho must be in [0, 1), got {self.momentum}")
+    if not self.server_lr > 0:
+      raise ValueError(f"server learning rate eta_G must be > 0, got {self.server_lr}")
+
+  def num_values(self, num_params: int, ratio: float) -> int:
+    """m = P * round(r n / P), the compressed length."""
+    return self.chunks * dct_cs.coeffs_per_chunk(num_params, ratio, self.chunks)
+
+  def num_downstream(self, num_params: int, ratio: float) -> int:
+    """The full model goes down (thesis Table 4.2)."""
+    return num_params
+
+  def make_operator(self, key: jax.Array, num_params: int, ratio: float) -> dct_cs.ChunkedDCT:
+    """The shared operator C from the setup key."""
+    return dct_cs.make_operator(jax.random.fold_in(key, _PERMUTATION_SEED), num_params,
+                                ratio, self.chunks, self.dct_method)
+
+  def setup(self, data: SetupData) -> CSState:
+    """Derives C from the shared seed; u = e = 0 (Alg. 4 line 2)."""
+    n = data.w0.shape[0]
+    self.validate(n, data.ratio)
+    op = self.make_operator(data.key, n, data.ratio)
+    m = op.num_values  # distinct buffers: the run loop donates the state
+    return CSState(op=op, u=jnp.zeros((m,), jnp.float32), e=jnp.zeros((m,), jnp.float32),
+                   s=jnp.zeros((op.chunks, op.chunk_len), jnp.float32),
+                   iterations=jnp.zeros((), jnp.int32),
+                   total_iterations=jnp.zeros((), jnp.int32))
+
+  def calibrate_clip(self, data: SetupData, state: CSState) -> float:
+    """S = ||C(delta)|| of one public-data round from w0 (UAI Sec. 4)."""
+    train_key = jax.random.fold_in(data.key, 1)
+    train = functools.partial(client.local_sgd, data.model.loss, x=data.public_x,
+                              y=data.public_y, key=train_key, steps=data.local.steps,
+                              batch_size=data.local.batch_size, lr=data.local.lr)
+    norm = jax.jit(lambda w, op: jnp.linalg.norm(op.encode(train(w) - w)))
+    return float(norm(data.w0, state.op))
+
+  def round_plan(self, state: CSState, key: jax.Array, num_params: int,
+                 m: int) -> dct_cs.ChunkedDCT:
+    """Every round shares the same operator (fixed shuffling, Sec. 4.1.4)."""
+    return state.op
+
+  def client_message(self, model: FlatModel, w: jax.Array, plan: dct_cs.ChunkedDCT,
+                     x: jax.Array, y: jax.Array, key: jax.Array,
+                     local: LocalTraining) -> jax.Array:
+    """T_gd SGD steps, then C(delta) (Alg. 4 lines 16-18, Alg. 11 line 19)."""
+    w_end = client.local_sgd(model.loss, w, x, y, key, steps=local.steps,
+                             batch_size=local.batch_size, lr=local.lr)
+    return plan.encode(w_end - w)
+
+  def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
+                noise_multiplier):
+    """Plain sum, or clip + Gaussian shares + sum (Alg. 11 lines 20-21)."""
+    return gaussian_aggregate(self.dp, messages, slot_mask, noise_keys, server_key,
+                              clip_norm, noise_multiplier)
+
+  def server_update(self, w: jax.Array, state: CSState, mean: jax.Array,
+                    plan: dct_cs.ChunkedDCT) -> tuple[jax.Array, CSState]:
+    """FL-CS: Alg. 4 / 11 lines 9-13; FL-FREQ: Alg. 6 / 13 lines 9-10."""
+    op = state.op
+    if self.reconstruction == "adjoint":
+      return w + op.decode_adjoint(mean), state
+    u = self.momentum * state.u + mean
+    e = self.server_lr * u + (state.e if self.error_feedback else 0.0)
+    result = fista.solve_bpdn(op.forward, op.adjoint, e.reshape(op.chunks, op.coeffs),
+                              state.s, self.lam, max_iters=self.max_iters, tol=self.tol,
+                              mask=op.mask, solver=self.decoder, restart=self.restart)
+    s = result.solution
+    if self.error_feedback:
+      e = e - op.forward(s).reshape(-1)
+    new_state = CSState(op=op, u=u, e=e, s=s, iterations=result.iterations,
+                        total_iterations=state.total_iterations + result.iterations)
+    return w + op.from_chunks(s), new_state
+
+  def diagnostics(self, state: CSState, rounds_done: int) -> dict:
+    """Decoder steps of the last round and their mean over ``rounds_done``.
+
+    Reported by ``simulation.run`` in each history entry and in the record.
+    """
+    if self.reconstruction == "adjoint":
+      return {}
+    return {"decoder_iterations": int(state.iterations),
+            "mean_decoder_iterations": int(state.total_iterations) / max(rounds_done, 1)}
+
+
+_THESIS_CS = "thesis Sec. 4.1.4 Alg. 4; DP: Sec. 5.3 Alg. 11"
+_THESIS_FREQ = "thesis Sec. 4.1.5 Alg. 6; DP: Alg. 13"
+_THESIS_RND = "thesis Sec. 4.1.5 Alg. 5; DP: Alg. 12 (= UAI FL-BAS-2)"
+
+CS_SCHEMES = {
+    s.name: s for s in (
+        CSScheme("FL-CS", "bpdn", False, _THESIS_CS),
+        CSScheme("FL-CS-DP", "bpdn", True, _THESIS_CS),
+        CSScheme("FL-FREQ", "adjoint", False, _THESIS_FREQ),
+        CSScheme("FL-FREQ-DP", "adjoint", True, _THESIS_FREQ),
+        MaskedScheme("FL-RND", "random", True, False, False, _THESIS_RND),
+        MaskedScheme("FL-RND-DP", "random", True, False, True, _THESIS_RND),
+    )
+}

@@ -1,0 +1,205 @@
+"""FL-SIGN, FL-SIGN-DP and signSGD: one sign per weight, majority vote.
+
+Thesis Sec. 4.1.1 (Alg. 3): each sampled client runs T_gd local SGD steps and
+sends ``sign(w_k - w)`` (a uniformly random sign where the update is 0); the
+server takes the sign of the sum of signs (the coordinate-wise majority vote)
+and moves every weight by ``gamma``: ``w += gamma * sign(sum_k s_k)``. The
+votes are not weighted by |D_k|. One bit per weight goes up.
+
+FL-SIGN-DP (thesis Sec. 5.2, Alg. 9): each client sends the integers
+``z_k ~ DG(sign(delta_k), sqrt(n) sigma / sqrt(|K|))`` (the exact discrete
+Gaussian sampler of ``fedjax_dp.privacy.discrete_gaussian``) under secure
+aggregation; a sign vector has L2 norm exactly sqrt(n), the sensitivity
+(thesis Table 8.2: S = sqrt(n), no clipping). The server sees
+``sum_k z_k``, whose privacy is thesis Theorem 3
+(``accounting.epsilon_discrete_gaussian``); an upstream value needs
+``log2 m = ceil(log2((12 sqrt(n) sigma + 1) |K|))`` bits (thesis 5.2.4).
+
+signSGD with majority vote (Bernstein et al. 2018, as the thesis describes it
+in Sec. 4.1.1): *every* client computes the gradient of one mini-batch and
+sends its sign; the server broadcasts the sign of the vote (1 bit per weight
+down). Its preset samples all clients (C = 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_dp import client
+from fedjax_dp.models import FlatModel
+from fedjax_dp.privacy.discrete_gaussian import sample_discrete_gaussian
+from fedjax_dp.schemes.base import LocalTraining, SetupData
+
+
+def random_tie_sign(delta: jax.Array, key: jax.Array) -> jax.Array:
+  """``sign(delta)`` in {-1, +1} as int8, a fair coin where delta is 0 (Alg. 3)."""
+  coin = jax.random.bernoulli(key, 0.5, delta.shape)
+  tie = jnp.where(coin, 1, -1).astype(jnp.int8)
+  return jnp.where(delta > 0, jnp.int8(1), jnp.where(delta < 0, jnp.int8(-1), tie))
+
+
+@dataclasses.dataclass(frozen=True)
+class SignScheme:
+  """A sign-quantised federated learning scheme.
+
+  Attributes:
+    name: "FL-SIGN", "FL-SIGN-DP" or "signSGD".
+    dp: Discrete Gaussian noise shares (FL-SIGN-DP).
+    single_batch: Send the sign of one mini-batch gradient instead of the
+      sign of a T_gd-step local update (signSGD).
+    gamma: Server step size gamma (thesis Table 8.1: 0.001; Table 8.2:
+      0.005 for FL-SIGN-DP).
+    reference: Where the scheme is defined.
+  """
+
+  name: str
+  dp: bool
+  single_batch: bool
+  gamma: float
+  reference: str
+
+  # Messages are integers: secure aggregation encodes them with scale 1.
+  integer_messages = True
+  # Largest |coordinate| of a noiseless message (for the secure modulus).
+  max_abs_value = 1.0
+
+  @property
+  def uses_ratio(self) -> bool:
+    """No compression ratio: every weight's sign is sent."""
+    return False
+
+  @property
+  def discrete_gaussian(self) -> bool:
+    """Accounted with the discrete Gaussian bound (thesis Theorem 3)."""
+    return self.dp
+
+  @property
+  def upstream_bits(self) -> int | None:
+    """Bits per upstream value: 1, or None (the secure modulus) for -DP."""
+    return None if self.dp else 1
+
+  @property
+  def downstream_bits(self) -> int:
+    """signSGD broadcasts the 1-bit vote; the others send the model (32)."""
+    return 1 if self.single_batch else 32
+
+  def num_values(self, num_params: int, ratio: float) -> int:
+    """n signs (or noisy integers) up per client and round."""
+    return num_params
+
+  def num_downstream(self, num_params: int, ratio: float) -> int:
+    """n values down."""
+    return num_params
+
+  def fixed_clip_norm(self, num_params: int) -> float:
+    """The L2 sensitivity of a sign vector, sqrt(n) (thesis Table 8.2)."""
+    return math.sqrt(num_params)
+
+  def setup(self, data: SetupData) -> jax.Array:
+    """No server state."""
+    return jnp.zeros((0,), jnp.int32)
+
+  def calibrate_clip(self, data: SetupData, state: jax.Array) -> float:
+    """S = sqrt(n): a sign vector needs no clipping."""
+    return self.fixed_clip_norm(int(data.w0.shape[0]))
+
+  def round_plan(self, state, key, num_params, m):
+    """Nothing shared beyond the model."""
+    return None
+
+  def client_message(self, model: FlatModel, w: jax.Array, plan, x: jax.Array,
+                     y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
+    """(n,) int8 signs of the local update (of the negative gradient for signSGD)."""
+    train_key, tie_key = jax.random.split(key)
+    if self.single_batch:
+      num = x.shape[0]
+      batch = jax.random.permutation(train_key, num)[:min(local.batch_size, num)]
+      delta = -jax.grad(model.loss)(w, x[batch], y[batch])
+    else:
+      delta = client.local_sgd(model.loss, w, x, y, train_key, steps=local.steps,
+                               batch_size=local.batch_size, lr=local.lr) - w
+    return random_tie_sign(delta, tie_key)
+
+  def share_scale(self, num_params: int, noise_multiplier: float,
+                  num_shares: jax.Array) -> jax.Array:
+    """``sqrt(n) sigma / sqrt(num_shares)``, one client's DG scale (Alg. 9)."""
+    shares = jnp.maximum(num_shares, 1).astype(jnp.float32)
+    return math.sqrt(num_params) * noise_multiplier / jnp.sqrt(shares)
+
+  def contributions(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
+                    num_shares):
+    """(capacity, n) int32: the signs, or ``DG(sign, share scale)`` for -DP.
+
+    ``clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
+    Clients are sampled one after the other (``lax.scan``) to bound memory,
+    and padding slots draw nothing.
+    """
+    zero = jnp.zeros((), jnp.int32)
+    if not self.dp:
+      return messages.astype(jnp.int32), zero
+    n = messages.shape[1]
+    scale = self.share_scale(n, noise_multiplier, num_shares)
+
+    def one(_, inputs):
+      return None, self._noisy(*inputs, scale)
+
+    _, noisy = jax.lax.scan(one, None, (messages, noise_keys, slot_mask))
+    return noisy, zero
+
+  def _noisy(self, message, key, real, scale):
+    """``DG(message, scale)`` for a real client; zeros (not drawn) for padding."""
+    n = message.shape[0]
+    return jax.lax.cond(
+        real,
+        lambda: sample_discrete_gaussian(key, message.astype(jnp.float32), scale, (n,)),
+        lambda: jnp.zeros((n,), jnp.int32))
+
+  def server_noise(self, key, shape, clip_norm, noise_multiplier):
+    """``DG(0, sqrt(n) sigma)`` when no client's share arrives."""
+    n = int(shape[0])
+    return sample_discrete_gaussian(key, 0.0, math.sqrt(n) * noise_multiplier, shape)
+
+  def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
+                noise_multiplier):
+    """The integer sum of the (noisy) signs (thesis Eq. 5.3), as float32.
+
+    For -DP the clients' discrete Gaussian vectors are drawn and summed one
+    client at a time (O(n) memory); an empty cohort gets the server's full
+    ``DG(0, sqrt(n) sigma)``.
+    """
+    zero = jnp.zeros((), jnp.int32)
+    if not self.dp:
+      total = jnp.sum(jnp.where(slot_mask[:, None], messages.astype(jnp.int32), 0),
+                      axis=0)
+      return total.astype(jnp.float32), zero
+    n = messages.shape[1]
+    num_real = jnp.sum(slot_mask)
+    scale = self.share_scale(n, noise_multiplier, num_real)
+
+    def add(total, inputs):
+      return total + self._noisy(*inputs, scale), None
+
+    total, _ = jax.lax.scan(add, jnp.zeros((n,), jnp.int32),
+                            (messages, noise_keys, slot_mask))
+    fallback = self.server_noise(server_key, (n,), clip_norm, noise_multiplier)
+    total = total + jnp.where(num_real == 0, fallback, 0)
+    return total.astype(jnp.float32), zero
+
+  def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,
+                    plan) -> tuple[jax.Array, jax.Array]:
+    """``w += gamma * sign(sum)`` (Alg. 3 line 8; a tie moves nothing)."""
+    return w + self.gamma * jnp.sign(mean), state
+
+
+SIGN_SCHEMES = {
+    s.name: s for s in (
+        SignScheme("FL-SIGN", False, False, 0.001, "thesis Sec. 4.1.1, Alg. 3"),
+        SignScheme("FL-SIGN-DP", True, False, 0.005, "thesis Sec. 5.2, Alg. 9"),
+        SignScheme("signSGD", False, True, 0.001,
+                   "Bernstein et al. 2018; thesis Sec. 4.1.1"),
+    )
+}

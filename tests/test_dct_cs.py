@@ -1,0 +1,141 @@
+"""The FL-CS operator: exact against scipy's DCT, linear, adjoint, validated."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.fft
+
+from fedjax_dp.compression import dct_cs
+
+KEY = jax.random.PRNGKey(7)
+
+
+def _reference(key, x, n, chunks, chunk_len, coeffs):
+  """Shuffle, chunk (P near-equal pieces, zero-padded to L), DCT-II, keep mc."""
+  perm = np.asarray(jax.random.permutation(key, n))
+  sizes = n // chunks + (np.arange(chunks) < n % chunks)
+  starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+  mat = np.zeros((chunks, chunk_len))
+  for p in range(chunks):
+    mat[p, :sizes[p]] = x[perm[starts[p]:starts[p] + sizes[p]]]
+  return scipy.fft.dct(mat, type=2, norm="ortho", axis=1)[:, :coeffs].reshape(-1)
+
+
+# (n, P, r, pad to a fast length): uneven chunks, prime L, mc > L/2, r = 1.
+CASES = [(1000, 10, 0.1, True), (1003, 7, 0.3, False), (997, 5, 0.9, False),
+         (998, 4, 1.0, True), (50, 3, 0.7, False), (4001, 20, 0.005 * 20, True)]
+
+
+@pytest.mark.parametrize("method", ["fft", "matmul"])
+@pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
+def test_matches_scipy_dct_reference(n, chunks, ratio, pad, method):
+  op = dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
+  x = np.random.default_rng(n).standard_normal(n)
+  got = np.asarray(op.encode(jnp.asarray(x, jnp.float32)))
+  want = _reference(KEY, x, n, chunks, op.chunk_len, op.coeffs)
+  assert got.shape == (op.num_values,) == (chunks * op.coeffs,)
+  np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("method", ["fft", "matmul"])
+def test_linear_so_secure_sums_commute(method):
+  # thesis Sec. 2.3: sum_i C(x_i) = C(sum_i x_i).
+  op = dct_cs.make_operator(KEY, 5000, 0.05, 10, method)
+  xs = jax.random.normal(jax.random.PRNGKey(1), (8, 5000))
+  sum_of_codes = jnp.sum(jax.vmap(op.encode)(xs), axis=0)
+  np.testing.assert_allclose(sum_of_codes, op.encode(jnp.sum(xs, axis=0)),
+                             atol=1e-4, rtol=1e-5)
+  np.testing.assert_allclose(op.encode(2.5 * xs[0]), 2.5 * op.encode(xs[0]), rtol=1e-5,
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["fft", "matmul"])
+@pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
+def test_adjoint_identity(n, chunks, ratio, pad, method):
+  # <C x, y> = <x, C^T y>, in float64 via numpy to keep the check tight.
+  op = dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal(n).astype(np.float32)
+  y = rng.standard_normal(op.num_values).astype(np.float32)
+  lhs = np.dot(np.asarray(op.encode(jnp.asarray(x)), np.float64), y)
+  rhs = np.dot(x, np.asarray(op.decode_adjoint(jnp.asarray(y)), np.float64))
+  assert abs(lhs - rhs) <= 1e-5 * np.linalg.norm(x) * np.linalg.norm(y)
+
+
+def test_full_ratio_is_orthonormal_and_chunks_round_trip():
+  op = dct_cs.make_operator(KEY, 1000, 1.0, 10, "fft", pad_to_fast_length=False)
+  assert op.coeffs == op.chunk_len == 100
+  x = jax.random.normal(KEY, (1000,))
+  np.testing.assert_allclose(op.decode_adjoint(op.encode(x)), x, atol=1e-5)
+  np.testing.assert_allclose(op.from_chunks(op.to_chunks(x)), x)
+  chunks = op.to_chunks(x)
+  assert float(jnp.sum(jnp.abs(chunks) * (1 - op.mask))) == 0.0  # padding holds zeros
+  assert int(op.mask.sum()) == 1000
+
+
+@pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
+def test_mask_marks_exactly_the_slots_holding_a_weight(n, chunks, ratio, pad):
+  op = dct_cs.make_operator(KEY, n, ratio, chunks, "fft", pad)
+  holds = np.asarray(op.gather).reshape(chunks, op.chunk_len) < n
+  np.testing.assert_array_equal(np.asarray(op.mask) == 1, holds)
+  np.testing.assert_array_equal(np.sort(np.asarray(op.gather)[holds.reshape(-1)]),
+                                np.arange(n))  # a permutation of the weights
+
+
+def test_rows_are_orthonormal_with_padding():
+  # A A^T = I per chunk, hence a decoder step size of 1.
+  op = dct_cs.make_operator(KEY, 1003, 0.25, 7, "matmul")
+  gram = op.rows @ op.rows.T
+  np.testing.assert_allclose(gram, np.eye(op.coeffs), atol=1e-5)
+
+
+def test_fft_and_matmul_paths_agree_at_paper_chunk_shape():
+  n = 200 * 517  # P = 200 chunks as in the paper, smaller chunks
+  x = jax.random.normal(KEY, (n,))
+  a = dct_cs.make_operator(KEY, n, 0.05, 200, "fft")
+  b = dct_cs.make_operator(KEY, n, 0.05, 200, "matmul")
+  np.testing.assert_allclose(a.encode(x), b.encode(x), atol=2e-5)
+  y = a.encode(x)
+  np.testing.assert_allclose(a.decode_adjoint(y), b.decode_adjoint(y), atol=2e-5)
+
+
+def test_auto_method_and_shapes_for_the_paper_cnn():
+  n = 1_663_370
+  assert dct_cs.coeffs_per_chunk(n, 0.05, 200) == 416  # m = 83,200 ~ r n
+  assert dct_cs.coeffs_per_chunk(n, 0.005, 200) == 42
+  assert dct_cs.fast_length(-(-n // 200)) == 8400  # 8317 is prime
+  assert dct_cs.fast_length(8400) == 8400 and dct_cs.fast_length(1) == 1
+
+
+def test_permutation_is_shared_through_the_seed():
+  x = jax.random.normal(KEY, (3000,))
+  a = dct_cs.make_operator(KEY, 3000, 0.1, 6)
+  b = dct_cs.make_operator(KEY, 3000, 0.1, 6)
+  c = dct_cs.make_operator(jax.random.PRNGKey(8), 3000, 0.1, 6)
+  np.testing.assert_array_equal(a.encode(x), b.encode(x))
+  assert not np.allclose(a.encode(x), c.encode(x))
+
+
+def test_operator_is_a_pytree_usable_under_jit():
+  op = dct_cs.make_operator(KEY, 3000, 0.1, 6)
+  x = jax.random.normal(KEY, (3000,))
+  np.testing.assert_allclose(jax.jit(lambda o, v: o.encode(v))(op, x), op.encode(x),
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize("n,ratio,chunks,match", [
+    (100, 0.5, 101, "exceeds the number of weights"),
+    (1000, 0.005, 200, "fewer than one DCT coefficient per chunk"),
+    (1000, 0.0, 10, "ratio must be in"),
+    (1000, 1.5, 10, "ratio must be in"),
+    (1000, 0.1, 0, "chunks must be >= 1"),
+])
+def test_bad_parameters_are_rejected(n, ratio, chunks, match):
+  with pytest.raises(ValueError, match=match):
+    dct_cs.make_operator(KEY, n, ratio, chunks)
+
+
+def test_unknown_method_is_rejected():
+  with pytest.raises(ValueError, match="unknown DCT method"):
+    dct_cs.make_operator(KEY, 1000, 0.1, 10, "wavelet")
