@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
   @jax.jit
   def decode(o, measurements):
-    init = jnp.zeros((o.chunks, o.chunk_len), jnp.float32)
+    init = jnp.zeros(o.domain_shape, jnp.float32)
     return fista.solve_bpdn(o.forward, o.adjoint, measurements, init, args.lam,
                             max_iters=args.iters, tol=args.tol, mask=o.mask,
                             solver=args.solver, restart=args.restart)

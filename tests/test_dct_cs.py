@@ -27,7 +27,7 @@ CASES = [(1000, 10, 0.1, True), (1003, 7, 0.3, False), (997, 5, 0.9, False),
          (998, 4, 1.0, True), (50, 3, 0.7, False), (4001, 20, 0.005 * 20, True)]
 
 
-@pytest.mark.parametrize("method", ["fft", "matmul"])
+@pytest.mark.parametrize("method", ["factored", "fft", "matmul"])
 @pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
 def test_matches_scipy_dct_reference(n, chunks, ratio, pad, method):
   op = dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
@@ -38,7 +38,7 @@ def test_matches_scipy_dct_reference(n, chunks, ratio, pad, method):
   np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("method", ["fft", "matmul"])
+@pytest.mark.parametrize("method", ["factored", "fft", "matmul"])
 def test_linear_so_secure_sums_commute(method):
   # thesis Sec. 2.3: sum_i C(x_i) = C(sum_i x_i).
   op = dct_cs.make_operator(KEY, 5000, 0.05, 10, method)
@@ -50,7 +50,7 @@ def test_linear_so_secure_sums_commute(method):
                              atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["fft", "matmul"])
+@pytest.mark.parametrize("method", ["factored", "fft", "matmul"])
 @pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
 def test_adjoint_identity(n, chunks, ratio, pad, method):
   # <C x, y> = <x, C^T y>, in float64 via numpy to keep the check tight.
@@ -74,10 +74,11 @@ def test_full_ratio_is_orthonormal_and_chunks_round_trip():
   assert int(op.mask.sum()) == 1000
 
 
+@pytest.mark.parametrize("method", ["factored", "fft"])
 @pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
-def test_mask_marks_exactly_the_slots_holding_a_weight(n, chunks, ratio, pad):
-  op = dct_cs.make_operator(KEY, n, ratio, chunks, "fft", pad)
-  holds = np.asarray(op.gather).reshape(chunks, op.chunk_len) < n
+def test_mask_marks_exactly_the_slots_holding_a_weight(n, chunks, ratio, pad, method):
+  op = dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
+  holds = np.asarray(op.gather).reshape(op.domain_shape) < n
   np.testing.assert_array_equal(np.asarray(op.mask) == 1, holds)
   np.testing.assert_array_equal(np.sort(np.asarray(op.gather)[holds.reshape(-1)]),
                                 np.arange(n))  # a permutation of the weights
@@ -139,3 +140,22 @@ def test_bad_parameters_are_rejected(n, ratio, chunks, match):
 def test_unknown_method_is_rejected():
   with pytest.raises(ValueError, match="unknown DCT method"):
     dct_cs.make_operator(KEY, 1000, 0.1, 10, "wavelet")
+
+
+def test_auto_method_and_factor_choice():
+  # Paper CNN, P = 200: L = 8400; r = 0.5% -> mc = 42, r = 5% -> mc = 416.
+  assert dct_cs._auto_method(8400, 42) == "matmul"
+  assert dct_cs._auto_method(8400, 416) == "factored"
+  q = dct_cs.choose_factor(8400, 416)
+  assert 8400 % q == 0 and 20 <= q <= 60  # ~sqrt(2 mc): both stages small
+  assert dct_cs._auto_method(8419, 416) == "fft"  # prime L: no useful factor
+  # Every coefficient has its own stage-2 slot.
+  _, _, coef_slot, slot_coef = dct_cs._factored_weights(
+      8400, 416, q, np.ones(416, complex))
+  assert len(set(coef_slot.tolist())) == 416
+  np.testing.assert_array_equal(slot_coef[coef_slot], np.arange(416))
+
+
+def test_factor_must_divide_the_chunk_length():
+  with pytest.raises(ValueError, match="must divide"):
+    dct_cs.make_operator(KEY, 1000, 0.1, 10, "factored", factor=7)

@@ -14,10 +14,10 @@ KEY = jax.random.PRNGKey(3)
 N, CHUNKS, RATIO = 1003, 4, 0.2  # uneven chunks, L = 252 (padded), mc = 50
 
 
-@pytest.fixture(scope="module")
-def problem():
+@pytest.fixture(scope="module", params=["factored", "fft"])
+def problem(request):
   """An operator, a sparse signal, noisy measurements and the dense matrix."""
-  op = dct_cs.make_operator(KEY, N, RATIO, CHUNKS, "fft")
+  op = dct_cs.make_operator(KEY, N, RATIO, CHUNKS, request.param)
   rng = np.random.default_rng(0)
   x = np.zeros(N)
   support = rng.choice(N, 40, replace=False)
@@ -36,7 +36,7 @@ def problem():
 
 
 def _solve(op, y, lam, init=None, **kw):
-  init = jnp.zeros((op.chunks, op.chunk_len)) if init is None else init
+  init = jnp.zeros(op.domain_shape) if init is None else init
   fn = jax.jit(functools.partial(fista.solve_bpdn, op.forward, op.adjoint, **kw))
   return fn(jnp.asarray(y, jnp.float32).reshape(op.chunks, op.coeffs), init, lam,
             mask=op.mask)

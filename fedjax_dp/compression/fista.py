@@ -17,7 +17,7 @@ when the momentum points uphill). For the FL-CS operator the rows of every chunk
 matrix are orthonormal, so ||A|| <= 1 and tau = 1 (padding slots, which hold
 no weight, are kept at zero by a mask: that drops columns, ||A|| stays <= 1).
 
-All P chunks are one (P, L) array; each step costs one ``forward`` and one
+All P chunks are one chunk-domain array; each step costs one ``forward`` and one
 ``adjoint`` pass over all of them. The loop is a ``lax.while_loop`` that stops
 after ``max_iters`` steps or when the relative change of the iterate,
 ``||s_{k+1} - s_k|| / ||s_{k+1}||``, is at most ``tol``; it starts from a
@@ -77,7 +77,7 @@ def solve_bpdn(forward: Callable[[jax.Array], jax.Array],
   Thesis Eq. (2.4) (the BPDN decoder D of FL-CS, Alg. 4 line 11).
 
   Args:
-    forward: s -> A s (e.g. ``ChunkedDCT.forward`` on the (P, L) chunks).
+    forward: s -> A s (e.g. ``ChunkedDCT.forward`` on its chunk domain).
     adjoint: r -> A^T r.
     y: Measurements, shaped like ``forward``'s output.
     init: Starting point (warm start), shaped like ``adjoint``'s output.

@@ -150,7 +150,7 @@ class CSScheme:
     op = self.make_operator(data.key, n, data.ratio)
     m = op.num_values  # distinct buffers: the run loop donates the state
     return CSState(op=op, u=jnp.zeros((m,), jnp.float32), e=jnp.zeros((m,), jnp.float32),
-                   s=jnp.zeros((op.chunks, op.chunk_len), jnp.float32),
+                   s=jnp.zeros(op.domain_shape, jnp.float32),
                    iterations=jnp.zeros((), jnp.int32),
                    total_iterations=jnp.zeros((), jnp.int32))
 
