@@ -86,7 +86,9 @@ def test_matches_a_slow_float64_reference(problem, restart):
   want = _reference_lasso(mat, y, lam)
   g = mat.T @ (y - mat @ want)  # the reference itself is optimal
   assert np.all(np.abs(g) <= lam * (1 + 1e-6))
-  res = _solve(op, y, lam, max_iters=5000, tol=1e-6, restart=restart)
+  # Without restart FISTA oscillates: a 1e-6 step change can stop it ~1e-3
+  # away from the optimum, so ask for 1e-7.
+  res = _solve(op, y, lam, max_iters=5000, tol=1e-7, restart=restart)
   got = np.asarray(op.from_chunks(res.solution))
   assert np.linalg.norm(got - want) <= 1e-3 * np.linalg.norm(want)
   np.testing.assert_array_equal(np.abs(got) > 1e-3, np.abs(want) > 1e-3)
@@ -134,20 +136,26 @@ def test_fista_is_faster_than_ista_and_restart_faster_still(problem):
   assert int(r.iterations) < int(f.iterations) < 0.5 * int(i.iterations)
 
 
-def test_zero_measurements_give_zero_after_one_step(problem):
+def test_zero_measurements_stop_at_the_first_check(problem):
   op, _, _, _ = problem
   res = _solve(op, np.zeros(op.num_values), 1e-5, max_iters=100, tol=1e-3)
-  assert int(res.iterations) == 1 and float(jnp.abs(res.solution).max()) == 0.0
+  # The tolerance is checked every second step.
+  assert int(res.iterations) == 2 and float(jnp.abs(res.solution).max()) == 0.0
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(lam=-1e-5), "lambda must be >= 0"),
-    (dict(max_iters=0), "max iterations must be an integer >= 1"),
-    (dict(tol=-1.0), "tolerance must be >= 0"),
-    (dict(solver="admm"), "unknown decoder"),
-])
-def test_bad_parameters_are_rejected(kwargs, match):
-  args = dict(lam=1e-5, max_iters=10, tol=0.0, solver="fista") | kwargs
-  with pytest.raises(ValueError, match=match):
-    fista.solve_bpdn(lambda s: s, lambda r: r, jnp.zeros(3), jnp.zeros(3), args.pop("lam"),
-                     **args)
+@pytest.mark.parametrize("solver", ["fista", "ista"])
+def test_pairs_of_steps_equal_single_steps(problem, solver):
+  # The loop runs two steps per trip, and one more for an odd budget: after
+  # k steps it must hold the k-th iterate of the plain one-step recursion.
+  op, _, y, _ = problem
+  y = jnp.asarray(y, jnp.float32).reshape(op.chunks, op.coeffs)
+  lam, s, z, t = 0.01, jnp.zeros(op.domain_shape), jnp.zeros(op.domain_shape), 1.0
+  for k in range(1, 6):
+    v = z + op.adjoint(y - op.forward(z))
+    s_next = jnp.sign(v) * jnp.maximum(jnp.abs(v) - lam, 0.0) * op.mask
+    t_next = 0.5 * (1 + np.sqrt(1 + 4 * t * t)) if solver == "fista" else 1.0
+    z = s_next + ((t - 1) / t_next) * (s_next - s)
+    s, t = s_next, t_next
+    res = _solve(op, y, lam, max_iters=k, solver=solver)
+    assert int(res.iterations) == k
+    np.testing.assert_allclose(res.solution, s, atol=1e-6, rtol=1e-5)

@@ -20,7 +20,8 @@ no weight, are kept at zero by a mask: that drops columns, ||A|| stays <= 1).
 All P chunks are one chunk-domain array; each step costs one ``forward`` and one
 ``adjoint`` pass over all of them. The loop is a ``lax.while_loop`` that stops
 after ``max_iters`` steps or when the relative change of the iterate,
-``||s_{k+1} - s_k|| / ||s_{k+1}||``, is at most ``tol``; it starts from a
+``||s_{k+1} - s_k|| / ||s_{k+1}||``, is at most ``tol`` (checked every
+second step: the loop runs two steps per trip, see ``two_steps``); it starts from a
 given point (the previous round's solution: warm start) and returns the
 number of steps taken.
 """
@@ -83,8 +84,9 @@ def solve_bpdn(forward: Callable[[jax.Array], jax.Array],
     init: Starting point (warm start), shaped like ``adjoint``'s output.
     lam: The L1 weight lambda >= 0.
     max_iters: Step limit (static).
-    tol: Stop once ``||s_{k+1} - s_k|| <= tol ||s_{k+1}||``; 0 runs
-      ``max_iters`` steps (unless the iterate stops moving exactly).
+    tol: Stop once ``||s_{k+1} - s_k|| <= tol ||s_{k+1}||``, checked after
+      every second step; 0 runs ``max_iters`` steps (unless the iterate stops
+      moving exactly).
     mask: Optional 0/1 array like ``init``: coordinates that are not
       unknowns (padding) are held at zero.
     step_size: tau; at most 1 / ||A||^2 (1 for orthonormal rows).
@@ -108,35 +110,51 @@ def solve_bpdn(forward: Callable[[jax.Array], jax.Array],
   if mask is not None:
     init = init * mask
 
-  def step(z):
+  def prox_grad(s, z, t):
+    """One step: (s_k, z_k, t_k) -> (s_{k+1}, z_{k+1}, t_{k+1})."""
     v = z + tau * adjoint(y - forward(z))
-    s = soft_threshold(v, tau * lam)
-    return s if mask is None else s * mask
+    s_next = soft_threshold(v, tau * lam)
+    if mask is not None:
+      s_next = s_next * mask
+    if not accelerate:
+      return s_next, s_next, t
+    if restart:  # gradient restart: momentum points uphill -> drop it
+      t = jnp.where(jnp.sum((z - s_next) * (s_next - s)) > 0, 1.0, t)
+    t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
+    beta = (t - 1.0) / t_next
+    return s_next, (1.0 + beta) * s_next - beta * s, t_next
 
-  def cond(carry):
-    k, _, _, _, change = carry
-    return (k < max_iters) & (change > tol)
-
-  def body(carry):
-    # Carry (s_k, z_k): both are produced fresh each step, so the loop
-    # rotates no buffers (carrying s_{k-1} instead costs copies).
-    k, s, z, t, _ = carry
-    s_next = step(z)
-    if accelerate:
-      if restart:  # gradient restart: momentum points uphill -> drop it
-        t = jnp.where(jnp.sum((z - s_next) * (s_next - s)) > 0, 1.0, t)
-      t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
-      z_next = s_next + ((t - 1.0) / t_next) * (s_next - s)
-    else:
-      t_next, z_next = t, s_next
+  def relative_change(s_next, s):
     diff = jnp.sqrt(jnp.sum(jnp.square(s_next - s)))
     size = jnp.sqrt(jnp.sum(jnp.square(s_next)))
-    change = jnp.where(size > 0, diff / jnp.maximum(size, jnp.finfo(dtype).tiny),
-                       jnp.where(diff > 0, jnp.inf, 0.0))
-    return k + 1, s_next, z_next, t_next, change
+    return jnp.where(size > 0, diff / jnp.maximum(size, jnp.finfo(dtype).tiny),
+                     jnp.where(diff > 0, jnp.inf, 0.0))
+
+  def one_step(carry):
+    k, s, z, t, _ = carry
+    s_next, z_next, t_next = prox_grad(s, z, t)
+    return k + 1, s_next, z_next, t_next, relative_change(s_next, s)
+
+  def two_steps(carry):
+    # Two steps per trip: the first writes s_{k+1} over z_k and z_{k+1} over
+    # s_k, the second swaps them back, so XLA updates both big buffers in
+    # place; with one step per trip it copies both every step (~25% slower
+    # on the paper CNN). The tolerance is checked after the second step.
+    k, s, z, t, _ = carry
+    s_mid, z_mid, t_mid = prox_grad(s, z, t)
+    s_next, z_next, t_next = prox_grad(s_mid, z_mid, t_mid)
+    return k + 2, s_next, z_next, t_next, relative_change(s_next, s_mid)
+
+  def more_pairs(carry):
+    k, _, _, _, change = carry
+    return (k + 2 <= max_iters) & (change > tol)
 
   carry = (jnp.int32(0), init, init, jnp.ones((), dtype), jnp.asarray(jnp.inf, dtype))
-  k, s, _, _, change = jax.lax.while_loop(cond, body, carry)
+  carry = jax.lax.while_loop(more_pairs, two_steps, carry)
+  # An odd step budget ends with one single step.
+  carry = jax.lax.cond((carry[0] < max_iters) & (carry[4] > tol), one_step, lambda c: c,
+                       carry)
+  k, s, _, _, change = carry
   return BPDNResult(s, k, change)
 
 
