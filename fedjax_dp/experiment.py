@@ -25,6 +25,9 @@ from fedjax_dp.data import DataError, load_federated, public_batch
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.sampling import SAMPLERS
+from fedjax_dp.compression import lattice as lattice_lib
+from fedjax_dp.privacy import analytic_gaussian
+from fedjax_dp.schemes.cdp_lq import LatticeScheme
 from fedjax_dp.schemes import SCHEMES, CSScheme, SignScheme, get_scheme
 
 P = presets.FASHION_MNIST
@@ -60,6 +63,20 @@ def _cohort(value: str):
   except ValueError:
     raise argparse.ArgumentTypeError(
         f"--clients-per-round takes an int or 'all', got {value!r}") from None
+
+
+def _positive(flag: str, kind=float):
+  """argparse type: a number > 0 (an int for ``kind=int``), one-line error otherwise."""
+  def parse(value: str):
+    try:
+      number = kind(value)
+    except ValueError:
+      raise argparse.ArgumentTypeError(
+          f"{flag} takes {'an int' if kind is int else 'a number'}, got {value!r}") from None
+    if not number > 0:
+      raise argparse.ArgumentTypeError(f"{flag} must be > 0, got {value}")
+    return number
+  return parse
 
 
 # Flags whose default is the scheme's preset, then the UAI default.
@@ -153,6 +170,30 @@ def build_parser() -> argparse.ArgumentParser:
   sign.add_argument("--gamma", type=float, default=None,
                     help="server step gamma (default: 0.001 for FL-SIGN and signSGD, "
                          "0.005 for FL-SIGN-DP)")
+  lq = p.add_argument_group(
+      "CDP-LQ: dithered lattice quantization, sample-level DP (poster, seed 001, Alg. 1-2)")
+  lq_default = SCHEMES["CDP-LQ"]
+  lq.add_argument("--lattice", choices=lattice_lib.KINDS, default=lq_default.lattice,
+                  help="lattice of the quantizer: scalar (Delta Z) or hexagonal (A2) "
+                       "(default scalar)")
+  lq.add_argument("--lattice-step", type=_positive("--lattice-step"),
+                  default=lq_default.step,
+                  help="Delta, the lattice step in units of the clip norm S (default "
+                       f"{lq_default.step:g}: noise sigma = 1 spans N = sigma/Delta = 4 steps)")
+  lq.add_argument("--lattice-dim", type=_positive("--lattice-dim", int), default=None,
+                  help="L, the lattice vector size (default 5, the poster's, for scalar; "
+                       "2 for hexagonal, which needs an even L)")
+  lq.add_argument("--lq-step-epsilon", type=_positive("--lq-step-epsilon"), default=None,
+                  help="calibrate CDP-LQ's sigma with the analytical Gaussian mechanism so "
+                       "that one local step is (eps, --delta)-DP (overrides "
+                       "--noise-multiplier for CDP-LQ)")
+  lq.add_argument("--lq-measured-clients", type=int, default=lq_default.measured_clients,
+                  help="clients whose bzip2-coded stream is measured in the first round "
+                       "of every evaluation interval (default 1; 0: none)")
+  lq.add_argument("--lq-microbatch", type=_positive("--lq-microbatch", int),
+                  default=lq_default.microbatch,
+                  help="per-example gradients computed at once per client (memory; "
+                       f"default {lq_default.microbatch})")
   sec = p.add_argument_group("secure aggregation and client failures (UAI Sec. 3.2.2; "
                              "thesis 5.2.4-5.2.5)")
   sec.add_argument("--secure-aggregation", action="store_true",
@@ -210,6 +251,10 @@ def _run_plan(args) -> list[tuple]:
 
 def _configure(scheme, args):
   """Applies the FL-CS / FL-FREQ options, or --gamma to a sign scheme."""
+  if isinstance(scheme, LatticeScheme):  # CDP-LQ options
+    return dataclasses.replace(scheme, lattice=args.lattice, step=args.lattice_step,
+                               dim=args.lattice_dim, microbatch=args.lq_microbatch,
+                               measured_clients=args.lq_measured_clients)
   if isinstance(scheme, SignScheme):
     return scheme if args.gamma is None else dataclasses.replace(scheme, gamma=args.gamma)
   if not isinstance(scheme, CSScheme):
@@ -226,13 +271,21 @@ def _config(args, scheme, ratio: float, clip) -> simulation.RunConfig:
       ratio=ratio, rounds=setting["rounds"],
       clients_per_round=setting["clients_per_round"],
       local_steps=setting["local_steps"], batch_size=setting["batch_size"],
-      lr=setting["lr"], noise_multiplier=args.noise_multiplier, clip_norm=clip,
+      lr=setting["lr"], noise_multiplier=_noise_multiplier(args, scheme), clip_norm=clip,
       delta=args.delta, accountant=args.accountant, sampler=args.sampling,
       init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,
       secure_bits=args.secure_bits, secure_frac_bits=args.secure_frac_bits,
       secure_neighbours=args.secure_neighbours, max_dropouts=args.max_dropouts,
       dropout_rate=args.dropout_rate, client_chunk=args.client_chunk)
+
+
+def _noise_multiplier(args, scheme) -> float:
+  """sigma: --noise-multiplier, or for CDP-LQ the analytical Gaussian calibration
+  of --lq-step-epsilon (Balle and Wang 2018, Alg. 1; sensitivity S)."""
+  if isinstance(scheme, LatticeScheme) and args.lq_step_epsilon is not None:
+    return analytic_gaussian.sigma_for_epsilon(args.lq_step_epsilon, args.delta)
+  return args.noise_multiplier
 
 
 def _clip_for(args, scheme, ratio):
@@ -298,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
                                               "batch_size", "lr")})
       if isinstance(scheme, SignScheme):
         record["gamma"] = scheme.gamma
+      if isinstance(scheme, LatticeScheme):
+        record["lq_step_epsilon"] = args.lq_step_epsilon
+        record["paper_compression_factor"] = presets.POSTER_CDP_LQ["compression_factor"]
       runs.append(record)
   except KeyboardInterrupt:
     bar.close()

@@ -216,3 +216,25 @@ def paper_clip_norm(scheme: str, ratio: float) -> float | None:
     if abs(r - ratio) < 1e-12:
       return s
   return None
+
+
+# CDP-LQ, the compressive-DP poster (seed 001), "Results": EMNIST, 25
+# participants (non-IID, each holding 50 users' data), 8 quantization levels,
+# lattice vectors of length 5, delta = 1e-4, epsilon = 3.11, sigma = 0.25, and
+# a compression ratio of 8.03x after bzip. The poster gives no learning rate,
+# batch size, clip bound, step Delta, round count or accuracy figure, and its
+# sigma's units are not stated; its dataset is not this simulator's.
+POSTER_CDP_LQ = {"participants": 25, "lattice_dim": 5, "quantization_levels": 8,
+                 "delta": 1e-4, "epsilon": 3.11, "sigma": 0.25,
+                 "compression_factor": 8.03, "dataset": "EMNIST"}
+# The preset keeps the poster's 25 participants, all in every round, and its
+# one gradient per round (Alg. 1: T_gd = 1), on Fashion-MNIST's 60,000
+# training images (2,400 per participant, IID). |B| = 240 (a Poisson rate
+# q = 0.1), eta = 0.215 (the UAI value) and T_cl = 200 are this simulator's
+# choice; so are Delta = 0.25 S and L = 5 with the scalar lattice
+# (``schemes.cdp_lq``), and delta stays at the sweep's --delta.
+SCHEME_SETTINGS["CDP-LQ"] = {"num_clients": 25, "clients_per_round": "all",
+                             "samples_per_client": 2400, "local_steps": 1,
+                             "batch_size": 240, "lr": 0.215, "rounds": 200}
+SETTING_SOURCES["CDP-LQ"] = ("poster (seed 001) Results: 25 participants, Alg. 1 "
+                             "(one gradient a round); |B|, eta, T_cl this simulator's choice")

@@ -20,7 +20,8 @@ CSV_FIELDS = ("scheme", "ratio", "best_accuracy", "best_round", "final_accuracy"
               "epsilon_final", "delta", "accountant", "sampler", "noise_multiplier",
               "clip_norm", "clipped_fraction", "rounds", "num_params", "num_clients",
               "clients_per_round", "capacity", "max_cohort", "truncated_rounds",
-              "mean_cohort", "seed", "seconds")
+              "mean_cohort", "seed", "seconds", "coded_bits_per_value",
+              "compression_factor")
 
 
 def _fmt(value, spec: str) -> str:
@@ -50,6 +51,29 @@ def markdown_table(runs: list[dict]) -> str:
         f"| {run['downstream_kb']:.2f} | {run['upstream_kb']:.2f} "
         f"| {_fmt(run['epsilon'], '.2f')} ({_paper(name, r, 'epsilon', '.2f')}) "
         f"| {_fmt(run['clip_norm'], '.3g')} | {run['accountant'] or 'N/A'} |")
+  return "\n".join(lines) + "\n" + _coded_table(runs)
+
+
+def _coded_table(runs: list[dict]) -> str:
+  """Measured coded size of the runs that send coded integers (CDP-LQ), if any.
+
+  Bits per value are bzip2 bits per model weight; the compression is against
+  32-bit floats, the poster's figure in parentheses.
+  """
+  coded = [r for r in runs if r.get("compression_factor") is not None]
+  if not coded:
+    return ""
+  lines = ["", "| Algorithm | Lattice | Δ (×S) | L | Bits/value (bzip2) | Compression "
+           "(paper) | ε record-level | ε one step (AGM) |",
+           "|---|---|---|---|---|---|---|---|"]
+  for run in coded:
+    paper = run.get("paper_compression_factor")
+    lines.append(
+        f"| {run['scheme']} | {run.get('lattice', 'N/A')} "
+        f"| {_fmt(run.get('lattice_step'), 'g')} | {_fmt(run.get('lattice_dim'), 'd')} "
+        f"| {run['coded_bits_per_value']:.3f} | {run['compression_factor']:.2f}x "
+        f"({_fmt(paper, '.2f')}x) | {_fmt(run.get('epsilon'), '.2f')} "
+        f"| {_fmt(run.get('epsilon_step_agm'), '.2f')} |")
   return "\n".join(lines) + "\n"
 
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import bandwidth, keys, metrics, sampling
+from fedjax_dp.compression import universal_coding
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes import LocalTraining, Scheme, SetupData
@@ -288,6 +289,34 @@ def make_rounds_fn(model: FlatModel, cfg: RoundConfig, num_rounds: int):
   return jax.jit(rounds, donate_argnums=(0,))
 
 
+def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
+  """Jitted ``fn(state, data, run_key, t) -> (streams, real)``.
+
+  The integer streams (``scheme.client_stream``) that the first
+  ``num_measured`` cohort slots of round t transmit, derived with the
+  round's own cohort, plan and client keys, so they are bit for bit what
+  those clients send in round t; ``real`` marks real (not padding) slots.
+  Their coded size is measured outside ``jit`` (CDP-LQ: bzip2).
+  """
+  scheme = cfg.scheme
+  num = min(num_measured, cfg.capacity)
+
+  def streams(state, data, run_key, t):
+    rkey = keys.round_key(run_key, t)
+    cohort = sampling.sample_cohort(keys.purpose(rkey, keys.SAMPLING), cfg.num_clients,
+                                    cfg.rate, cfg.capacity, cfg.sampler)
+    plan = scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
+                             state.weights.shape[0], cfg.num_kept)
+    ids = cohort.indices[:num]
+    train_keys, _ = keys.client_keys(rkey, ids)
+    out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
+        model, state.weights, plan, xk, yk, kk, cfg.local))(
+            _as_float(data.x[ids]), data.y[ids], train_keys)
+    return out, cohort.mask[:num]
+
+  return jax.jit(streams)
+
+
 def make_eval_fn(model: FlatModel, batch_size: int = 500):
   """Jitted ``fn(w, x) -> (predictions, scores)`` over a test set in batches."""
   def evaluate(w, x):
@@ -473,6 +502,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     clip_norm = scheme.fixed_clip_norm(k)
   if scheme.dp and clip_norm is None:
     clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
+  if hasattr(scheme, "bind_run"):  # clients needing run values (CDP-LQ: S, sigma, slots)
+    scheme = scheme.bind_run(root, cfg, clip_norm, num_clients, int(data.x.shape[1]))
 
   rate = cfg.clients_per_round / num_clients
   sampling_keys = jax.vmap(lambda t: keys.purpose(keys.round_key(root, t), keys.SAMPLING)
@@ -497,6 +528,11 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       dropout_rate=cfg.dropout_rate, client_chunk=client_chunk)
 
   eval_fn = make_eval_fn(model)
+  # Schemes that send coded integers (CDP-LQ): measure what some clients send.
+  measured_clients = getattr(scheme, "measured_clients", 0)
+  stream_fn = (make_stream_fn(model, round_cfg, measured_clients)
+               if hasattr(scheme, "measure_stream") and measured_clients > 0 else None)
+  coded_sizes = []
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
   state = ServerState(w0, scheme_state)
   compiled: dict[int, Callable] = {}
@@ -507,6 +543,10 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     chunk = min(cfg.eval_every, cfg.rounds - t + 1)
     if chunk not in compiled:
       compiled[chunk] = make_rounds_fn(model, round_cfg, chunk)
+    if stream_fn is not None:  # round t's streams, before the state is donated
+      streams, real = stream_fn(state, data, root, jnp.int32(t))
+      coded_sizes += [scheme.measure_stream(s, n)
+                      for s, r in zip(np.asarray(streams), np.asarray(real)) if r]
     state, infos = compiled[chunk](state, data, root, jnp.int32(t))
     t += chunk
     sampled = np.asarray(infos.num_sampled)
@@ -533,7 +573,12 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     warnings.warn(f"{scheme.name}: {under_noised} rounds lost more than "
                   f"--max-dropouts {cfg.max_dropouts} clients; their aggregate noise "
                   "was below what the accountant assumes")
-  if scheme.dp and getattr(scheme, "discrete_gaussian", False):
+  extra = {}
+  if hasattr(scheme, "record_level_epsilon"):  # CDP-LQ: sample-level DP
+    (eps_best, eps_final), label, extra = scheme.record_level_epsilon(
+        cfg, [best["round"], cfg.rounds], sampling_keys, num_clients, rate, capacity,
+        int(data.x.shape[1]))
+  elif scheme.dp and getattr(scheme, "discrete_gaussian", False):
     eps_best, eps_final = accounting.epsilon_discrete_gaussian_curve(
         cfg.noise_multiplier, rate, [best["round"], cfg.rounds], cfg.delta, k,
         capacity, cfg.accountant, cfg.sampler, num_clients=num_clients)
@@ -549,7 +594,11 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     eps_best = eps_final = None
     label = None
   down_values = scheme.num_downstream(n, cfg.ratio)
-  return {
+  if stream_fn is not None:  # measured coded bits replace the nominal 32 a value
+    extra.update(universal_coding.summarize(coded_sizes))
+    if coded_sizes:
+      comm["upstream_bits"] = extra["coded_bits_per_value"]
+  record = {
       "scheme": scheme.name,
       "ratio": cfg.ratio if scheme.uses_ratio else 1.0,
       "best_accuracy": best["accuracy"],
@@ -596,4 +645,6 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       **(scheme.diagnostics(state.scheme_state, cfg.rounds)
          if hasattr(scheme, "diagnostics") else {}),
   }
+  record.update(extra)
+  return record
 

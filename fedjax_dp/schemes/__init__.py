@@ -1,6 +1,7 @@
 """The schemes of the seed papers, by name (matched case-insensitively)."""
 
 from fedjax_dp.schemes.base import LocalTraining, Scheme, SetupData
+from fedjax_dp.schemes.cdp_lq import CDP_LQ_SCHEMES, LatticeScheme
 from fedjax_dp.schemes.cs import CS_SCHEMES, CSScheme
 from fedjax_dp.schemes.masked import MASKED_SCHEMES, MaskedScheme
 from fedjax_dp.schemes.sign import SIGN_SCHEMES, SignScheme
@@ -8,6 +9,7 @@ from fedjax_dp.schemes.sign import SIGN_SCHEMES, SignScheme
 SCHEMES = dict(MASKED_SCHEMES)
 SCHEMES.update(CS_SCHEMES)  # thesis Sec. 4.1.4-4.1.6 and 5.3
 SCHEMES.update(SIGN_SCHEMES)  # thesis Sec. 4.1.1 and 5.2
+SCHEMES.update(CDP_LQ_SCHEMES)  # poster (seed 001), Alg. 1-2
 
 
 def get_scheme(name: str) -> Scheme:
@@ -25,4 +27,4 @@ def get_scheme(name: str) -> Scheme:
 
 
 __all__ = ["CSScheme", "LocalTraining", "MaskedScheme", "SCHEMES", "Scheme", "SetupData",
-           "SignScheme", "get_scheme"]
+           "SignScheme", "get_scheme", "LatticeScheme"]
