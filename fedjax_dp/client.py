@@ -78,3 +78,46 @@ def accumulated_abs_gradients(loss_fn: LossFn, w0: jax.Array, x: jax.Array,
 
   (_, acc), _ = jax.lax.scan(step, (w0, jnp.zeros_like(w0)), None, length=steps)
   return acc
+
+
+def local_momentum_sgd(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
+                       key: jax.Array, *, steps: int, batch_size: int,
+                       lr: float | jax.Array, momentum: float,
+                       velocity: jax.Array | None = None) -> jax.Array:
+  """Runs ``steps`` steps of momentum SGD on one client's data.
+
+  Fed-SMP paper, Sec. 6.2: clients train with local momentum SGD, and the
+  momentum buffer is re-initialised at the start of every round (a client's
+  buffer would be stale by the time it is sampled again). The step is the
+  heavy-ball form ``v <- beta v + g; w <- w - eta v``; with ``beta = 0`` it
+  is :func:`local_sgd` exactly (same batches for the same key).
+
+  Args:
+    loss_fn: As in :func:`local_sgd`.
+    w_start: (n,) starting weights (the round's global model).
+    x: (samples, ...) the client's examples.
+    y: (samples,) labels.
+    key: The client's training key for this round.
+    steps: Local steps.
+    batch_size: |B|, drawn as in :func:`local_sgd`.
+    lr: eta (may be traced, e.g. decayed per round).
+    momentum: beta in [0, 1).
+    velocity: Initial buffer; None (the default, and what every scheme
+      uses) starts from zero, i.e. the momentum is reset each round.
+
+  Returns:
+    (n,) weights after local training.
+  """
+  num = x.shape[0]
+  take = min(batch_size, num)
+  v0 = jnp.zeros_like(w_start) if velocity is None else velocity
+
+  def step(carry, step_key):
+    w, v = carry
+    batch = jax.random.permutation(step_key, num)[:take]
+    g = jax.grad(loss_fn)(w, x[batch], y[batch])
+    v = momentum * v + g
+    return (w - lr * v, v), None
+
+  (w, _), _ = jax.lax.scan(step, (w_start, v0), jax.random.split(key, steps))
+  return w

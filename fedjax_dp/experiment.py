@@ -21,14 +21,14 @@ from tqdm import tqdm
 
 from fedjax_dp import presets, report, simulation
 from fedjax_dp.compression import dct_cs, fista
-from fedjax_dp.data import DataError, load_federated, public_batch
+from fedjax_dp.data import DataError, load_federated, load_federated_with_public, public_batch
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.sampling import SAMPLERS
 from fedjax_dp.compression import lattice as lattice_lib
 from fedjax_dp.privacy import analytic_gaussian
 from fedjax_dp.schemes.cdp_lq import LatticeScheme
-from fedjax_dp.schemes import SCHEMES, CSScheme, SignScheme, get_scheme
+from fedjax_dp.schemes import ALIASES, SCHEMES, CSScheme, FedSMPScheme, SignScheme, get_scheme
 
 P = presets.FASHION_MNIST
 
@@ -53,6 +53,16 @@ def _clip(value: str):
   if not clip > 0:
     raise argparse.ArgumentTypeError(f"--clip must be > 0, got {value}")
   return clip
+
+
+def _momentum(value: str) -> float:
+  try:
+    beta = float(value)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"--momentum takes a number, got {value!r}") from None
+  if not 0.0 <= beta < 1.0:
+    raise argparse.ArgumentTypeError(f"--momentum must be in [0, 1), got {value}")
+  return beta
 
 
 def _cohort(value: str):
@@ -106,8 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
       formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--ratio", type=float, nargs="+", default=[0.005],
                  help="compression ratio(s) r in (0, 1] (default 0.005)")
-  p.add_argument("--schemes", nargs="+", default=list(SCHEMES),
-                 help="schemes, case-insensitive (default: all): " + ", ".join(SCHEMES))
+  p.add_argument("--schemes", nargs="+", default=[s for s in SCHEMES if s not in ALIASES],
+                 help="schemes, case-insensitive (default: all but the aliases "
+                      f"{', '.join(ALIASES)}): " + ", ".join(SCHEMES))
   p.add_argument("--rounds", type=int, default=None,
                  help="T_cl" + _PRESET_HELP.format(P["rounds"]))
   p.add_argument("--num-clients", type=int, default=None,
@@ -170,6 +181,18 @@ def build_parser() -> argparse.ArgumentParser:
   sign.add_argument("--gamma", type=float, default=None,
                     help="server step gamma (default: 0.001 for FL-SIGN and signSGD, "
                          "0.005 for FL-SIGN-DP)")
+  smp = p.add_argument_group("Fed-SMP-randk / -topk, FedAvg-randk / -topk (Fed-SMP paper "
+                             "Sec. 4, 6.1-6.2)")
+  smp.add_argument("--momentum", type=_momentum, default=None,
+                   help="local momentum beta in [0, 1), reset every round (default 0.5)")
+  smp.add_argument("--lr-decay", type=float, default=None,
+                   help="learning rate factor per round, in (0, 1] (default 0.99)")
+  smp.add_argument("--server-steps", type=int, default=None,
+                   help="top_k: server SGD steps per round on its public set (default: "
+                        "T_gd * ceil(public / |B|), the clients' local period)")
+  smp.add_argument("--public-holdout", type=int, default=None,
+                   help="top_k: Fashion-MNIST training examples held out of the clients' "
+                        "data as the server's public set (default 1000)")
   lq = p.add_argument_group(
       "CDP-LQ: dithered lattice quantization, sample-level DP (poster, seed 001, Alg. 1-2)")
   lq_default = SCHEMES["CDP-LQ"]
@@ -257,6 +280,12 @@ def _configure(scheme, args):
                                measured_clients=args.lq_measured_clients)
   if isinstance(scheme, SignScheme):
     return scheme if args.gamma is None else dataclasses.replace(scheme, gamma=args.gamma)
+  if isinstance(scheme, FedSMPScheme):
+    options = {"momentum": args.momentum, "lr_decay": args.lr_decay,
+               "server_steps": args.server_steps}
+    if scheme.sparsifier == "topk":
+      options["public_holdout"] = args.public_holdout
+    return dataclasses.replace(scheme, **{k: v for k, v in options.items() if v is not None})
   if not isinstance(scheme, CSScheme):
     return scheme
   return dataclasses.replace(
@@ -317,14 +346,20 @@ def main(argv: list[str] | None = None) -> int:
         scheme.validate(num_params, ratio)
     if args.public_size < 1:
       raise ValueError(f"--public-size must be >= 1, got {args.public_size}")
-    federations = {}  # (N, |D_k|) -> (data, test_x, test_y); presets may differ
+    federations = {}  # (N, |D_k|, hold-out) -> (data, test_x, test_y, public or None)
     for scheme, _ in plan:
       setting = _settings(args, scheme)
-      shape = (setting["num_clients"], setting["samples_per_client"])
+      shape = (setting["num_clients"], setting["samples_per_client"],
+               getattr(scheme, "public_holdout", 0))
       if shape not in federations:
-        fed, test_x, test_y = load_federated("fashion-mnist", *shape, args.seed)
+        if shape[2]:  # Fed-SMP Sec. 6.1: a public set held out of the clients' data
+          fed, test_x, test_y, held_out = load_federated_with_public(
+              "fashion-mnist", *shape, args.seed)
+        else:
+          (fed, test_x, test_y), held_out = load_federated(
+              "fashion-mnist", *shape[:2], args.seed), None
         federations[shape] = (simulation.ClientData(jnp.asarray(fed.x), jnp.asarray(fed.y)),
-                              test_x, test_y)
+                              test_x, test_y, held_out)
     public = public_batch(args.public_size, seed=args.seed)
   except (UsageError, ValueError, DataError) as e:
     print(f"sweep.py: error: {e}", file=sys.stderr)
@@ -339,9 +374,11 @@ def main(argv: list[str] | None = None) -> int:
       bar.set_description(f"{scheme.name} r={ratio:g}")
       clip, source = _clip_for(args, scheme, ratio)
       setting = _settings(args, scheme)
-      data, test_x, test_y = federations[(setting["num_clients"],
-                                          setting["samples_per_client"])]
-      record = simulation.run(model, scheme, data, (test_x, test_y), public,
+      data, test_x, test_y, held_out = federations[(
+          setting["num_clients"], setting["samples_per_client"],
+          getattr(scheme, "public_holdout", 0))]
+      record = simulation.run(model, scheme, data, (test_x, test_y),
+                              public if held_out is None else held_out,
                               _config(args, scheme, ratio, clip), progress=bar.update)
       record["clip_source"] = source if scheme.dp else None
       record["paper_source"] = presets.paper_source(scheme.name, ratio)
@@ -354,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
       if isinstance(scheme, LatticeScheme):
         record["lq_step_epsilon"] = args.lq_step_epsilon
         record["paper_compression_factor"] = presets.POSTER_CDP_LQ["compression_factor"]
+      if isinstance(scheme, FedSMPScheme):
+        record.update(momentum=scheme.momentum, lr_decay=scheme.lr_decay,
+                      public_holdout=scheme.public_holdout)
       runs.append(record)
   except KeyboardInterrupt:
     bar.close()

@@ -1,6 +1,7 @@
 """Data loading: verified MNIST / Fashion-MNIST idx files and federated splits."""
 
-from fedjax_dp.data.federated import FederatedData, load_federated, partition_iid, public_batch
+from fedjax_dp.data.federated import (FederatedData, holdout_indices, load_federated,
+                                      load_federated_with_public, partition_iid, public_batch)
 from fedjax_dp.data.idx import (
     CHECKSUMS,
     DATASETS,
@@ -19,8 +20,10 @@ __all__ = [
     "DataError",
     "FederatedData",
     "data_dirs",
+    "holdout_indices",
     "load_dataset",
     "load_federated",
+    "load_federated_with_public",
     "locate",
     "parse_idx",
     "partition_iid",

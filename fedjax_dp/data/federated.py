@@ -3,6 +3,9 @@
 Follows the UAI 2021 FL-TOP paper: Appendix B splits the 60,000 Fashion-MNIST
 training images IID over 6,000 clients holding 10 samples each (pixels scaled
 to [0, 1]); Section 4 gives the server a public batch of 10 MNIST images.
+The Fed-SMP paper (Sec. 6.1) instead holds 1,000 Fashion-MNIST training
+examples out of the clients' data as the server's public set
+(:func:`load_federated_with_public`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import numpy as np
 
 from fedjax_dp.data.idx import load_dataset
 
-__all__ = ["FederatedData", "load_federated", "partition_iid", "public_batch"]
+__all__ = ["FederatedData", "holdout_indices", "load_federated", "load_federated_with_public",
+           "partition_iid", "public_batch"]
 
 
 @dataclass(frozen=True)
@@ -147,3 +151,70 @@ def load_federated(dataset: str = "fashion-mnist", num_clients: int = 6000,
     train = partition_iid(train_x, train_y, num_clients, samples_per_client, seed)
     test_x, test_y = load_dataset(dataset, "test")
     return train, test_x, test_y
+
+
+def holdout_indices(num_examples: int, public_size: int,
+                    seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a random public set and of the examples left for clients.
+
+    Args:
+        num_examples: Size of the training split.
+        public_size: Examples to hold out.
+        seed: Seed of the draw (``np.random.default_rng([seed, 1])``, a stream
+            distinct from the partition's).
+
+    Returns:
+        ``(public, rest)``: disjoint index arrays covering ``range(num_examples)``;
+        ``rest`` is sorted.
+    """
+    order = np.random.default_rng([seed, 1]).permutation(num_examples)
+    return order[:public_size], np.sort(order[public_size:])
+
+
+def load_federated_with_public(dataset: str = "fashion-mnist", num_clients: int = 6000,
+                               samples_per_client: int = 9, public_size: int = 1000,
+                               seed: int = 0
+                               ) -> tuple[FederatedData, np.ndarray, np.ndarray,
+                                          tuple[np.ndarray, np.ndarray]]:
+    """Federated training data plus a public set held out of the same split.
+
+    Fed-SMP paper (Hu, Gong, Guo), Sec. 6.1: for Fed-SMP-top_k, 1,000
+    Fashion-MNIST training examples are drawn at random as the server's public
+    set and the remaining 59,000 are partitioned over the 6,000 clients. The
+    public examples are taken out *before* the partition, so no client holds
+    any of them. With equal-sized client arrays 59,000 / 6,000 is not whole:
+    the default keeps N = 6,000 (the sampling rate of the privacy analysis)
+    and deals 9 examples to each.
+
+    Args:
+        dataset: ``"fashion-mnist"`` or ``"mnist"``.
+        num_clients: Number of clients.
+        samples_per_client: Samples per client.
+        public_size: Size of the held-out public set (>= 1).
+        seed: Seed of the hold-out draw and of the IID partition.
+
+    Returns:
+        ``(train, test_x, test_y, (public_x, public_y))``: as
+        :func:`load_federated`, plus float32 public images in [0, 1] and
+        int32 labels.
+
+    Raises:
+        ValueError: Invalid sizes, e.g. more client samples than remain after
+            the hold-out.
+        DataError: The data files cannot be found or are corrupt.
+    """
+    images, labels = load_dataset(dataset, "train", as_uint8=True)
+    if not 1 <= public_size < len(images):
+        raise ValueError(f"public set size must be in [1, {len(images) - 1}], "
+                         f"got {public_size}")
+    total = num_clients * samples_per_client
+    if total > len(images) - public_size:
+        raise ValueError(f"{num_clients} clients x {samples_per_client} samples = {total} "
+                         f"exceeds the {len(images) - public_size} training samples left "
+                         f"after holding out {public_size} public examples")
+    public_idx, rest = holdout_indices(len(images), public_size, seed)
+    train = partition_iid(images[rest], labels[rest], num_clients, samples_per_client, seed)
+    public = (images[public_idx].astype(np.float32) / np.float32(255.0),
+              labels[public_idx].astype(np.int32))
+    test_x, test_y = load_dataset(dataset, "test")
+    return train, test_x, test_y, public

@@ -3,6 +3,7 @@
 from fedjax_dp.schemes.base import LocalTraining, Scheme, SetupData
 from fedjax_dp.schemes.cdp_lq import CDP_LQ_SCHEMES, LatticeScheme
 from fedjax_dp.schemes.cs import CS_SCHEMES, CSScheme
+from fedjax_dp.schemes.fedsmp import ALIASES, FEDSMP_SCHEMES, FedSMPScheme
 from fedjax_dp.schemes.masked import MASKED_SCHEMES, MaskedScheme
 from fedjax_dp.schemes.sign import SIGN_SCHEMES, SignScheme
 
@@ -10,6 +11,7 @@ SCHEMES = dict(MASKED_SCHEMES)
 SCHEMES.update(CS_SCHEMES)  # thesis Sec. 4.1.4-4.1.6 and 5.3
 SCHEMES.update(SIGN_SCHEMES)  # thesis Sec. 4.1.1 and 5.2
 SCHEMES.update(CDP_LQ_SCHEMES)  # poster (seed 001), Alg. 1-2
+SCHEMES.update(FEDSMP_SCHEMES)  # Fed-SMP paper Sec. 4, 6 (DP-FedAvg: FL-STD-DP)
 
 
 def get_scheme(name: str) -> Scheme:
@@ -26,5 +28,5 @@ def get_scheme(name: str) -> Scheme:
                      f"{', '.join(SCHEMES)}") from None
 
 
-__all__ = ["CSScheme", "LocalTraining", "MaskedScheme", "SCHEMES", "Scheme", "SetupData",
-           "SignScheme", "get_scheme", "LatticeScheme"]
+__all__ = ["ALIASES", "CSScheme", "FedSMPScheme", "LocalTraining", "MaskedScheme", "SCHEMES",
+           "Scheme", "SetupData", "SignScheme", "get_scheme", "LatticeScheme"]

@@ -1,0 +1,213 @@
+"""Fed-SMP: test accuracy against the compression ratio at a fixed epsilon.
+
+The Fed-SMP paper (Sec. 6.3.2, Fig. 3; Tables IV-VII) finds that at a fixed
+privacy level the accuracy of Fed-SMP first rises, then falls as the
+compression ratio r = k/d grows: a small r loses information to
+sparsification, a large r spreads the Gaussian noise over many coordinates
+(its norm grows as sqrt(k) while the clipped signal stays at S).
+
+For every scheme and ratio the noise multiplier is calibrated to the target:
+the smallest sigma whose epsilon after the run's rounds is at most
+``--epsilon`` (``fedjax_dp.privacy.accounting.noise_multiplier_for_epsilon``,
+for the scheme's sampling rate q = |K|/N). Under this accounting sigma does
+not depend on r (the sparse update is clipped to S whatever k: sensitivity S,
+Sec. 5.1), so each scheme gets one sigma for all its ratios; the script still
+calibrates per ratio and runs each distinct sigma separately. The accountant
+defaults to ``rdp`` (the paper used Opacus' RDP accountant, Sec. 6.2).
+
+The clip norm S is one value for all ratios, as in the paper (Sec. 6.2:
+one S tuned per data set): ``--clip S`` if given, else S is calibrated once
+per scheme at r = ``--clip-at`` (default 1: the norm of one client-like
+momentum-SGD update of the full model on the 1,000-example public set held
+out for top_k, the simulator's rule of UAI Sec. 4; the same S for every
+scheme). ``--clip-at each`` leaves S to sweep.py's per-ratio calibration
+(for rand_k that S grows as sqrt(d/k), which cancels the noise reduction).
+
+Every other option goes to ``experiments/sweep.py`` unchanged (rounds,
+clients, local steps, ``--clip``, ``--momentum``, ``--server-steps``, ...;
+the Fed-SMP presets apply where none is given). Example, reduced for a CPU:
+
+  python experiments/fedsmp_ratio_sweep.py --epsilon 1 \\
+      --ratios 0.005 0.01 0.05 0.1 0.5 1.0 --rounds 20 --clients-per-round 50 \\
+      --local-steps 2 --server-steps 20 --eval-every 10 --out results/fedsmp_ratio
+
+Writes ``table.md`` and ``table.json`` to ``--out`` (and each sweep's
+results under ``--out/<scheme>``) and prints the table.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from fedjax_dp import experiment, keys  # noqa: E402
+from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
+from fedjax_dp.privacy import accounting  # noqa: E402
+from fedjax_dp.schemes import LocalTraining, SetupData, fedsmp, get_scheme  # noqa: E402
+
+RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
+OWN = ("--ratio", "--noise-multiplier", "--out", "--schemes")
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    raise experiment.UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+  """The script's own options; the rest goes to sweep.py."""
+  p = _Parser(prog="fedsmp_ratio_sweep.py", description=__doc__.split("\n\n")[0],
+              allow_abbrev=False,
+              epilog="Any other option is passed to experiments/sweep.py.")
+  p.add_argument("--epsilon", type=float, default=1.0,
+                 help="target epsilon after all rounds (default 1.0; Fed-SMP Table I: 1.01)")
+  p.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS),
+                 help="compression ratios r (default " + " ".join(map(str, RATIOS)) + ")")
+  p.add_argument("--schemes", nargs="+", default=["Fed-SMP-randk", "Fed-SMP-topk"],
+                 help="schemes (default Fed-SMP-randk Fed-SMP-topk; FedAvg-randk / "
+                      "FedAvg-topk run as non-private baselines)")
+  p.add_argument("--clip-at", default="1.0",
+                 help="ratio at which S is calibrated once per scheme when --clip is not "
+                      "given (default 1.0), or 'each' to calibrate at every ratio")
+  p.add_argument("--out", default="results/fedsmp_ratio", help="output folder")
+  return p
+
+
+def _clip_at(value: str) -> float | None:
+  if value == "each":
+    return None
+  try:
+    ratio = float(value)
+  except ValueError:
+    raise ValueError(f"--clip-at takes a ratio or 'each', got {value!r}") from None
+  if not 0.0 < ratio <= 1.0:
+    raise ValueError(f"--clip-at must be in (0, 1], got {value}")
+  return ratio
+
+
+def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
+  """S of one scheme at one ratio by ``simulation.run``'s rule (same w0 and keys)."""
+  sweep_args = experiment.build_parser().parse_args(forward + ["--schemes", name])
+  scheme = experiment._configure(get_scheme(name), sweep_args)
+  setting = experiment._settings(sweep_args, scheme)
+  # Every scheme calibrates on the Fashion-MNIST public set held out for
+  # top_k (the same examples whatever N): at r = 1 all give the same S.
+  size = sweep_args.public_holdout or fedsmp.PUBLIC_HOLDOUT
+  images, labels = load_dataset("fashion-mnist", "train", as_uint8=True)
+  held = holdout_indices(len(images), size, sweep_args.seed)[0]
+  public = (images[held].astype("float32") / 255.0, labels[held].astype("int32"))
+  model = experiment.get_model("cnn")
+  root = keys.run_key(sweep_args.seed)  # simulation.run's keys
+  data = SetupData(
+      model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
+      public_x=jnp.asarray(public[0]), public_y=jnp.asarray(public[1]),
+      key=keys.purpose(root, keys.SETUP), ratio=ratio, init_steps=sweep_args.init_steps,
+      local=LocalTraining(setting["local_steps"], setting["batch_size"], setting["lr"]))
+  return scheme.calibrate_clip(data, scheme.setup(data))
+
+
+def calibrate(args, forward: list[str], name: str) -> list[tuple[float, float]]:
+  """(ratio, sigma) for each ratio of one scheme, sigma meeting --epsilon."""
+  sweep_args = experiment.build_parser().parse_args(forward + ["--schemes", name])
+  scheme = get_scheme(name)
+  setting = experiment._settings(sweep_args, scheme)
+  rate = setting["clients_per_round"] / setting["num_clients"]
+  pairs = []
+  for ratio in args.ratios:
+    sigma = accounting.noise_multiplier_for_epsilon(
+        args.epsilon, rate, setting["rounds"], sweep_args.delta, sweep_args.accountant,
+        sweep_args.sampling, num_clients=setting["num_clients"],
+        truncated_cohort=sweep_args.max_cohort)
+    pairs.append((ratio, sigma))
+  return pairs
+
+
+def markdown(rows: list[dict], schemes: list[str], epsilon: float) -> str:
+  """Accuracy against ratio, one column per scheme."""
+  head = "| r | " + " | ".join(f"{s}: best acc (round) | σ | S | ε" for s in schemes) + " |"
+  lines = [f"Target ε = {epsilon:g}", "", head,
+           "|---|" + "---|---|---|---|" * len(schemes)]
+  for ratio in sorted({r["ratio"] for r in rows}):
+    cells = []
+    for s in schemes:
+      run = next((r for r in rows if r["scheme"] == s and r["ratio"] == ratio), None)
+      if run is None:
+        cells.append("- | - | - | -")
+        continue
+      eps = "N/A" if run["epsilon_final"] is None else f"{run['epsilon_final']:.2f}"
+      clip = "N/A" if run["clip_norm"] is None else f"{run['clip_norm']:.3g}"
+      cells.append(f"{run['best_accuracy']:.4f} ({run['best_round']}) | "
+                   f"{run['noise_multiplier']:.3f} | {clip} | {eps}")
+    lines.append(f"| {ratio:g} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Calibrates sigma, runs the sweeps, writes the table; returns the exit code."""
+  start = time.perf_counter()
+  try:
+    args, forward = build_parser().parse_known_args(argv)
+    # Also abbreviations, which sweep.py's parser would expand (--noise for
+    # --noise-multiplier).
+    flags = [f.split("=")[0] for f in forward if f.startswith("--")]
+    clash = [o for f in flags for o in OWN if o.startswith(f) and len(f) > 3]
+    if clash:
+      raise ValueError(f"{clash[0]} is set by this script (use --ratios, --epsilon, "
+                       "--schemes, --out)")
+    if not args.epsilon > 0:
+      raise ValueError(f"--epsilon must be > 0, got {args.epsilon}")
+    if not any(f.split("=")[0] == "--accountant" for f in forward):
+      forward = ["--accountant", "rdp"] + forward  # Fed-SMP Sec. 6.2: Opacus' RDP
+    clip_at = _clip_at(args.clip_at)
+    plans = {name: calibrate(args, forward, get_scheme(name).name) for name in args.schemes}
+    given_clip = any(f.split("=")[0] == "--clip" for f in forward)
+    clips = {}  # one S for every ratio of a scheme (Sec. 6.2)
+    for name in args.schemes:
+      scheme = get_scheme(name)
+      if scheme.dp and not given_clip and clip_at is not None:
+        clips[scheme.name] = calibrate_clip(forward, scheme.name, clip_at)
+  except (experiment.UsageError, ValueError, DataError) as e:
+    print(f"fedsmp_ratio_sweep.py: error: {e}", file=sys.stderr)
+    return 2
+
+  out = pathlib.Path(args.out)
+  rows = []
+  for name, pairs in plans.items():
+    scheme = get_scheme(name).name
+    extra = ["--clip", repr(clips[scheme])] if scheme in clips else []
+    sigmas = sorted({s for _, s in pairs})
+    for i, sigma in enumerate(sigmas):
+      ratios = [r for r, s in pairs if s == sigma]
+      sub = out / (scheme if len(sigmas) == 1 else f"{scheme}-sigma{i}")
+      code = experiment.main(forward + extra + [
+          "--schemes", scheme, "--ratio", *map(repr, ratios), "--noise-multiplier",
+          repr(sigma), "--out", str(sub)])
+      if code != 0:
+        return code
+      for run in json.loads((sub / "results.json").read_text())["runs"]:
+        run.pop("history", None)
+        rows.append(run)
+  schemes = [get_scheme(n).name for n in args.schemes]
+  table = markdown(rows, schemes, args.epsilon)
+  command = "python experiments/fedsmp_ratio_sweep.py " + " ".join(
+      sys.argv[1:] if argv is None else argv)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "table.md").write_text(table + f"\nCommand: `{command}`\n")
+  (out / "table.json").write_text(json.dumps(
+      {"epsilon": args.epsilon, "command": command, "forwarded": forward,
+       "clip_at": clip_at, "calibrated_clips": clips,
+       "seconds": time.perf_counter() - start, "runs": rows}, indent=2) + "\n")
+  print(table, end="")
+  print(f"\nwrote {out}/table.md, table.json", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,61 @@
+"""experiments/fedsmp_ratio_sweep.py: sigma calibrated to the target epsilon,
+the table, bad input (tiny linear model in place of the paper CNN)."""
+
+import json
+import pathlib
+
+import pytest
+
+from fedjax_dp import experiment
+from tiny_model import tiny_linear
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _ratio_sweep():
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "fedsmp_ratio_sweep", ROOT / "experiments" / "fedsmp_ratio_sweep.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--epsilon", "0"], "--epsilon must be > 0"),
+    (["--noise-multiplier", "1"], "--noise-multiplier is set by this script"),
+    (["--ratio=0.1"], "--ratio is set by this script"),
+    (["--noise", "2"], "--noise-multiplier is set by this script"),
+    (["--momentum", "2"], "--momentum must be in [0, 1)"),
+    (["--schemes", "Fed-SMP-nope"], "unknown scheme"),
+    (["--clip-at", "0"], "--clip-at must be in (0, 1]"),
+])
+def test_ratio_sweep_bad_input_exits_2(args, needle, tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(experiment, "main", lambda argv: pytest.fail(f"ran a sweep: {argv}"))
+  code = _ratio_sweep().main([*args, "--out", str(tmp_path / "o")])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(err) == 1 and needle in err[0], err
+  assert not (tmp_path / "o").exists()
+
+
+def test_ratio_sweep_calibrates_sigma_to_the_target_epsilon(tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(experiment, "get_model", lambda name: tiny_linear())
+  out = tmp_path / "sweep"
+  code = _ratio_sweep().main([
+      "--epsilon", "2", "--ratios", "0.1", "1.0", "--schemes", "fed-smp-randk",
+      "--rounds", "2", "--num-clients", "300", "--clients-per-round", "20",
+      "--local-steps", "1", "--eval-every", "2", "--out", str(out), "--quiet"])
+  assert code == 0
+  table = (out / "table.md").read_text()
+  assert "| 0.1 |" in table and "| 1 |" in table and "Command:" in table
+  runs = json.loads((out / "table.json").read_text())["runs"]
+  assert [r["ratio"] for r in runs] == [0.1, 1.0]
+  sigma = runs[0]["noise_multiplier"]
+  assert runs[1]["noise_multiplier"] == sigma  # independent of r (sensitivity S)
+  for r in runs:
+    assert "rdp" in r["accountant"] and 1.9 < r["epsilon_final"] <= 2.0
+  # One S for every ratio (Sec. 6.2), calibrated once at r = 1.
+  assert runs[0]["clip_norm"] == runs[1]["clip_norm"] > 0
+  assert runs[0]["clip_source"] == "user"
+  from fedjax_dp.privacy import accounting
+  assert accounting.epsilon(sigma - 1e-3, 20 / 300, 2, 1e-5, "rdp") > 2.0  # smallest sigma
