@@ -52,13 +52,11 @@ def _clip(value: str):
   if value in ("calibrate", "paper"):
     return value
   try:
-    clip = float(value)
+    float(value)
   except ValueError:
     raise argparse.ArgumentTypeError(
         f"--clip takes a number, 'calibrate' or 'paper', got {value!r}") from None
-  if not clip > 0:
-    raise argparse.ArgumentTypeError(f"--clip must be > 0, got {value}")
-  return clip
+  return _positive("--clip")(value)
 
 
 def _momentum(value: str) -> float:

@@ -59,7 +59,8 @@ def test_registry_alias_and_presets():
                              reference=SCHEMES["FL-STD-DP"].reference) == SCHEMES["FL-STD-DP"]
   assert ALIASES == {"DP-FedAvg": "FL-STD-DP"}
   defaults = experiment.build_parser().parse_args([]).schemes
-  assert "Fed-SMP-topk" in defaults and "DP-FedAvg" not in defaults  # no duplicate run
+  # The main job is UAI Table 1 (+ FL-CS); Fed-SMP runs with --schemes.
+  assert "FL-STD-DP" in defaults and "DP-FedAvg" not in defaults  # no duplicate run
   args = experiment.build_parser().parse_args(["--schemes", "Fed-SMP-topk"])
   top = experiment._settings(args, SCHEMES["Fed-SMP-topk"])
   rand = experiment._settings(args, SCHEMES["Fed-SMP-randk"])
