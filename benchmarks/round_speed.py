@@ -5,12 +5,13 @@ Measures the paper setting (CNN of 1,663,370 weights, T_gd = 5 steps of
 that compiles; evaluation of the 10,000 test images is timed separately.
 
   python benchmarks/round_speed.py --schemes FL-TOP-DP FL-STD-DP --clients 100 --json
+
+See benchmarks/throughput.py for the per-stage split and the PyTorch loop.
 """
 
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
@@ -19,11 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from benchmarks.common import load_paper_data, machine as describe_machine, paper_round  # noqa: E402
 from fedjax_dp import simulation  # noqa: E402
-from fedjax_dp.compression import masks  # noqa: E402
-from fedjax_dp.data import load_federated  # noqa: E402
-from fedjax_dp.models import paper_cnn  # noqa: E402
-from fedjax_dp.schemes import get_scheme  # noqa: E402
 
 
 def main() -> None:
@@ -35,13 +33,10 @@ def main() -> None:
   p.add_argument("--json", action="store_true", help="one JSON line per scheme")
   args = p.parse_args()
 
-  fed, test_x, _ = load_federated("fashion-mnist", 6000, 10, seed=0)
-  data = simulation.ClientData(jnp.asarray(fed.x), jnp.asarray(fed.y))
-  model = paper_cnn()
-  n = model.num_params
-  w0 = model.init(jax.random.PRNGKey(0))
-  machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " \
-            f"{jax.devices()[0].platform}"
+  data, test_x, _ = load_paper_data()
+  model, _, state0 = paper_round(args.schemes[0], args.clients, args.ratio)
+  w0 = state0.weights
+  machine = describe_machine()
 
   eval_fn = simulation.make_eval_fn(model)
   tx = jnp.asarray(test_x)
@@ -51,16 +46,8 @@ def main() -> None:
   eval_s = time.perf_counter() - t
 
   for name in args.schemes:
-    scheme = get_scheme(name)
-    k = scheme.num_values(n, args.ratio)
-    cfg = simulation.RoundConfig(
-        scheme=scheme, num_clients=6000, clients_per_round=args.clients,
-        capacity=args.clients, sampler="fixed", num_kept=k, local_steps=5,
-        batch_size=10, lr=0.215, noise_multiplier=1.54, clip_norm=0.6)
-    fixed = (masks.random_indices(jax.random.PRNGKey(1), n, k) if scheme.uses_ratio
-             else jnp.zeros((0,), jnp.int32))
+    model, cfg, state = paper_round(name, args.clients, args.ratio)
     fn = simulation.make_rounds_fn(model, cfg, 1)
-    state = simulation.ServerState(w0 + 0.0, fixed)
     t = time.perf_counter()
     state, _ = fn(state, data, jax.random.PRNGKey(2), jnp.int32(1))
     jax.block_until_ready(state)

@@ -14,6 +14,7 @@ compiled program.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import warnings
 from typing import Any, Callable, NamedTuple
@@ -22,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import bandwidth, keys, metrics, sampling
+from fedjax_dp import bandwidth, fast_prng, keys, metrics, sampling, sharding
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.models import FlatModel
-from fedjax_dp.privacy import accounting, secure_aggregation
+from fedjax_dp.privacy import accounting, noise, secure_aggregation
 from fedjax_dp.schemes import LocalTraining, Scheme, SetupData
 from fedjax_dp.schemes import base as scheme_base
 
@@ -103,6 +104,8 @@ class RoundConfig:
     client_chunk: Train and aggregate the cohort this many slots at a time
       (bounds memory for large cohorts, e.g. signSGD's all clients); None:
       all slots at once.
+    mesh: Shard the slots' local training over this 1-D device mesh
+      (``fedjax_dp.sharding.client_mesh``); None: one device.
   """
 
   scheme: Scheme
@@ -122,6 +125,7 @@ class RoundConfig:
   max_dropouts: int = 0
   dropout_rate: float = 0.0
   client_chunk: int | None = None
+  mesh: jax.sharding.Mesh | None = None
 
   @property
   def generic_aggregation(self) -> bool:
@@ -157,14 +161,25 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
   Returns:
     ``round_fn(state, data, run_key, t) -> (state, info)``, jittable; ``t``
     is the 1-based round index and selects the round's keys.
+
+  On CPU this switches JAX to the unrolled threefry lowering for everything
+  compiled afterwards (``fedjax_dp.fast_prng``: the same random bits, the
+  DP noise about 2.4x faster).
   """
+  fast_prng.use_unrolled_threefry()
   scheme = cfg.scheme
 
-  def train(w, plan, data, indices, train_keys):
+  def train_slots(shared, data, indices, train_keys):
+    w, plan = shared
     x = _as_float(data.x[indices])
     y = data.y[indices]
     return jax.vmap(lambda xk, yk, kk: scheme.client_message(
         model, w, plan, xk, yk, kk, cfg.local))(x, y, train_keys)
+
+  train_sharded = sharding.shard_clients(train_slots, cfg.mesh)
+
+  def train(w, plan, data, indices, train_keys):
+    return train_sharded((w, plan), data, indices, train_keys)
 
   def generic_sum(w, plan, data, rkey, cohort, train_keys, noise_keys):
     """Contributions, failures and a plain or secure sum, chunk by chunk.
@@ -213,9 +228,11 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
         acc = secure_aggregation.secure_accumulate(
             acc, contribs, c * chunk + jnp.arange(chunk), smask, pres, ids, sa_key,
             cfg.secure_bits, cfg.secure_scale, cfg.secure_neighbours)
-      else:
+      elif integer:
         acc = acc + jnp.sum(jnp.where(pres_c[:, None], contribs, 0), axis=0,
                             dtype=acc.dtype)
+      else:
+        acc = acc + noise.masked_sum(contribs, pres_c).astype(acc.dtype)
       return (acc, clipped + nclip), None
 
     if secure:
@@ -317,14 +334,30 @@ def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
   return jax.jit(streams)
 
 
-def make_eval_fn(model: FlatModel, batch_size: int = 500):
-  """Jitted ``fn(w, x) -> (predictions, scores)`` over a test set in batches."""
+def make_eval_fn(model: FlatModel, batch_size: int = 500,
+                 mesh: jax.sharding.Mesh | None = None):
+  """Jitted ``fn(w, x) -> (predictions, scores)`` over a test set in batches.
+
+  With a ``mesh`` (``fedjax_dp.sharding.client_mesh``) the batches are split
+  over its devices.
+  """
+  devices = sharding.mesh_size(mesh)
+
+  def predict_batches(w, xb):
+    return jax.lax.map(lambda b: model.predict(w, _as_float(b)), xb)
+
+  if devices > 1:
+    spec = jax.sharding.PartitionSpec(sharding.AXIS)
+    predict_batches = jax.shard_map(predict_batches, mesh=mesh,
+                                    in_specs=(jax.sharding.PartitionSpec(), spec),
+                                    out_specs=spec, check_vma=False)
+
   def evaluate(w, x):
     num = x.shape[0]
-    pad = (-num) % batch_size
+    pad = (-num) % (batch_size * devices)
     xb = jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1))
     xb = xb.reshape((-1, batch_size) + x.shape[1:])
-    preds, scores = jax.lax.map(lambda b: model.predict(w, _as_float(b)), xb)
+    preds, scores = predict_batches(w, xb)
     return (preds.reshape((-1,) + preds.shape[2:])[:num],
             scores.reshape((-1,) + scores.shape[2:])[:num])
   return jax.jit(evaluate)
@@ -362,6 +395,7 @@ class RunConfig:
   max_dropouts: int = 0
   dropout_rate: float = 0.0
   client_chunk: int | None = None  # None: all slots at once up to AUTO_CHUNK
+  devices: int | None = None  # shard the cohort over this many devices; None: all
 
   def validate(self, num_clients: int) -> None:
     """Raises ValueError with a one-line message for a bad setting."""
@@ -508,7 +542,9 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   rate = cfg.clients_per_round / num_clients
   sampling_keys = jax.vmap(lambda t: keys.purpose(keys.round_key(root, t), keys.SAMPLING)
                            )(jnp.arange(1, cfg.rounds + 1))
-  capacity = sampling.plan_capacity(sampling_keys, num_clients, rate, cfg.sampler)
+  mesh = sharding.client_mesh(cfg.devices)
+  capacity = sampling.plan_capacity(sampling_keys, num_clients, rate, cfg.sampler,
+                                    multiple=math.lcm(4, sharding.mesh_size(mesh)))
   if cfg.max_cohort is not None:  # truncated Poisson: keep a random subset
     capacity = min(capacity, cfg.max_cohort)
   comm = _communication(scheme, cfg, k, capacity, clip_norm)
@@ -525,9 +561,9 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       secure_bits=comm["secure_bits"], secure_scale=comm["secure_scale"],
       secure_neighbours=cfg.secure_neighbours,
       max_dropouts=cfg.max_dropouts if scheme.dp else 0,
-      dropout_rate=cfg.dropout_rate, client_chunk=client_chunk)
+      dropout_rate=cfg.dropout_rate, client_chunk=client_chunk, mesh=mesh)
 
-  eval_fn = make_eval_fn(model)
+  eval_fn = make_eval_fn(model, mesh=mesh)
   # Schemes that send coded integers (CDP-LQ): measure what some clients send.
   measured_clients = getattr(scheme, "measured_clients", 0)
   stream_fn = (make_stream_fn(model, round_cfg, measured_clients)

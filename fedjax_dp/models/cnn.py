@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp.models.cnn_train import cnn_local_update
 from fedjax_dp.models.flat import FlatModel, Params, glorot_uniform
 
 _K = 5  # kernel size of both convolutions
@@ -104,4 +105,4 @@ def cnn_init(key: jax.Array) -> Params:
 def paper_cnn() -> FlatModel:
   """The Fashion-MNIST CNN of UAI 2021 App. B.4 / thesis Sec. 8 (n = 1,663,370)."""
   return FlatModel("cnn", CNN_SHAPES, cnn_init, cnn_apply, "softmax_ce",
-                   eval_apply_fn=cnn_apply_conv)
+                   eval_apply_fn=cnn_apply_conv, local_update_fn=cnn_local_update)

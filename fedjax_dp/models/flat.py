@@ -32,6 +32,10 @@ class FlatModel:
     loss_name: ``"softmax_ce"`` (multi-class) or ``"sigmoid_ce"`` (binary).
     eval_apply_fn: Optional faster ``apply_fn`` for one model on a large
       batch (evaluation); must compute the same function.
+    local_update_fn: Optional faster local training,
+      ``local_update_fn(model, w, x, y, key, *, steps, batch_size, lr,
+      grad_mask, grad_indices, only_indices) -> w_end - w``; must compute what :meth:`local_update`
+      computes without it (see ``fedjax_dp.models.cnn_train``).
   """
 
   name: str
@@ -40,6 +44,7 @@ class FlatModel:
   apply_fn: Callable[[Params, jax.Array], jax.Array]
   loss_name: str = "softmax_ce"
   eval_apply_fn: Callable[[Params, jax.Array], jax.Array] | None = None
+  local_update_fn: Callable[..., jax.Array] | None = None
 
   @property
   def num_params(self) -> int:
@@ -83,6 +88,32 @@ class FlatModel:
     """Model output through ``eval_apply_fn`` when the model has one."""
     fn = self.eval_apply_fn or self.apply_fn
     return fn(self.unflatten(flat), x)
+
+  def local_update(self, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array, *,
+                   steps: int, batch_size: int, lr: float,
+                   grad_mask: jax.Array | None = None,
+                   grad_indices: jax.Array | None = None,
+                   only_indices: bool = False) -> jax.Array:
+    """One client's update ``w_end - w`` after local SGD from w.
+
+    ``client.local_sgd(self.loss, w, x, y, key, ...) - w`` (same batches for
+    the same key), through ``local_update_fn`` when the model has one.
+    Written for one client; the round vmaps it over the cohort.
+    ``grad_indices`` (optional) lists the True entries of ``grad_mask``,
+    sorted, for a ``local_update_fn`` that can use them; with
+    ``only_indices`` the result is the update on them alone,
+    ``update[grad_indices]``.
+    """
+    if only_indices and grad_indices is None:
+      raise ValueError("only_indices needs grad_indices")
+    if self.local_update_fn is not None:
+      return self.local_update_fn(self, w, x, y, key, steps=steps, batch_size=batch_size,
+                                  lr=lr, grad_mask=grad_mask, grad_indices=grad_indices,
+                                  only_indices=only_indices)
+    from fedjax_dp import client  # pylint: disable=import-outside-toplevel
+    update = client.local_sgd(self.loss, w, x, y, key, steps=steps, batch_size=batch_size,
+                              lr=lr, grad_mask=grad_mask) - w
+    return update[grad_indices] if only_indices else update
 
   def predict(self, flat: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(class predictions, scores) of a batch, from one forward pass.

@@ -133,7 +133,7 @@ def gaussian_aggregate(dp: bool, messages: jax.Array, slot_mask: jax.Array,
   if dp:
     return noisy_sum(messages, slot_mask, noise_keys, server_key, clip_norm,
                      noise_multiplier)
-  total = jnp.sum(jnp.where(slot_mask[:, None], messages, 0.0), axis=0)
+  total = noise.masked_sum(messages, slot_mask)
   return total, jnp.zeros((), jnp.int32)
 
 

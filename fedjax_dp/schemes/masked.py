@@ -148,10 +148,14 @@ class MaskedScheme:
                      x: jax.Array, y: jax.Array, key: jax.Array,
                      local: LocalTraining) -> jax.Array:
     """Local (masked) SGD from the global model, then C(delta) = delta[T]."""
-    w_end = client.local_sgd(model.loss, w, x, y, key, steps=local.steps,
-                             batch_size=local.batch_size, lr=local.lr,
-                             grad_mask=self.grad_mask(plan, w.shape[0]))
-    return self.compress(w_end - w, plan)
+    mask = self.grad_mask(plan, w.shape[0])
+    if mask is not None:  # only T moves: C(delta) = delta[T] straight from training
+      return model.local_update(w, x, y, key, steps=local.steps,
+                                batch_size=local.batch_size, lr=local.lr, grad_mask=mask,
+                                grad_indices=plan, only_indices=True)
+    delta = model.local_update(w, x, y, key, steps=local.steps,
+                               batch_size=local.batch_size, lr=local.lr)
+    return self.compress(delta, plan)
 
   def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
                 noise_multiplier):

@@ -1,0 +1,340 @@
+"""Clients/s of one scheme in the paper setting, split by stage, against PyTorch.
+
+The paper's Fashion-MNIST setting (CNN of 1,663,370 weights, 5 local steps of
+batch 10, a fixed cohort of ``--clients-per-round`` real clients). Reports,
+after a warm-up call that compiles (its extra time is the compile time):
+
+* rounds/s and clients/s of the whole jitted round (``make_rounds_fn``,
+  ``--rounds-per-call`` rounds per compiled call);
+* the round split into local training (every client's SGD), compression +
+  privacy (encoding, clipping, noise, the secure sum) and the server decode,
+  each jitted and timed on its own;
+* evaluation of the 10,000 test images;
+* peak memory (process RSS, and the compiled round's buffers);
+* a plain PyTorch per-client loop on the same clients (same model, batch,
+  steps and learning rate; weights copied from the global model each
+  client), timed in the same process, alternating with the JAX round.
+
+Timings are the best of ``--repeats`` runs (the least disturbed by other
+processes on a shared machine); the load average is printed with them.
+
+  python benchmarks/throughput.py --scheme FL-TOP-DP --clients-per-round 100 --json
+
+PyTorch is optional (``pip install 'fedjax_dp[bench]'``); ``--no-torch``
+runs JAX alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def _cpu_devices_from_argv(argv: list[str]) -> int:
+  for i, arg in enumerate(argv):
+    if arg.startswith("--cpu-devices="):
+      return int(arg.split("=", 1)[1])
+    if arg == "--cpu-devices" and i + 1 < len(argv):
+      return int(argv[i + 1])
+  return os.cpu_count() or 1
+
+
+# One XLA CPU device per core (set before JAX starts): XLA runs one small
+# convolution at a time on few threads, so clients sharded over one device per
+# core train side by side. Ignored on GPU; an explicit XLA_FLAGS setting wins.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_"
+                             f"device_count={_cpu_devices_from_argv(sys.argv)}").strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks.common import load_paper_data, machine, paper_round  # noqa: E402
+from fedjax_dp import keys, sampling, sharding, simulation  # noqa: E402
+from fedjax_dp.schemes import get_scheme  # noqa: E402
+
+
+def _best(fn, repeats: int) -> float:
+  """Smallest wall time of ``repeats`` calls of ``fn`` (which blocks)."""
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return min(times)
+
+
+def _peak_rss_mb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KB on Linux
+
+
+def _device_peak_mb() -> float | None:
+  """Peak bytes in use on the first device, where the backend reports it (GPU)."""
+  stats = jax.devices()[0].memory_stats() or {}
+  peak = stats.get("peak_bytes_in_use")
+  return None if peak is None else peak / 2**20
+
+
+def stage_fns(model, cfg, run_key, t):
+  """The round's stages as separate jitted functions, with their inputs."""
+  scheme = cfg.scheme
+  rkey = keys.round_key(run_key, t)
+  cohort = sampling.sample_cohort(keys.purpose(rkey, keys.SAMPLING), cfg.num_clients,
+                                  cfg.rate, cfg.capacity, cfg.sampler)
+  train_keys, noise_keys = keys.client_keys(rkey, cohort.indices)
+  server_key = keys.purpose(rkey, keys.SERVER_NOISE)
+
+  as_float = simulation._as_float  # pylint: disable=protected-access
+
+  def plan_of(state):
+    return scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
+                             state.weights.shape[0], cfg.num_kept)
+
+  def client_messages(shared, data, ids, tkeys):  # as the round's train()
+    w, plan = shared
+    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
+        model, w, plan, xk, yk, kk, cfg.local))(as_float(data.x[ids]), data.y[ids], tkeys)
+
+  def client_training(shared, data, ids, tkeys):  # the same without C(.)
+    w, plan = shared
+    mask = scheme.grad_mask(plan, w.shape[0])
+    return jax.vmap(lambda xk, yk, kk: model.local_update(
+        w, xk, yk, kk, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr,
+        grad_mask=mask, grad_indices=None if mask is None else plan,
+        only_indices=mask is not None))(as_float(data.x[ids]), data.y[ids], tkeys)
+
+  sharded_messages = sharding.shard_clients(client_messages, cfg.mesh)
+  sharded_training = sharding.shard_clients(client_training, cfg.mesh)
+
+  @jax.jit
+  def messages(state, data):
+    return sharded_messages((state.weights, plan_of(state)), data, cohort.indices,
+                            train_keys)
+
+  training = None
+  if hasattr(scheme, "grad_mask"):  # masked schemes: training alone
+    @jax.jit
+    def training(state, data):
+      return sharded_training((state.weights, plan_of(state)), data, cohort.indices,
+                              train_keys)
+
+  @jax.jit
+  def aggregate(msgs):
+    return scheme.aggregate(msgs, cohort.mask, noise_keys, server_key, cfg.clip_norm,
+                            cfg.noise_multiplier)
+
+  @jax.jit
+  def decode(state, total):
+    return scheme.server_update(state.weights, state.scheme_state,
+                                total / cfg.clients_per_round, plan_of(state))
+
+  return messages, training, aggregate, decode
+
+
+def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
+  """A plain PyTorch per-client loop computing the same updates; returns run()."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from torch import nn  # pylint: disable=import-outside-toplevel
+  import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
+
+  torch.set_num_threads(os.cpu_count())
+
+  class CNN(nn.Module):
+    """conv5x5x32 - pool - conv5x5x64 - pool - dense512 - dense10 ('same' padding)."""
+
+    def __init__(self):
+      super().__init__()
+      self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+      self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+      self.dense1 = nn.Linear(3136, 512)
+      self.dense2 = nn.Linear(512, 10)
+
+    def forward(self, h):
+      h = F.max_pool2d(F.relu(self.conv1(h)), 2)
+      h = F.max_pool2d(F.relu(self.conv2(h)), 2)
+      h = h.permute(0, 2, 3, 1).flatten(1)  # NHWC order, as the JAX model
+      return self.dense2(F.relu(self.dense1(h)))
+
+  p = {k: np.asarray(v) for k, v in model.unflatten(w0).items()}
+  global_weights = [
+      p["conv1_w"].reshape(5, 5, 1, 32).transpose(3, 2, 0, 1), p["conv1_b"],
+      p["conv2_w"].reshape(5, 5, 32, 64).transpose(3, 2, 0, 1), p["conv2_b"],
+      p["dense1_w"].T, p["dense1_b"], p["dense2_w"].T, p["dense2_b"]]
+  global_weights = [torch.tensor(np.ascontiguousarray(a)) for a in global_weights]
+  net = CNN()
+  xs = torch.tensor(np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 1, 4, 2, 3)))
+  ys = torch.tensor(np.asarray(y, np.int64))
+  take = min(batch_size, xs.shape[1])
+  generator = torch.Generator().manual_seed(0)
+
+  def run():
+    total = [torch.zeros_like(g) for g in global_weights]
+    for k in range(xs.shape[0]):
+      with torch.no_grad():
+        for param, g in zip(net.parameters(), global_weights):
+          param.copy_(g)
+      for _ in range(steps):
+        idx = torch.randperm(xs.shape[1], generator=generator)[:take]
+        loss = F.cross_entropy(net(xs[k, idx]), ys[k, idx])
+        net.zero_grad(set_to_none=True)
+        loss.backward()
+        with torch.no_grad():
+          for param in net.parameters():
+            param.sub_(lr * param.grad)
+      with torch.no_grad():
+        for acc, param, g in zip(total, net.parameters(), global_weights):
+          acc.add_(param - g)
+    return total
+
+  with torch.no_grad():  # same function as the JAX model
+    for param, g in zip(net.parameters(), global_weights):
+      param.copy_(g)
+    logits = net(xs[0]).numpy()
+  reference = np.asarray(model.logits(w0, jnp.asarray(x[0], jnp.float32)))
+  agree = float(np.abs(logits - reference).max())
+  return run, agree
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--scheme", default="FL-TOP-DP")
+  p.add_argument("--clients-per-round", type=int, default=100)
+  p.add_argument("--ratio", type=float, default=0.005)
+  p.add_argument("--rounds-per-call", type=int, default=1,
+                 help="rounds per compiled call (rounds between evaluations)")
+  p.add_argument("--repeats", type=int, default=3, help="timed repeats (best is kept)")
+  p.add_argument("--devices", type=int, default=None,
+                 help="shard the cohort over this many devices (default: all)")
+  p.add_argument("--cpu-devices", type=int, default=os.cpu_count(),
+                 help="XLA CPU devices to create (default: one per core; "
+                      "XLA_FLAGS=--xla_force_host_platform_device_count wins)")
+  p.add_argument("--no-torch", action="store_true", help="skip the PyTorch loop")
+  p.add_argument("--json", action="store_true", help="print one JSON line")
+  args = p.parse_args()
+
+  if not args.no_torch and importlib.util.find_spec("torch") is None:
+    print("benchmarks/throughput.py: PyTorch is not installed; install it with "
+          "pip install 'fedjax_dp[bench]' (torch==2.13.0) or pass --no-torch",
+          file=sys.stderr)
+    sys.exit(2)
+  get_scheme(args.scheme)  # fail early on a bad name
+  load_before = os.getloadavg()
+  clients = args.clients_per_round
+  data, test_x, _ = load_paper_data()
+  mesh = sharding.client_mesh(args.devices)
+  model, cfg, state = paper_round(args.scheme, clients, args.ratio, mesh=mesh)
+  run_key = jax.random.PRNGKey(2)
+
+  # Whole round: first call compiles.
+  rounds_fn = simulation.make_rounds_fn(model, cfg, args.rounds_per_call)
+  t_next = [1]
+
+  def call_round():
+    nonlocal state
+    t = jax.device_put(jnp.int32(t_next[0]))
+    state, _ = rounds_fn(state, data, run_key, t)
+    jax.block_until_ready(state)
+    t_next[0] += args.rounds_per_call
+
+  first = _best(call_round, 1)
+
+  # Stages, each on its own.
+  messages_fn, training_fn, aggregate_fn, decode_fn = stage_fns(model, cfg, run_key,
+                                                                jnp.int32(1))
+  msgs = jax.block_until_ready(messages_fn(state, data))
+  total, _ = jax.block_until_ready(aggregate_fn(msgs))
+  jax.block_until_ready(decode_fn(state, total))
+  if training_fn is not None:
+    jax.block_until_ready(training_fn(state, data))
+  messages_s = _best(lambda: jax.block_until_ready(messages_fn(state, data)), args.repeats)
+  training_s = (messages_s if training_fn is None else
+                _best(lambda: jax.block_until_ready(training_fn(state, data)), args.repeats))
+  aggregate_s = _best(lambda: jax.block_until_ready(aggregate_fn(msgs)), args.repeats)
+  decode_s = _best(lambda: jax.block_until_ready(decode_fn(state, total)), args.repeats)
+  del msgs
+
+  eval_fn = simulation.make_eval_fn(model, mesh=mesh)
+  tx = jnp.asarray(test_x)
+  jax.block_until_ready(eval_fn(state.weights, tx))
+  eval_s = _best(lambda: jax.block_until_ready(eval_fn(state.weights, tx)), args.repeats)
+  rss_jax_mb = _peak_rss_mb()
+
+  # The whole round and the PyTorch loop, alternating.
+  torch_run, agree = None, None
+  if not args.no_torch:
+    first_ids = np.asarray(sampling.sample_cohort(
+        keys.purpose(keys.round_key(run_key, 1), keys.SAMPLING), cfg.num_clients,
+        cfg.rate, cfg.capacity, cfg.sampler).indices)
+    x = np.asarray(data.x)[first_ids].astype(np.float32) / 255.0
+    y = np.asarray(data.y)[first_ids]
+    torch_run, agree = torch_loop(model, state.weights, x, y, cfg.local_steps,
+                                  cfg.batch_size, cfg.lr)
+    torch_run()  # warm-up
+  round_times, torch_times = [], []
+  for _ in range(args.repeats):
+    round_times.append(_best(call_round, 1) / args.rounds_per_call)
+    if torch_run is not None:
+      torch_times.append(_best(torch_run, 1))
+  load_after = os.getloadavg()
+
+  per_round = min(round_times)
+  compile_s = max(first - per_round * args.rounds_per_call, 0.0)
+  torch_cps = clients / min(torch_times) if torch_times else None
+  rec = {
+      "scheme": args.scheme, "ratio": args.ratio, "clients_per_round": clients,
+      "rounds_per_call": args.rounds_per_call,
+      "rounds_per_sec": 1.0 / per_round,
+      "clients_per_sec": clients / per_round,
+      "train_clients_per_sec": clients / training_s,
+      "torch_loop_clients_per_sec": torch_cps,
+      "ratio_to_torch": None if torch_cps is None else clients / per_round / torch_cps,
+      "train_ratio_to_torch": None if torch_cps is None else clients / training_s / torch_cps,
+      "seconds": {
+          "round": per_round,
+          "local_training": training_s,
+          "compression_privacy": max(messages_s - training_s, 0.0) + aggregate_s,
+          "server_decode": decode_s,
+          "evaluation": eval_s,
+          "compile": compile_s,
+          "torch_loop": None if not torch_times else min(torch_times),
+      },
+      "peak_rss_mb": rss_jax_mb,
+      "device_peak_mb": _device_peak_mb(),
+      "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
+      "torch_max_logit_diff": agree,
+      "devices": sharding.mesh_size(mesh),
+      "machine": machine(),
+      "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
+  }
+  if args.json:
+    print(json.dumps(rec))
+    return
+  s = rec["seconds"]
+  print(f"{args.scheme} r={args.ratio:g}, {clients} clients/round, "
+        f"{args.rounds_per_call} round(s)/call on {rec['machine']}")
+  print(f"  round: {rec['rounds_per_sec']:.3f} rounds/s = {rec['clients_per_sec']:.1f} "
+        f"clients/s ({per_round:.2f} s); compile {compile_s:.1f} s")
+  print(f"  split: local training {s['local_training']:.2f} s "
+        f"({rec['train_clients_per_sec']:.1f} clients/s), compression + privacy "
+        f"{s['compression_privacy']:.2f} s, server decode {s['server_decode']:.3f} s, "
+        f"evaluation (10,000 images) {s['evaluation']:.2f} s")
+  if torch_cps is not None:
+    print(f"  PyTorch per-client loop: {torch_cps:.1f} clients/s; JAX/PyTorch "
+          f"{rec['ratio_to_torch']:.2f}x (round), {rec['train_ratio_to_torch']:.2f}x "
+          f"(training); max logit difference {agree:.1e}")
+  device_peak = "" if rec["device_peak_mb"] is None else \
+      f", device peak {rec['device_peak_mb']:.0f} MB"
+  print(f"  peak RSS {rss_jax_mb:.0f} MB{device_peak}; "
+        f"load average {rec['load_average'][0]} -> {rec['load_average'][1]}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,102 @@
+"""The cohort's client axis sharded over devices.
+
+A round trains every cohort slot independently, so the slots split over a
+1-D ``jax.sharding.Mesh`` (axis ``"clients"``) with no communication: each
+device gathers its own clients' data from a replicated copy of the
+federation and trains them; the aggregation that follows sums across
+devices (XLA inserts the all-reduce). Results equal those on one device up
+to the order of floating-point sums.
+
+On one host the mesh spans its local devices (CPU cores exposed as devices
+with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``, or GPUs). On
+several hosts call :func:`initialize_distributed` first in every process
+(the same program, data and seed everywhere); ``jax.devices()`` then lists
+every host's devices and the same mesh spans them all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+AXIS = "clients"
+
+# Environment variables that ask for multi-host initialisation.
+_DISTRIBUTED_ENV = ("FEDJAX_DP_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS")
+
+
+def initialize_distributed() -> bool:
+  """Calls ``jax.distributed.initialize()`` when the environment asks for it.
+
+  Set ``FEDJAX_DP_DISTRIBUTED=1`` (cluster auto-detection: SLURM, Cloud TPU,
+  ...) or ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES`` and
+  ``JAX_PROCESS_ID``) in every process, before anything else touches JAX.
+
+  Returns:
+    Whether it initialised.
+  """
+  if not any(os.environ.get(name) for name in _DISTRIBUTED_ENV):
+    return False
+  jax.distributed.initialize()
+  return True
+
+
+def client_mesh(num_devices: int | None = None) -> jax.sharding.Mesh | None:
+  """A 1-D mesh over the first ``num_devices`` devices (None: all of them).
+
+  Returns:
+    The mesh, or None for a single device (no sharding).
+
+  Raises:
+    ValueError: If more devices are asked for than exist.
+  """
+  devices = jax.devices()
+  count = len(devices) if num_devices is None else num_devices
+  if not 1 <= count <= len(devices):
+    raise ValueError(f"--devices must be in [1, {len(devices)}], got {count}")
+  if count == 1:
+    return None
+  return jax.sharding.Mesh(np.asarray(devices[:count]), (AXIS,))
+
+
+def mesh_size(mesh: jax.sharding.Mesh | None) -> int:
+  """Number of devices of a mesh (1 for None)."""
+  return 1 if mesh is None else math.prod(mesh.devices.shape)
+
+
+def shard_clients(fn: Callable, mesh: jax.sharding.Mesh | None) -> Callable:
+  """Runs ``fn(shared, data, indices, keys)`` with its slot axis sharded.
+
+  Args:
+    fn: Computes per-slot outputs (leading axis = slots) from ``shared`` (a
+      pytree every device needs whole: weights, plan), ``data`` (the
+      federation, replicated), ``indices`` (slots,) client ids and ``keys``
+      (slots, 2).
+    mesh: From :func:`client_mesh`; None runs ``fn`` as it is.
+
+  Returns:
+    A function of the same arguments and outputs. The slots are padded to
+    a multiple of the device count (repeating the first slot) and the
+    padding is dropped from the outputs.
+  """
+  if mesh is None or mesh_size(mesh) == 1:
+    return fn
+  spec, replicated = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
+  sharded = jax.shard_map(fn, mesh=mesh, in_specs=(replicated, replicated, spec, spec),
+                          out_specs=spec, check_vma=False)
+
+  def wrapped(shared, data, indices, keys):
+    slots = indices.shape[0]
+    pad = (-slots) % mesh_size(mesh)
+    if pad:
+      indices = jnp.concatenate([indices, jnp.repeat(indices[:1], pad, axis=0)])
+      keys = jnp.concatenate([keys, jnp.repeat(keys[:1], pad, axis=0)])
+    out = sharded(shared, data, indices, keys)
+    return jax.tree.map(lambda a: a[:slots], out) if pad else out
+
+  return wrapped

@@ -1,0 +1,94 @@
+"""The fast CNN local training computes what generic local SGD computes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import client
+from fedjax_dp.compression import masks
+from fedjax_dp.models import cnn_train
+
+
+def _clients(small_federation, count=3):
+  data, _, _ = small_federation
+  return (data.x[:count].astype(jnp.float32) / 255.0, data.y[:count],
+          jax.random.split(jax.random.PRNGKey(3), count))
+
+
+def _generic(cnn, w, steps, lr, mask=None):
+  return jax.jit(jax.vmap(lambda x, y, k: client.local_sgd(
+      cnn.loss, w, x, y, k, steps=steps, batch_size=10, lr=lr, grad_mask=mask) - w))
+
+
+def _fast(cnn, w, steps, lr, mask=None, indices=None, only=False):
+  return jax.jit(jax.vmap(lambda x, y, k: cnn.local_update(
+      w, x, y, k, steps=steps, batch_size=10, lr=lr, grad_mask=mask, grad_indices=indices,
+      only_indices=only)))
+
+
+def test_fast_update_equals_local_sgd(small_federation, cnn):
+  assert cnn.local_update_fn is not None
+  x, y, k = _clients(small_federation)
+  w = cnn.init(jax.random.PRNGKey(0))
+  for steps in (1, 3):  # one step: the same gradient; three: the same trajectory
+    ref = np.asarray(_generic(cnn, w, steps, 0.215)(x, y, k))
+    new = np.asarray(_fast(cnn, w, steps, 0.215)(x, y, k))
+    np.testing.assert_allclose(new, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+  # One client without vmap: the same as under vmap.
+  one = cnn.local_update(w, x[1], y[1], k[1], steps=3, batch_size=10, lr=0.215)
+  np.testing.assert_allclose(one, new[1], rtol=0, atol=1e-6 * np.abs(ref).max())
+
+
+def test_fast_masked_update_keeps_off_mask_weights_exactly(small_federation, cnn):
+  x, y, k = _clients(small_federation)
+  n = cnn.num_params
+  w = cnn.init(jax.random.PRNGKey(0))
+  idx = masks.random_indices(jax.random.PRNGKey(7), n, 8317)
+  mask = masks.indices_to_mask(idx, n)
+  ref = np.asarray(_generic(cnn, w, 3, 0.215, mask)(x, y, k))
+  dense = np.asarray(_fast(cnn, w, 3, 0.215, mask)(x, y, k))  # per-client dense layer
+  sparse = np.asarray(_fast(cnn, w, 3, 0.215, mask, idx)(x, y, k))  # values on T only
+  on_t = np.asarray(_fast(cnn, w, 3, 0.215, mask, idx, only=True)(x, y, k))
+  scale = np.abs(ref).max()
+  for got in (dense, sparse):
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * scale)
+    np.testing.assert_array_equal(got[:, ~np.asarray(mask)], 0.0)  # UAI Alg. 2, bit-exact
+  np.testing.assert_allclose(on_t, ref[:, np.asarray(idx)], rtol=0, atol=2e-5 * scale)
+  assert np.count_nonzero(on_t) > 0.5 * on_t.size
+
+
+def test_pool_bias_relu_matches_pool_after_relu_with_ties():
+  z = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 8, 3))
+  z = z.at[0, :2, :2, :].set(0.5).at[1, 2:4, 2:4, 1].set(-0.2)  # tied windows
+  b = jnp.array([0.1, 0.3, -0.1])
+  g = jax.random.normal(jax.random.PRNGKey(2), (2, 4, 4, 3))
+
+  def reference(z, b):
+    bsz, h, w, c = z.shape
+    return jax.nn.relu(z + b).reshape(bsz, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+  ref_out, ref_vjp = jax.vjp(reference, z, b)
+  out, vjp = jax.vjp(cnn_train.pool_bias_relu, z, b)
+  np.testing.assert_array_equal(out, ref_out)
+  for got, want in zip(vjp(g), ref_vjp(g)):
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_conv_gradients_match_autodiff_of_lax_conv():
+  x = jax.random.normal(jax.random.PRNGKey(4), (3, 8, 8, 4))
+  w = jax.random.normal(jax.random.PRNGKey(5), (5, 5, 4, 6))
+  g = jax.random.normal(jax.random.PRNGKey(6), (3, 8, 8, 6))
+
+  def reference(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+  ref_out, ref_vjp = jax.vjp(reference, x, w)
+  out, vjp = jax.vjp(cnn_train.conv5x5, x, w)
+  np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-4)
+  for got, want in zip(vjp(g), ref_vjp(g)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+  # Per-client weights under vmap (a lax.map over clients) as well.
+  xs, ws = jnp.stack([x, 2 * x]), jnp.stack([w, -w])
+  batched = jax.vmap(cnn_train.conv5x5)(xs, ws)
+  np.testing.assert_allclose(batched[1], reference(2 * x, -w), rtol=1e-5, atol=1e-4)
