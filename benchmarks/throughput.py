@@ -232,6 +232,7 @@ def main() -> None:
   mesh = sharding.client_mesh(args.devices)
   model, cfg, state = paper_round(args.scheme, clients, args.ratio, mesh=mesh)
   run_key = jax.random.PRNGKey(2)
+  state, data, run_key = sharding.replicate((state, data, run_key), mesh)
 
   # Whole round: first call compiles.
   rounds_fn = simulation.make_rounds_fn(model, cfg, args.rounds_per_call)
@@ -239,8 +240,7 @@ def main() -> None:
 
   def call_round():
     nonlocal state
-    t = jax.device_put(jnp.int32(t_next[0]))
-    state, _ = rounds_fn(state, data, run_key, t)
+    state, _ = rounds_fn(state, data, run_key, jnp.int32(t_next[0]))
     jax.block_until_ready(state)
     t_next[0] += args.rounds_per_call
 

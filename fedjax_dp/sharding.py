@@ -69,6 +69,23 @@ def mesh_size(mesh: jax.sharding.Mesh | None) -> int:
   return 1 if mesh is None else math.prod(mesh.devices.shape)
 
 
+def replicated(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
+  """The sharding of an array every device of ``mesh`` holds whole."""
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def replicate(tree, mesh: jax.sharding.Mesh | None):
+  """``tree`` placed whole on every device of ``mesh`` (unchanged for None).
+
+  Put a sharded round's state, data and key there before its first call:
+  the round returns its state so placed, and arguments placed alike on
+  every call keep the first compiled program.
+  """
+  if mesh is None or mesh_size(mesh) == 1:
+    return tree
+  return jax.device_put(tree, replicated(mesh))
+
+
 def shard_clients(fn: Callable, mesh: jax.sharding.Mesh | None) -> Callable:
   """Runs ``fn(shared, data, indices, keys)`` with its slot axis sharded.
 

@@ -294,6 +294,9 @@ def make_rounds_fn(model: FlatModel, cfg: RoundConfig, num_rounds: int):
   Returns:
     jitted ``fn(state, data, run_key, first_round) -> (state, infos)`` where
     ``infos`` stacks each round's :class:`RoundInfo`. The state is donated.
+    With ``cfg.mesh`` the outputs are replicated over it; pass the first
+    call's state, data and key through ``fedjax_dp.sharding.replicate`` so
+    that every call has the same argument placement (one compilation).
   """
   round_fn = make_round_fn(model, cfg)
 
@@ -303,6 +306,8 @@ def make_rounds_fn(model: FlatModel, cfg: RoundConfig, num_rounds: int):
     ts = first_round + jnp.arange(num_rounds, dtype=jnp.int32)
     return jax.lax.scan(body, state, ts)
 
+  if sharding.mesh_size(cfg.mesh) > 1:
+    return jax.jit(rounds, donate_argnums=(0,), out_shardings=sharding.replicated(cfg.mesh))
   return jax.jit(rounds, donate_argnums=(0,))
 
 
@@ -571,6 +576,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   coded_sizes = []
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
   state = ServerState(w0, scheme_state)
+  if mesh is not None:  # the placement every round call sees (one compilation)
+    state, data, root, test_x = sharding.replicate((state, data, root, test_x), mesh)
   compiled: dict[int, Callable] = {}
   history, participations, clipped, truncated = [], 0, 0, 0
   dropped, under_noised, overflows = 0, 0, 0

@@ -32,9 +32,13 @@ def rounds(model, scheme_name, mesh, data, capacity, steps, num_rounds=2):
   fixed = (masks.random_indices(jax.random.PRNGKey(1), n, k) if scheme.uses_ratio
            else jnp.zeros((0,), jnp.int32))
   state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), fixed)
+  state, data, key = sharding.replicate((state, data, jax.random.PRNGKey(2)), mesh)
   fn = simulation.make_rounds_fn(model, cfg, num_rounds)
-  state, infos = fn(state, data, jax.random.PRNGKey(2), jnp.int32(1))
-  return np.asarray(state.weights), np.asarray(infos.num_sampled), fn
+  state, infos = fn(state, data, key, jnp.int32(1))
+  sampled = np.asarray(infos.num_sampled)
+  state, infos = fn(state, data, key, jnp.int32(1 + num_rounds))  # no recompilation
+  sampled = np.concatenate([sampled, np.asarray(infos.num_sampled)])
+  return np.asarray(state.weights), sampled, fn
 
 
 def main():
@@ -58,6 +62,15 @@ def main():
         "scale": float(np.abs(one).max()),
         "same_cohorts": bool((sampled_one == sampled_many).all()),
         "compiled": fn._cache_size()})
+  # A whole run (evaluation sharded too), with the device count as an option.
+  test = (np.asarray(data.x[:40, 0]), np.asarray(data.y[:40, 0]))
+  public = (np.asarray(data.x[40:50, 0], np.float32) / 255.0, np.asarray(data.y[40:50, 0]))
+  records = [simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public,
+                            simulation.RunConfig(rounds=2, clients_per_round=6, eval_every=2,
+                                                 clip_norm=0.5, devices=d))
+             for d in (1, None)]
+  out["run"] = {"capacity": [r["capacity"] for r in records],
+                "accuracy": [[h["accuracy"] for h in r["history"]] for r in records]}
   print(json.dumps(out))
 
 

@@ -26,6 +26,9 @@ def test_sharded_rounds_equal_single_device_rounds():
     assert case["compiled"] == 1, case  # round 2 in the same compiled program
     # Same keys, same clients: equal up to the order of float sums.
     assert case["max_abs_diff"] <= 1e-5 * max(case["scale"], 1.0), case
+  run = out["run"]  # simulation.run on one device, then on all four
+  assert run["capacity"][1] % 4 == 0
+  assert run["accuracy"][0] == run["accuracy"][1]
 
 
 def test_client_mesh_validates_the_device_count():
