@@ -37,21 +37,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
-def _cpu_devices_from_argv(argv: list[str]) -> int:
-  for i, arg in enumerate(argv):
-    if arg.startswith("--cpu-devices="):
-      return int(arg.split("=", 1)[1])
-    if arg == "--cpu-devices" and i + 1 < len(argv):
-      return int(argv[i + 1])
-  return os.cpu_count() or 1
+from fedjax_dp import host_devices  # noqa: E402  (imports no JAX)
 
-
-# One XLA CPU device per core (set before JAX starts): XLA runs one small
-# convolution at a time on few threads, so clients sharded over one device per
-# core train side by side. Ignored on GPU; an explicit XLA_FLAGS setting wins.
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_"
-                             f"device_count={_cpu_devices_from_argv(sys.argv)}").strip()
+# One XLA CPU device per core (before JAX starts); see fedjax_dp.host_devices.
+host_devices.configure()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -213,9 +202,10 @@ def main() -> None:
   p.add_argument("--repeats", type=int, default=3, help="timed repeats (best is kept)")
   p.add_argument("--devices", type=int, default=None,
                  help="shard the cohort over this many devices (default: all)")
-  p.add_argument("--cpu-devices", type=int, default=os.cpu_count(),
-                 help="XLA CPU devices to create (default: one per core; "
-                      "XLA_FLAGS=--xla_force_host_platform_device_count wins)")
+  p.add_argument(host_devices.OPTION, type=int, default=None,
+                 help="XLA CPU devices to create (default: one per core, at most "
+                      f"{host_devices.DEFAULT_MAX}; XLA_FLAGS="
+                      f"{host_devices.FLAG} wins)")
   p.add_argument("--no-torch", action="store_true", help="skip the PyTorch loop")
   p.add_argument("--json", action="store_true", help="print one JSON line")
   args = p.parse_args()

@@ -44,6 +44,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from fedjax_dp import host_devices  # noqa: E402  (imports no JAX)
+
+host_devices.configure()  # one XLA CPU device per core, before JAX starts
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 

@@ -12,6 +12,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from fedjax_dp import host_devices  # noqa: E402  (imports no JAX)
+
+host_devices.configure()  # one XLA CPU device per core, before JAX starts
+
 from fedjax_dp.experiment import main  # noqa: E402
 
 if __name__ == "__main__":

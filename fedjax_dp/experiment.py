@@ -19,7 +19,7 @@ import sys
 import jax.numpy as jnp
 from tqdm import tqdm
 
-from fedjax_dp import presets, report, simulation
+from fedjax_dp import host_devices, presets, report, sharding, simulation
 from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.data import DataError, load_federated, load_federated_with_public, public_batch
 from fedjax_dp.models import get_model
@@ -246,6 +246,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train and sum the cohort this many clients at a time "
                         f"(default: all, or {simulation.AUTO_CHUNK} above "
                         f"{simulation.AUTO_CHUNK_ABOVE} slots)")
+  dev = p.add_argument_group("devices (README, Performance)")
+  dev.add_argument("--devices", type=_positive("--devices", int), default=None,
+                   help="shard each cohort's clients over this many devices "
+                        "(default: every device JAX sees)")
+  dev.add_argument(host_devices.OPTION, type=_positive(host_devices.OPTION, int),
+                   default=None,
+                   help="XLA CPU devices to create, read by sweep.py before JAX "
+                        "starts (default: one per core, at most "
+                        f"{host_devices.DEFAULT_MAX}; an explicit XLA_FLAGS="
+                        f"{host_devices.FLAG} wins; no effect on GPU)")
   p.add_argument("--out", default="results", help="output folder (default ./results)")
   p.add_argument("--quiet", action="store_true", help="no progress bar")
   return p
@@ -310,7 +320,7 @@ def _config(args, scheme, ratio: float, clip) -> simulation.RunConfig:
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,
       secure_bits=args.secure_bits, secure_frac_bits=args.secure_frac_bits,
       secure_neighbours=args.secure_neighbours, max_dropouts=args.max_dropouts,
-      dropout_rate=args.dropout_rate, client_chunk=args.client_chunk)
+      dropout_rate=args.dropout_rate, client_chunk=args.client_chunk, devices=args.devices)
 
 
 def _noise_multiplier(args, scheme) -> float:
@@ -350,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         scheme.validate(num_params, ratio)
     if args.public_size < 1:
       raise ValueError(f"--public-size must be >= 1, got {args.public_size}")
+    sharding.client_mesh(args.devices)  # no more devices than JAX sees
     federations = {}  # (N, |D_k|, hold-out) -> (data, test_x, test_y, public or None)
     for scheme, _ in plan:
       setting = _settings(args, scheme)

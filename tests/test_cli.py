@@ -30,6 +30,8 @@ def _run(args, tmp_path, env_extra=None):
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),
     (["--rounds", "many"], "invalid int value"),
+    (["--devices", "99"], "--devices must be in [1,"),
+    (["--cpu-devices", "0"], "--cpu-devices must be > 0"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path):
   proc = _run(args, tmp_path)

@@ -1,0 +1,70 @@
+"""How many XLA CPU devices the command-line entry points create (issue 6).
+
+XLA:CPU runs the small convolutions of one client on few threads, so a cohort
+sharded over one CPU device per core (``fedjax_dp.sharding``) trains about 2x
+faster on this project's 2-core machine than on one device (README,
+"Performance"). The count is an ``XLA_FLAGS`` setting that must be made before
+JAX starts, so scripts call :func:`configure` before they import JAX. It has
+no effect on a GPU, whose devices are the GPUs. This module imports no JAX.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+FLAG = "--xla_force_host_platform_device_count"
+OPTION = "--cpu-devices"
+# Default cap: a cohort's slots are padded to a multiple of the device count,
+# and more devices than this were never measured.
+DEFAULT_MAX = 8
+
+
+def default_count() -> int:
+  """One device per core this process may use, at most ``DEFAULT_MAX``."""
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    cores = os.cpu_count() or 1
+  return max(1, min(cores, DEFAULT_MAX))
+
+
+def count_from_argv(argv: list[str]) -> int | None:
+  """The value of ``--cpu-devices N`` / ``--cpu-devices=N`` in argv.
+
+  Returns:
+    The count, or None when the option is absent or not a positive int (the
+    script's argparse then reports a bad value with its one-line error).
+  """
+  value = None
+  for i, arg in enumerate(argv):
+    if arg.startswith(OPTION + "="):
+      value = arg.split("=", 1)[1]
+    elif arg == OPTION and i + 1 < len(argv):
+      value = argv[i + 1]
+  try:
+    count = int(value) if value is not None else None
+  except ValueError:
+    return None
+  return count if count is not None and count >= 1 else None
+
+
+def configure(argv: list[str] | None = None) -> int | None:
+  """Sets the CPU device count from argv (default: one per core) before JAX starts.
+
+  An explicit ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` wins, and
+  nothing is changed once JAX is imported (it would have no effect).
+
+  Args:
+    argv: Command-line arguments (default ``sys.argv[1:]``).
+
+  Returns:
+    The count set, or None when nothing was set.
+  """
+  flags = os.environ.get("XLA_FLAGS", "")
+  if FLAG in flags or "jax" in sys.modules:
+    return None
+  count = count_from_argv(sys.argv[1:] if argv is None else argv) or default_count()
+  os.environ["XLA_FLAGS"] = f"{flags} {FLAG}={count}".strip()
+  return count
+

@@ -1,0 +1,58 @@
+"""CLI device setup: one XLA CPU device per core unless told otherwise (issue 6)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from fedjax_dp import host_devices
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("argv,count", [
+    (["--cpu-devices", "3"], 3), (["--rounds", "2", "--cpu-devices=5"], 5),
+    ([], None), (["--cpu-devices", "0"], None), (["--cpu-devices", "x"], None),
+    (["--cpu-devices"], None),
+])
+def test_count_from_argv(argv, count):
+  assert host_devices.count_from_argv(argv) == count
+
+
+def test_configure_sets_the_flag_once_and_an_explicit_flag_wins(monkeypatch):
+  monkeypatch.delitem(sys.modules, "jax")  # as if JAX had not started yet
+  monkeypatch.setenv("XLA_FLAGS", "--xla_foo=1")
+  assert host_devices.configure(["--cpu-devices", "3"]) == 3
+  assert os.environ["XLA_FLAGS"] == "--xla_foo=1 " + host_devices.FLAG + "=3"
+  assert host_devices.configure(["--cpu-devices", "5"]) is None  # already set: kept
+  assert os.environ["XLA_FLAGS"].endswith("=3")
+  monkeypatch.delenv("XLA_FLAGS")
+  assert host_devices.configure([]) == host_devices.default_count()
+  assert 1 <= host_devices.default_count() <= host_devices.DEFAULT_MAX
+
+
+def test_configure_does_nothing_once_jax_runs(monkeypatch):
+  import jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert host_devices.configure(["--cpu-devices", "3"]) is None
+  assert os.environ["XLA_FLAGS"] == ""
+
+
+def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env["JAX_PLATFORMS"] = "cpu"
+  out = tmp_path / "out"
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--schemes", "FL-TOP-DP",
+       "--ratio", "0.005", "--rounds", "1", "--num-clients", "30", "--clients-per-round", "4",
+       "--clip", "1", "--cpu-devices", "3", "--out", str(out), "--quiet"],
+      capture_output=True, text=True, env=env, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((out / "results.json").read_text())
+  assert results["config"]["cpu_devices"] == 3
+  run = results["runs"][0]
+  assert run["devices"] == 3 and run["capacity"] % 3 == 0
+  assert 0 < run["epsilon"] < float("inf")
