@@ -21,8 +21,10 @@ that ``vmap`` over clients turns it into the work a CPU does well:
   ``x @ W_k = x @ W - lr * (x @ A^T) @ D``. ``x @ W`` over all clients is one
   large matrix product, and no client ever holds a 6.4 MB copy of the layer.
   With a gradient mask (FL-TOP, UAI Alg. 2) the masked update has no such
-  factorisation, so the layer is per client after the first step (which
-  still uses the shared weights).
+  factorisation: for a small T (at most ``SPARSE_MAX`` entries, e.g. r =
+  0.5%) only the layer's entries in T move, held as a vector next to the
+  shared W (gathers and scatters); for a larger T the layer is per client
+  after the first step (which still uses the shared weights).
 
 All of it is plain JAX: the same function runs without ``vmap`` (one client)
 and under nested ``vmap``.
