@@ -6,7 +6,9 @@ that compiles; evaluation of the 10,000 test images is timed separately.
 
   python benchmarks/round_speed.py --schemes FL-TOP-DP FL-STD-DP --clients 100 --json
 
-See benchmarks/throughput.py for the per-stage split and the PyTorch loop.
+It runs the round on one device (no sharding); benchmarks/throughput.py is
+the current benchmark (one CPU device per core, the per-stage split and the
+PyTorch loop).
 """
 
 import argparse

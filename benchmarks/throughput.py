@@ -87,11 +87,6 @@ def stage_fns(model, cfg, run_key, t):
     return scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
                              state.weights.shape[0], cfg.num_kept)
 
-  def client_messages(shared, data, ids, tkeys):  # as the round's train()
-    w, plan = shared
-    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
-        model, w, plan, xk, yk, kk, cfg.local))(as_float(data.x[ids]), data.y[ids], tkeys)
-
   def client_training(shared, data, ids, tkeys):  # the same without C(.)
     w, plan = shared
     mask = scheme.grad_mask(plan, w.shape[0])
@@ -100,13 +95,12 @@ def stage_fns(model, cfg, run_key, t):
         grad_mask=mask, grad_indices=None if mask is None else plan,
         only_indices=mask is not None))(as_float(data.x[ids]), data.y[ids], tkeys)
 
-  sharded_messages = sharding.shard_clients(client_messages, cfg.mesh)
+  train_messages = simulation.make_train_fn(model, cfg)  # what the round runs
   sharded_training = sharding.shard_clients(client_training, cfg.mesh)
 
   @jax.jit
   def messages(state, data):
-    return sharded_messages((state.weights, plan_of(state)), data, cohort.indices,
-                            train_keys)
+    return train_messages(state.weights, plan_of(state), data, cohort.indices, train_keys)
 
   training = None
   if hasattr(scheme, "grad_mask"):  # masked schemes: training alone

@@ -149,6 +149,32 @@ def _as_float(x: jax.Array) -> jax.Array:
   return x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
 
 
+def make_train_fn(model: FlatModel, cfg: RoundConfig
+                  ) -> Callable[..., jax.Array]:
+  """The cohort's local training and compression, sharded over ``cfg.mesh``.
+
+  Returns:
+    ``train(w, plan, data, indices, train_keys) -> messages``: every slot's
+    ``scheme.client_message`` (local SGD from w, then C(.)), one row per slot,
+    the slots vmapped and split over the mesh's devices.
+  """
+  scheme = cfg.scheme
+
+  def train_slots(shared, data, indices, train_keys):
+    w, plan = shared
+    x = _as_float(data.x[indices])
+    y = data.y[indices]
+    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
+        model, w, plan, xk, yk, kk, cfg.local))(x, y, train_keys)
+
+  train_sharded = sharding.shard_clients(train_slots, cfg.mesh)
+
+  def train(w, plan, data, indices, train_keys):
+    return train_sharded((w, plan), data, indices, train_keys)
+
+  return train
+
+
 def make_round_fn(model: FlatModel, cfg: RoundConfig
                   ) -> Callable[[ServerState, ClientData, jax.Array, jax.Array],
                                 tuple[ServerState, RoundInfo]]:
@@ -168,18 +194,7 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
   """
   fast_prng.use_unrolled_threefry()
   scheme = cfg.scheme
-
-  def train_slots(shared, data, indices, train_keys):
-    w, plan = shared
-    x = _as_float(data.x[indices])
-    y = data.y[indices]
-    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
-        model, w, plan, xk, yk, kk, cfg.local))(x, y, train_keys)
-
-  train_sharded = sharding.shard_clients(train_slots, cfg.mesh)
-
-  def train(w, plan, data, indices, train_keys):
-    return train_sharded((w, plan), data, indices, train_keys)
+  train = make_train_fn(model, cfg)
 
   def generic_sum(w, plan, data, rkey, cohort, train_keys, noise_keys):
     """Contributions, failures and a plain or secure sum, chunk by chunk.
