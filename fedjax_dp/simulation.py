@@ -519,7 +519,8 @@ def _communication(scheme: Scheme, cfg: RunConfig, k: int, capacity: int,
 
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
         test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
-        cfg: RunConfig, progress: Callable[[int], None] | None = None) -> dict:
+        cfg: RunConfig, progress: Callable[[int], None] | None = None, *,
+        return_state: bool = False):
   """Runs one scheme for ``cfg.rounds`` rounds and reports like UAI Table 1.
 
   Args:
@@ -535,7 +536,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     A JSON-ready record: scheme, ratio, best_accuracy, best_round,
     downstream_kb, upstream_kb, epsilon (at the best round), epsilon_final,
     delta, accountant, noise_multiplier, clip_norm, rounds, num_params,
-    seconds, and the accuracy history.
+    seconds, and the accuracy history. With ``return_state``, the pair
+    ``(record, final ServerState)``.
   """
   start = time.perf_counter()
   num_clients = int(data.x.shape[0])
@@ -705,5 +707,5 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
          if hasattr(scheme, "diagnostics") else {}),
   }
   record.update(extra)
-  return record
+  return (record, state) if return_state else record
 

@@ -25,3 +25,8 @@ def small_federation():
 def cnn():
   from fedjax_dp.models import paper_cnn
   return paper_cnn()
+
+
+def pytest_addoption(parser):
+  parser.addoption("--update-golden", action="store_true",
+                   help="rewrite tests/golden/*.json from the current code")
