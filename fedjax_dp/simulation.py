@@ -25,23 +25,11 @@ import numpy as np
 
 from fedjax_dp import bandwidth, fast_prng, keys, metrics, sampling, sharding
 from fedjax_dp.compression import universal_coding
+from fedjax_dp.data import ClientData
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting, noise, secure_aggregation
 from fedjax_dp.schemes import LocalTraining, Scheme, SetupData
 from fedjax_dp.schemes import base as scheme_base
-
-
-class ClientData(NamedTuple):
-  """Federated training data as dense arrays indexed by client.
-
-  Attributes:
-    x: (num_clients, samples, ...) examples; uint8 images are scaled to
-      [0, 1] on the fly.
-    y: (num_clients, samples) labels.
-  """
-
-  x: jax.Array
-  y: jax.Array
 
 
 class ServerState(NamedTuple):

@@ -1,6 +1,6 @@
 """Data loading: verified MNIST / Fashion-MNIST idx files and federated splits."""
 
-from fedjax_dp.data.federated import (FederatedData, holdout_indices, load_federated,
+from fedjax_dp.data.federated import (ClientData, FederatedData, holdout_indices, load_federated,
                                       load_federated_with_public, partition_iid, public_batch)
 from fedjax_dp.data.idx import (
     CHECKSUMS,
@@ -15,6 +15,7 @@ from fedjax_dp.data.idx import (
 
 __all__ = [
     "CHECKSUMS",
+    "ClientData",
     "DATASETS",
     "SPLITS",
     "DataError",

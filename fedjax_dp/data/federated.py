@@ -11,13 +11,30 @@ examples out of the clients' data as the server's public set
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import jax
 import numpy as np
 
 from fedjax_dp.data.idx import load_dataset
 
-__all__ = ["FederatedData", "holdout_indices", "load_federated", "load_federated_with_public",
+__all__ = ["ClientData", "FederatedData", "holdout_indices", "load_federated", "load_federated_with_public",
            "partition_iid", "public_batch"]
+
+
+class ClientData(NamedTuple):
+    """Federated training data as dense device arrays indexed by client.
+
+    What ``fedjax_dp.simulation.run`` and the round take.
+
+    Attributes:
+        x: (num_clients, samples, ...) examples; uint8 images are scaled to
+            [0, 1] on the fly.
+        y: (num_clients, samples) labels.
+    """
+
+    x: jax.Array
+    y: jax.Array
 
 
 @dataclass(frozen=True)
