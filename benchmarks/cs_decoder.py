@@ -24,13 +24,11 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from fedjax_dp.compression import dct_cs, fista  # noqa: E402
+from fedjax_dp.compression import dct_cs, fista
 
 
 def _machine() -> str:

@@ -18,12 +18,10 @@ import platform
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import jax
+import jax.numpy as jnp
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-from fedjax_dp.privacy import sample_discrete_gaussian  # noqa: E402
+from fedjax_dp.privacy import sample_discrete_gaussian
 
 
 def _rate(fn, size: int, repeats: int) -> tuple[float, float]:

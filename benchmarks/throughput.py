@@ -21,7 +21,9 @@ processes on a shared machine); the load average is printed with them.
   python benchmarks/throughput.py --scheme FL-TOP-DP --clients-per-round 100 --json
 
 PyTorch is optional (``pip install 'fedjax_dp[bench]'``); ``--no-torch``
-runs JAX alone.
+runs JAX alone. The round is set up exactly as ``simulation.run`` sets it up
+(``simulation.prepare``: the scheme's setup on the public batch, its clip
+norm, capacity and bit widths), so every registered scheme runs here.
 """
 
 from __future__ import annotations
@@ -34,10 +36,7 @@ import resource
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-
-from fedjax_dp import host_devices  # noqa: E402  (imports no JAX)
+from fedjax_dp import host_devices  # imports no JAX
 
 # One XLA CPU device per core (before JAX starts); see fedjax_dp.host_devices.
 host_devices.configure()
@@ -46,8 +45,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.common import load_paper_data, machine, paper_round  # noqa: E402
-from fedjax_dp import keys, sampling, sharding, simulation  # noqa: E402
+from common import load_paper_data, machine  # noqa: E402  (benchmarks/common.py)
+from fedjax_dp import sharding, simulation  # noqa: E402
+from fedjax_dp.data import public_batch  # noqa: E402
+from fedjax_dp.models import paper_cnn  # noqa: E402
+from fedjax_dp.privacy import noise  # noqa: E402
 from fedjax_dp.schemes import get_scheme  # noqa: E402
 
 
@@ -72,54 +74,149 @@ def _device_peak_mb() -> float | None:
   return None if peak is None else peak / 2**20
 
 
-def stage_fns(model, cfg, run_key, t):
-  """The round's stages as separate jitted functions, with their inputs."""
-  scheme = cfg.scheme
-  rkey = keys.round_key(run_key, t)
-  cohort = sampling.sample_cohort(keys.purpose(rkey, keys.SAMPLING), cfg.num_clients,
-                                  cfg.rate, cfg.capacity, cfg.sampler)
-  train_keys, noise_keys = keys.client_keys(rkey, cohort.indices)
-  server_key = keys.purpose(rkey, keys.SERVER_NOISE)
+def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: float,
+                   devices: int | None, rounds: int = 8) -> simulation.Prepared:
+  """The round of ``simulation.run`` for one scheme, in the paper setting.
 
-  as_float = simulation._as_float  # pylint: disable=protected-access
+  UAI 2021 Table 5 (T_gd = 5, |B| = 10, eta = 0.215, sigma = 1.54), with a
+  fixed cohort of ``clients`` real clients (so that clients/s is exact) and
+  S = 0.6 where the scheme clips (its cost does not depend on S).
+  """
+  cfg = simulation.RunConfig(
+      ratio=ratio, rounds=rounds, clients_per_round=clients, sampler="fixed",
+      accountant="rdp", clip_norm=0.6, devices=devices)
+  return simulation.prepare(model, get_scheme(scheme_name), data, public, cfg)
 
-  def plan_of(state):
-    return scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
-                             state.weights.shape[0], cfg.num_kept)
 
-  def client_training(shared, data, ids, tkeys):  # the same without C(.)
-    w, plan = shared
-    mask = scheme.grad_mask(plan, w.shape[0])
-    return jax.vmap(lambda xk, yk, kk: model.local_update(
-        w, xk, yk, kk, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr,
-        grad_mask=mask, grad_indices=None if mask is None else plan,
-        only_indices=mask is not None))(as_float(data.x[ids]), data.y[ids], tkeys)
+def stage_fns(model, prep: simulation.Prepared, run_key, t):
+  """The round's stages as separate jitted functions (the round's own pieces).
 
-  train_messages = simulation.make_train_fn(model, cfg)  # what the round runs
-  sharded_training = sharding.shard_clients(client_training, cfg.mesh)
+  Returns:
+    ``messages(state, data)``: local training and encoding of the cohort;
+    ``privacy(messages)``: ``scheme.privatize`` and the plain sum;
+    ``decode(state, total)``: ``scheme.server_update`` of the mean.
+  """
+  cfg, scheme = prep.round_cfg, prep.scheme
+  train = simulation.make_train_fn(model, cfg)
+
+  def inputs(state):
+    return simulation.round_inputs(cfg, state, run_key, t)
 
   @jax.jit
   def messages(state, data):
-    return train_messages(state.weights, plan_of(state), data, cohort.indices, train_keys)
-
-  training = None
-  if hasattr(scheme, "grad_mask"):  # masked schemes: training alone
-    @jax.jit
-    def training(state, data):
-      return sharded_training((state.weights, plan_of(state)), data, cohort.indices,
-                              train_keys)
+    i = inputs(state)
+    return train(state.weights, i.plan, data, i.cohort.indices, i.train_keys)
 
   @jax.jit
-  def aggregate(msgs):
-    return scheme.aggregate(msgs, cohort.mask, noise_keys, server_key, cfg.clip_norm,
-                            cfg.noise_multiplier)
+  def privacy(state, msgs):
+    i = inputs(state)
+    num_shares = jnp.maximum(jnp.sum(i.cohort.mask), 1)
+    contribs, _ = scheme.privatize(msgs, i.cohort.mask, i.noise_keys, cfg.clip_norm,
+                                   cfg.noise_multiplier, num_shares)
+    if jnp.issubdtype(contribs.dtype, jnp.integer):
+      return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
+    return noise.masked_sum(contribs, i.cohort.mask)
 
   @jax.jit
   def decode(state, total):
     return scheme.server_update(state.weights, state.scheme_state,
-                                total / cfg.clients_per_round, plan_of(state))
+                                total.astype(jnp.float32) / cfg.clients_per_round,
+                                inputs(state).plan)
 
-  return messages, training, aggregate, decode
+  return messages, privacy, decode
+
+
+def measure(model, scheme_name: str, data, test_x, public, *, clients: int, ratio: float,
+            rounds_per_call: int = 1, repeats: int = 3, devices: int | None = None,
+            torch: bool = False) -> dict:
+  """Times one scheme's round, its stages, evaluation and (optionally) PyTorch.
+
+  Returns:
+    The benchmark record (see the module docstring).
+  """
+  load_before = os.getloadavg()
+  prep = prepared_round(model, scheme_name, data, public, clients, ratio, devices,
+                        rounds=(repeats + 2) * rounds_per_call)
+  cfg, mesh = prep.round_cfg, prep.round_cfg.mesh
+  state, run_key = prep.state, prep.run_key
+  if mesh is not None:
+    state, data, run_key = sharding.replicate((state, data, run_key), mesh)
+
+  # Whole round: first call compiles.
+  rounds_fn = simulation.make_rounds_fn(model, cfg, rounds_per_call)
+  t_next = [1]
+
+  def call_round():
+    nonlocal state
+    state, _ = rounds_fn(state, data, run_key, jnp.int32(t_next[0]))
+    jax.block_until_ready(state)
+    t_next[0] += rounds_per_call
+
+  first = _best(call_round, 1)
+
+  # Stages, each on its own.
+  messages_fn, privacy_fn, decode_fn = stage_fns(model, prep, run_key,
+                                                 jnp.int32(t_next[0]))
+  msgs = jax.block_until_ready(messages_fn(state, data))
+  total = jax.block_until_ready(privacy_fn(state, msgs))
+  jax.block_until_ready(decode_fn(state, total))
+  training_s = _best(lambda: jax.block_until_ready(messages_fn(state, data)), repeats)
+  privacy_s = _best(lambda: jax.block_until_ready(privacy_fn(state, msgs)), repeats)
+  decode_s = _best(lambda: jax.block_until_ready(decode_fn(state, total)), repeats)
+  del msgs
+
+  eval_fn = simulation.make_eval_fn(model, mesh=mesh)
+  tx = jnp.asarray(test_x)
+  jax.block_until_ready(eval_fn(state.weights, tx))
+  eval_s = _best(lambda: jax.block_until_ready(eval_fn(state.weights, tx)), repeats)
+  rss_jax_mb = _peak_rss_mb()
+
+  # The whole round and the PyTorch loop, alternating.
+  torch_run, agree = None, None
+  if torch:
+    ids = np.asarray(simulation.round_inputs(cfg, state, run_key, 1).cohort.indices)
+    x = np.asarray(data.x)[ids].astype(np.float32) / 255.0
+    y = np.asarray(data.y)[ids]
+    torch_run, agree = torch_loop(model, state.weights, x, y, cfg.local_steps,
+                                  cfg.batch_size, cfg.lr)
+    torch_run()  # warm-up
+  round_times, torch_times = [], []
+  for _ in range(repeats):
+    round_times.append(_best(call_round, 1) / rounds_per_call)
+    if torch_run is not None:
+      torch_times.append(_best(torch_run, 1))
+  load_after = os.getloadavg()
+
+  per_round = min(round_times)
+  compile_s = max(first - per_round * rounds_per_call, 0.0)
+  torch_cps = clients / min(torch_times) if torch_times else None
+  return {
+      "scheme": prep.scheme.name, "ratio": ratio, "clients_per_round": clients,
+      "rounds_per_call": rounds_per_call,
+      "rounds_per_sec": 1.0 / per_round,
+      "clients_per_sec": clients / per_round,
+      "train_clients_per_sec": clients / training_s,
+      "torch_loop_clients_per_sec": torch_cps,
+      "ratio_to_torch": None if torch_cps is None else clients / per_round / torch_cps,
+      "train_ratio_to_torch": None if torch_cps is None else clients / training_s / torch_cps,
+      "seconds": {
+          "round": per_round,
+          "local_training": training_s,  # with the encoder C(.)
+          "privacy_sum": privacy_s,  # privatize (clip + noise) and the sum
+          "server_decode": decode_s,
+          "evaluation": eval_s,
+          "compile": compile_s,
+          "torch_loop": None if not torch_times else min(torch_times),
+      },
+      "clip_norm": prep.clip_norm,
+      "peak_rss_mb": rss_jax_mb,
+      "device_peak_mb": _device_peak_mb(),
+      "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
+      "torch_max_logit_diff": agree,
+      "devices": sharding.mesh_size(mesh),
+      "machine": machine(),
+      "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
+  }
 
 
 def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
@@ -209,95 +306,23 @@ def main() -> None:
           "pip install 'fedjax_dp[bench]' (torch==2.13.0) or pass --no-torch",
           file=sys.stderr)
     sys.exit(2)
-  get_scheme(args.scheme)  # fail early on a bad name
-  load_before = os.getloadavg()
+  try:
+    get_scheme(args.scheme)  # fail early, in one line, on a bad name
+  except ValueError as e:
+    print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
+    sys.exit(2)
   clients = args.clients_per_round
   data, test_x, _ = load_paper_data()
-  mesh = sharding.client_mesh(args.devices)
-  model, cfg, state = paper_round(args.scheme, clients, args.ratio, mesh=mesh)
-  run_key = jax.random.PRNGKey(2)
-  state, data, run_key = sharding.replicate((state, data, run_key), mesh)
-
-  # Whole round: first call compiles.
-  rounds_fn = simulation.make_rounds_fn(model, cfg, args.rounds_per_call)
-  t_next = [1]
-
-  def call_round():
-    nonlocal state
-    state, _ = rounds_fn(state, data, run_key, jnp.int32(t_next[0]))
-    jax.block_until_ready(state)
-    t_next[0] += args.rounds_per_call
-
-  first = _best(call_round, 1)
-
-  # Stages, each on its own.
-  messages_fn, training_fn, aggregate_fn, decode_fn = stage_fns(model, cfg, run_key,
-                                                                jnp.int32(1))
-  msgs = jax.block_until_ready(messages_fn(state, data))
-  total, _ = jax.block_until_ready(aggregate_fn(msgs))
-  jax.block_until_ready(decode_fn(state, total))
-  if training_fn is not None:
-    jax.block_until_ready(training_fn(state, data))
-  messages_s = _best(lambda: jax.block_until_ready(messages_fn(state, data)), args.repeats)
-  training_s = (messages_s if training_fn is None else
-                _best(lambda: jax.block_until_ready(training_fn(state, data)), args.repeats))
-  aggregate_s = _best(lambda: jax.block_until_ready(aggregate_fn(msgs)), args.repeats)
-  decode_s = _best(lambda: jax.block_until_ready(decode_fn(state, total)), args.repeats)
-  del msgs
-
-  eval_fn = simulation.make_eval_fn(model, mesh=mesh)
-  tx = jnp.asarray(test_x)
-  jax.block_until_ready(eval_fn(state.weights, tx))
-  eval_s = _best(lambda: jax.block_until_ready(eval_fn(state.weights, tx)), args.repeats)
-  rss_jax_mb = _peak_rss_mb()
-
-  # The whole round and the PyTorch loop, alternating.
-  torch_run, agree = None, None
-  if not args.no_torch:
-    first_ids = np.asarray(sampling.sample_cohort(
-        keys.purpose(keys.round_key(run_key, 1), keys.SAMPLING), cfg.num_clients,
-        cfg.rate, cfg.capacity, cfg.sampler).indices)
-    x = np.asarray(data.x)[first_ids].astype(np.float32) / 255.0
-    y = np.asarray(data.y)[first_ids]
-    torch_run, agree = torch_loop(model, state.weights, x, y, cfg.local_steps,
-                                  cfg.batch_size, cfg.lr)
-    torch_run()  # warm-up
-  round_times, torch_times = [], []
-  for _ in range(args.repeats):
-    round_times.append(_best(call_round, 1) / args.rounds_per_call)
-    if torch_run is not None:
-      torch_times.append(_best(torch_run, 1))
-  load_after = os.getloadavg()
-
-  per_round = min(round_times)
-  compile_s = max(first - per_round * args.rounds_per_call, 0.0)
-  torch_cps = clients / min(torch_times) if torch_times else None
-  rec = {
-      "scheme": args.scheme, "ratio": args.ratio, "clients_per_round": clients,
-      "rounds_per_call": args.rounds_per_call,
-      "rounds_per_sec": 1.0 / per_round,
-      "clients_per_sec": clients / per_round,
-      "train_clients_per_sec": clients / training_s,
-      "torch_loop_clients_per_sec": torch_cps,
-      "ratio_to_torch": None if torch_cps is None else clients / per_round / torch_cps,
-      "train_ratio_to_torch": None if torch_cps is None else clients / training_s / torch_cps,
-      "seconds": {
-          "round": per_round,
-          "local_training": training_s,
-          "compression_privacy": max(messages_s - training_s, 0.0) + aggregate_s,
-          "server_decode": decode_s,
-          "evaluation": eval_s,
-          "compile": compile_s,
-          "torch_loop": None if not torch_times else min(torch_times),
-      },
-      "peak_rss_mb": rss_jax_mb,
-      "device_peak_mb": _device_peak_mb(),
-      "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
-      "torch_max_logit_diff": agree,
-      "devices": sharding.mesh_size(mesh),
-      "machine": machine(),
-      "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
-  }
+  try:
+    rec = measure(paper_cnn(), args.scheme, data, test_x, public_batch(10, seed=0),
+                  clients=clients, ratio=args.ratio, rounds_per_call=args.rounds_per_call,
+                  repeats=args.repeats, devices=args.devices, torch=not args.no_torch)
+  except ValueError as e:
+    print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
+    sys.exit(2)
+  per_round, agree, torch_cps = rec["seconds"]["round"], rec["torch_max_logit_diff"], \
+      rec["torch_loop_clients_per_sec"]
+  compile_s, rss_jax_mb = rec["seconds"]["compile"], rec["peak_rss_mb"]
   if args.json:
     print(json.dumps(rec))
     return
@@ -306,9 +331,9 @@ def main() -> None:
         f"{args.rounds_per_call} round(s)/call on {rec['machine']}")
   print(f"  round: {rec['rounds_per_sec']:.3f} rounds/s = {rec['clients_per_sec']:.1f} "
         f"clients/s ({per_round:.2f} s); compile {compile_s:.1f} s")
-  print(f"  split: local training {s['local_training']:.2f} s "
-        f"({rec['train_clients_per_sec']:.1f} clients/s), compression + privacy "
-        f"{s['compression_privacy']:.2f} s, server decode {s['server_decode']:.3f} s, "
+  print(f"  split: local training + encoding {s['local_training']:.2f} s "
+        f"({rec['train_clients_per_sec']:.1f} clients/s), privacy + sum "
+        f"{s['privacy_sum']:.2f} s, server decode {s['server_decode']:.3f} s, "
         f"evaluation (10,000 images) {s['evaluation']:.2f} s")
   if torch_cps is not None:
     print(f"  PyTorch per-client loop: {torch_cps:.1f} clients/s; JAX/PyTorch "

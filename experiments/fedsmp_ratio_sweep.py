@@ -36,25 +36,22 @@ results under ``--out/<scheme>``) and prints the table.
 """
 
 import argparse
+import copy
+import dataclasses
 import json
-import os
 import pathlib
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from fedjax_dp import host_devices  # noqa: E402  (imports no JAX)
+from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-from fedjax_dp import experiment, keys  # noqa: E402
+from fedjax_dp import experiment, simulation  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
+from fedjax_dp.models import paper_cnn  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
-from fedjax_dp.schemes import LocalTraining, SetupData, fedsmp, get_scheme  # noqa: E402
+from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
 
 RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 OWN = ("--ratio", "--noise-multiplier", "--out", "--schemes")
@@ -96,39 +93,48 @@ def _clip_at(value: str) -> float | None:
   return ratio
 
 
-def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
-  """S of one scheme at one ratio by ``simulation.run``'s rule (same w0 and keys)."""
-  sweep_args = experiment.build_parser().parse_args(forward + ["--schemes", name])
-  scheme = experiment._configure(get_scheme(name), sweep_args)
-  setting = experiment._settings(sweep_args, scheme)
-  # Every scheme calibrates on the Fashion-MNIST public set held out for
-  # top_k (the same examples whatever N): at r = 1 all give the same S.
-  size = sweep_args.public_holdout or fedsmp.PUBLIC_HOLDOUT
+def sweep_args(forward: list[str], name: str, **overrides) -> argparse.Namespace:
+  """sweep.py's arguments for one scheme, with some replaced."""
+  args = experiment.build_parser().parse_args(forward + ["--schemes", name])
+  args = copy.copy(args)
+  for key, value in overrides.items():
+    setattr(args, key, value)
+  return args
+
+
+def held_out_public(args: argparse.Namespace) -> tuple:
+  """The Fashion-MNIST public set held out for top_k (the same whatever N)."""
+  size = args.public_holdout or fedsmp.PUBLIC_HOLDOUT
   images, labels = load_dataset("fashion-mnist", "train", as_uint8=True)
-  held = holdout_indices(len(images), size, sweep_args.seed)[0]
-  public = (images[held].astype("float32") / 255.0, labels[held].astype("int32"))
-  model = experiment.get_model("cnn")
-  root = keys.run_key(sweep_args.seed)  # simulation.run's keys
-  data = SetupData(
-      model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
-      public_x=jnp.asarray(public[0]), public_y=jnp.asarray(public[1]),
-      key=keys.purpose(root, keys.SETUP), ratio=ratio, init_steps=sweep_args.init_steps,
-      local=LocalTraining(setting["local_steps"], setting["batch_size"], setting["lr"]))
-  return scheme.calibrate_clip(data, scheme.setup(data))
+  held = holdout_indices(len(images), size, args.seed)[0]
+  return images[held].astype("float32") / 255.0, labels[held].astype("int32")
+
+
+def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
+  """S of one scheme at one ratio by ``simulation.run``'s rule (same w0 and keys).
+
+  Every scheme calibrates on the public set held out for top_k: at r = 1 all
+  give the same S.
+  """
+  args = sweep_args(forward, name, ratio=[ratio])
+  run = experiment.plan(args)[0]
+  data, _, _ = experiment.load_data(args, [run]).of(run)
+  config = dataclasses.replace(run.config, clip_norm=None)
+  return simulation.prepare(paper_cnn(), run.scheme, data, held_out_public(args),
+                            config).clip_norm
 
 
 def calibrate(args, forward: list[str], name: str) -> list[tuple[float, float]]:
   """(ratio, sigma) for each ratio of one scheme, sigma meeting --epsilon."""
-  sweep_args = experiment.build_parser().parse_args(forward + ["--schemes", name])
-  scheme = get_scheme(name)
-  setting = experiment._settings(sweep_args, scheme)
+  sweep = sweep_args(forward, name)
+  setting = experiment.settings(sweep, get_scheme(name))
   rate = setting["clients_per_round"] / setting["num_clients"]
   pairs = []
   for ratio in args.ratios:
     sigma = accounting.noise_multiplier_for_epsilon(
-        args.epsilon, rate, setting["rounds"], sweep_args.delta, sweep_args.accountant,
-        sweep_args.sampling, num_clients=setting["num_clients"],
-        truncated_cohort=sweep_args.max_cohort)
+        args.epsilon, rate, setting["rounds"], sweep.delta, sweep.accountant,
+        sweep.sampling, num_clients=setting["num_clients"],
+        truncated_cohort=sweep.max_cohort)
     pairs.append((ratio, sigma))
   return pairs
 
@@ -177,27 +183,29 @@ def main(argv: list[str] | None = None) -> int:
       scheme = get_scheme(name)
       if scheme.dp and not given_clip and clip_at is not None:
         clips[scheme.name] = calibrate_clip(forward, scheme.name, clip_at)
+    out = pathlib.Path(args.out)
+    sweeps = []  # (sweep arguments, planned runs), all validated before any run
+    for name, pairs in plans.items():
+      scheme = get_scheme(name).name
+      sigmas = sorted({s for _, s in pairs})
+      for i, sigma in enumerate(sigmas):
+        sub = out / (scheme if len(sigmas) == 1 else f"{scheme}-sigma{i}")
+        overrides = {"ratio": [r for r, s in pairs if s == sigma],
+                     "noise_multiplier": sigma, "out": str(sub)}
+        if scheme in clips:
+          overrides["clip"] = clips[scheme]
+        sub_args = sweep_args(forward, scheme, **overrides)
+        sweeps.append((sub_args, experiment.plan(sub_args)))
   except (experiment.UsageError, ValueError, DataError) as e:
     print(f"fedsmp_ratio_sweep.py: error: {e}", file=sys.stderr)
     return 2
 
-  out = pathlib.Path(args.out)
   rows = []
-  for name, pairs in plans.items():
-    scheme = get_scheme(name).name
-    extra = ["--clip", repr(clips[scheme])] if scheme in clips else []
-    sigmas = sorted({s for _, s in pairs})
-    for i, sigma in enumerate(sigmas):
-      ratios = [r for r, s in pairs if s == sigma]
-      sub = out / (scheme if len(sigmas) == 1 else f"{scheme}-sigma{i}")
-      code = experiment.main(forward + extra + [
-          "--schemes", scheme, "--ratio", *map(repr, ratios), "--noise-multiplier",
-          repr(sigma), "--out", str(sub)])
-      if code != 0:
-        return code
-      for run in json.loads((sub / "results.json").read_text())["runs"]:
-        run.pop("history", None)
-        rows.append(run)
+  for sub_args, runs in sweeps:
+    records = experiment.execute(runs, experiment.load_data(sub_args, runs))
+    experiment.write(sub_args, records)
+    for run in records:
+      rows.append({k: v for k, v in run.items() if k != "history"})
   schemes = [get_scheme(n).name for n in args.schemes]
   table = markdown(rows, schemes, args.epsilon)
   command = "python experiments/fedsmp_ratio_sweep.py " + " ".join(

@@ -7,12 +7,9 @@ Example (UAI 2021 Table 1 at r = 0.5%, the paper's setting):
 Run ``python experiments/sweep.py --help`` for every option.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from fedjax_dp import host_devices  # noqa: E402  (imports no JAX)
+from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 

@@ -1,55 +1,114 @@
-"""Local training of one client; the caller vmaps it over the cohort.
+"""Local training of one client, on optax; the caller vmaps it over the cohort.
 
-UAI 2021, Algorithm 5 (SGD) and Algorithm 2 (Topk-SGD): ``T_gd`` steps of SGD
-with a batch of ``|B|`` examples drawn at random from the client's data. With
-a coordinate mask, only the masked coordinates move: UAI Algorithm 2 adds the
-step to the coordinates in T only, which is the same as resetting the others
-to their starting values after every step.
+UAI 2021, Algorithm 5 (SGD) and Algorithm 2 (Topk-SGD): ``T_gd`` steps of an
+optimiser with a batch of ``|B|`` examples drawn at random from the client's
+data. Every scheme trains through :func:`local_train` with an optax
+transformation: plain SGD (:func:`sgd`), momentum SGD with the buffer reset
+each round (Fed-SMP Sec. 6.2), and the learning rate a traced value where
+it is scheduled per round. With a coordinate mask only the masked
+coordinates move: UAI Algorithm 2 adds the step to the coordinates in T
+only, which is the same as resetting the others after every step
+(:func:`mask_updates`).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 LossFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
 
-def local_sgd(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
-              key: jax.Array, *, steps: int, batch_size: int, lr: float,
-              grad_mask: jax.Array | None = None) -> jax.Array:
-  """Runs ``steps`` SGD steps on one client's data.
+def sgd(lr: float | jax.Array,
+        momentum: float | jax.Array | None = None) -> optax.GradientTransformation:
+  """The clients' optimiser: ``w -= lr * g``, or heavy-ball momentum.
+
+  With momentum the step is ``v <- beta v + g; w <- w - lr v``
+  (``optax.sgd``), the buffer starting from zero every round; a momentum of
+  None or (a Python) 0 is plain SGD. Both may be traced values.
+  """
+  if momentum is None or (not isinstance(momentum, jax.Array) and momentum == 0):
+    momentum = None
+  return optax.sgd(lr, momentum=momentum)
+
+
+class _NoState(NamedTuple):
+  pass
+
+
+def mask_updates(mask: jax.Array) -> optax.GradientTransformation:
+  """Zeroes the updates outside ``mask`` (UAI Algorithm 2: only T moves)."""
+  def init(params):
+    del params
+    return _NoState()
+
+  def update(updates, state, params=None):
+    del params
+    return jnp.where(mask, updates, 0.0), state
+
+  return optax.GradientTransformation(init, update)
+
+
+def sample_batch(key: jax.Array, num: int, batch_size: int) -> jax.Array:
+  """|B| distinct example indices of ``num`` (all of them, shuffled, if |B| >= num)."""
+  return jax.random.permutation(key, num)[:min(batch_size, num)]
+
+
+def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
+                key: jax.Array, *, steps: int, batch_size: int,
+                optimizer: optax.GradientTransformation,
+                grad_mask: jax.Array | None = None) -> jax.Array:
+  """Runs ``steps`` optimiser steps on one client's data.
 
   Args:
     loss_fn: ``loss_fn(w, xb, yb)``, mean loss of a batch at flat weights w.
     w_start: (n,) starting weights.
     x: (samples, ...) the client's examples.
     y: (samples,) labels.
-    key: The client's training key for this round.
+    key: The client's training key for this round (one sub-key per step).
     steps: T_gd.
-    batch_size: |B|; each step draws |B| distinct examples at random (all of
-      them, in random order, when |B| >= |D_k|).
-    lr: eta.
+    batch_size: |B| (:func:`sample_batch`).
+    optimizer: An optax transformation, e.g. :func:`sgd`; its state starts
+      fresh (a client's momentum is reset every round).
     grad_mask: Optional (n,) bool; coordinates outside it stay exactly at
       ``w_start`` (UAI Algorithm 2).
 
   Returns:
     (n,) weights after local training.
   """
+  if grad_mask is not None:
+    optimizer = optax.chain(mask_updates(grad_mask), optimizer)
   num = x.shape[0]
-  take = min(batch_size, num)
 
-  def step(w, step_key):
-    batch = jax.random.permutation(step_key, num)[:take]
+  def step(carry, step_key):
+    w, opt_state = carry
+    batch = sample_batch(step_key, num, batch_size)
     g = jax.grad(loss_fn)(w, x[batch], y[batch])
-    if grad_mask is not None:
-      g = jnp.where(grad_mask, g, 0.0)
-    return w - lr * g, None
+    updates, opt_state = optimizer.update(g, opt_state, w)
+    return (optax.apply_updates(w, updates), opt_state), None
 
-  w, _ = jax.lax.scan(step, w_start, jax.random.split(key, steps))
+  (w, _), _ = jax.lax.scan(step, (w_start, optimizer.init(w_start)),
+                           jax.random.split(key, steps))
   return w
+
+
+def local_sgd(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
+              key: jax.Array, *, steps: int, batch_size: int, lr: float | jax.Array,
+              momentum: float | None = None,
+              grad_mask: jax.Array | None = None) -> jax.Array:
+  """:func:`local_train` with :func:`sgd` (momentum SGD for ``momentum > 0``)."""
+  return local_train(loss_fn, w_start, x, y, key, steps=steps, batch_size=batch_size,
+                     optimizer=sgd(lr, momentum), grad_mask=grad_mask)
+
+
+def batch_gradient(loss_fn: LossFn, w: jax.Array, x: jax.Array, y: jax.Array,
+                   key: jax.Array, batch_size: int) -> jax.Array:
+  """The gradient of one random mini-batch (signSGD, thesis Sec. 4.1.1)."""
+  batch = sample_batch(key, x.shape[0], batch_size)
+  return jax.grad(loss_fn)(w, x[batch], y[batch])
 
 
 def accumulated_abs_gradients(loss_fn: LossFn, w0: jax.Array, x: jax.Array,
@@ -61,7 +120,7 @@ def accumulated_abs_gradients(loss_fn: LossFn, w0: jax.Array, x: jax.Array,
   every weight; the Top-K set T holds the K largest.
 
   Args:
-    loss_fn: As in :func:`local_sgd`.
+    loss_fn: As in :func:`local_train`.
     w0: (n,) initial weights.
     x: The public batch.
     y: Its labels.
@@ -78,46 +137,3 @@ def accumulated_abs_gradients(loss_fn: LossFn, w0: jax.Array, x: jax.Array,
 
   (_, acc), _ = jax.lax.scan(step, (w0, jnp.zeros_like(w0)), None, length=steps)
   return acc
-
-
-def local_momentum_sgd(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
-                       key: jax.Array, *, steps: int, batch_size: int,
-                       lr: float | jax.Array, momentum: float,
-                       velocity: jax.Array | None = None) -> jax.Array:
-  """Runs ``steps`` steps of momentum SGD on one client's data.
-
-  Fed-SMP paper, Sec. 6.2: clients train with local momentum SGD, and the
-  momentum buffer is re-initialised at the start of every round (a client's
-  buffer would be stale by the time it is sampled again). The step is the
-  heavy-ball form ``v <- beta v + g; w <- w - eta v``; with ``beta = 0`` it
-  is :func:`local_sgd` exactly (same batches for the same key).
-
-  Args:
-    loss_fn: As in :func:`local_sgd`.
-    w_start: (n,) starting weights (the round's global model).
-    x: (samples, ...) the client's examples.
-    y: (samples,) labels.
-    key: The client's training key for this round.
-    steps: Local steps.
-    batch_size: |B|, drawn as in :func:`local_sgd`.
-    lr: eta (may be traced, e.g. decayed per round).
-    momentum: beta in [0, 1).
-    velocity: Initial buffer; None (the default, and what every scheme
-      uses) starts from zero, i.e. the momentum is reset each round.
-
-  Returns:
-    (n,) weights after local training.
-  """
-  num = x.shape[0]
-  take = min(batch_size, num)
-  v0 = jnp.zeros_like(w_start) if velocity is None else velocity
-
-  def step(carry, step_key):
-    w, v = carry
-    batch = jax.random.permutation(step_key, num)[:take]
-    g = jax.grad(loss_fn)(w, x[batch], y[batch])
-    v = momentum * v + g
-    return (w - lr * v, v), None
-
-  (w, _), _ = jax.lax.scan(step, (w_start, v0), jax.random.split(key, steps))
-  return w

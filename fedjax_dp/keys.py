@@ -3,7 +3,8 @@
 Every random draw of a run descends from one seed by ``jax.random.fold_in``
 along a path that names its purpose, so no two draws share a key:
 
-  run key -> "init" (w0), "setup" (public-data mask / clip calibration),
+  run key -> "init" (w0), "setup" -> "subset" | "calibration" | "permutation"
+                                      | "server" (public-data work before round 1),
              "rounds" -> round t -> "sampling" | "mask" | "server_noise"
                                   | "clients" -> client id -> "train" | "noise"
                                   | "secure_agg" -> client pair -> ring offset
@@ -15,6 +16,8 @@ round does not depend on where it sits in the cohort array.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 
 # Fixed integers for the purposes; changing them changes every run's draws.
@@ -22,6 +25,12 @@ INIT, SETUP, ROUNDS = 0, 1, 2
 SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
 SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures
 TRAIN, NOISE = 0, 1
+# Sub-keys of the setup key. A run has one scheme, which uses each at most
+# once; SETUP_PERMUTATION (FL-CS's shared shuffle) and SETUP_SERVER (Fed-SMP's
+# own public-data training) belong to different schemes and share a value.
+SETUP_SUBSET, SETUP_CALIBRATION, SETUP_PERMUTATION, SETUP_SERVER = 0, 1, 2, 2
+# Sub-keys of a CDP-LQ client's train key: its DP-SGD steps and its dither.
+LQ_TRAIN, LQ_DITHER = 0, 1
 
 
 def run_key(seed: int) -> jax.Array:
@@ -37,6 +46,25 @@ def round_key(key: jax.Array, round_index: jax.Array | int) -> jax.Array:
 def purpose(key: jax.Array, name: int) -> jax.Array:
   """Sub-key of ``key`` for one purpose."""
   return jax.random.fold_in(key, name)
+
+
+class RoundKeys(NamedTuple):
+  """The keys of one round (:func:`round_keys`)."""
+
+  round: jax.Array
+  sampling: jax.Array
+  mask: jax.Array
+  server_noise: jax.Array
+  secure_agg: jax.Array
+  dropout: jax.Array
+
+
+def round_keys(key: jax.Array, round_index: jax.Array | int) -> RoundKeys:
+  """Every shared key of round ``round_index``, by purpose."""
+  rkey = round_key(key, round_index)
+  return RoundKeys(rkey, purpose(rkey, SAMPLING), purpose(rkey, MASK),
+                   purpose(rkey, SERVER_NOISE), purpose(rkey, SECURE_AGG),
+                   purpose(rkey, DROPOUT))
 
 
 def client_keys(rkey: jax.Array, client_ids: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -14,12 +14,9 @@ Table 5.3 (DP, epsilon). Where both sources cover a cell (FL-CS(-DP) at 5% and
 runs; ``paper_source`` and ``paper_clip_source`` name the table.
 
 The sign family (FL-SIGN, FL-SIGN-DP, signSGD) comes from thesis Tables 4.1,
-4.2, 5.2 and 5.5, with its own settings (Tables 8.1, 8.2, 8.4) in
-``SCHEME_SETTINGS``, which the sweep applies where the user passes no flag.
-
-The Fed-SMP family (Fed-SMP-randk / -topk, FedAvg-randk / -topk) takes its
-Fashion-MNIST setting from the Fed-SMP paper, Sec. 6.1-6.2
-(``FEDSMP_FASHION_MNIST``; the values its extracted text lost are marked).
+4.2, 5.2 and 5.5. Settings that differ from the UAI one (thesis Tables 8.1,
+8.2, 8.4; the Fed-SMP paper Sec. 6.1-6.2; the CDP-LQ poster) are the
+presets of each scheme family (``fedjax_dp.schemes``, ``Family.presets``).
 """
 
 from __future__ import annotations
@@ -140,62 +137,10 @@ SIGN_RESULTS = {
 }
 _SIGN_SOURCES = {"FL-SIGN": "thesis Table 4.1", "FL-SIGN-DP": "thesis Tables 5.2, 5.5",
                  "signSGD": "thesis Table 4.2"}
-THESIS_TABLE4_1_FL_STD = PaperResult(.89, 90, None)
 # Upstream bits per value reported by the thesis (Sec. 4.1.3; Tables 5.1-5.2).
 PAPER_UPSTREAM_BITS = {"FL-SIGN": 1, "FL-SIGN-DP": 22, "signSGD": 1}
 
 PAPER_RESULTS = {**_build_results(), **THESIS_RESULTS, **SIGN_RESULTS}
-
-# Scheme-specific settings that differ from FASHION_MNIST (the UAI 2021
-# setting). The sweep applies them to a scheme unless the user passes the
-# flag; "all" clients per round means C = 1. gamma is the schemes' own field.
-SCHEME_SETTINGS = {
-    # Thesis Table 8.1 (MNIST / Fashion-MNIST), Sec. 4.1.2; gamma = 0.001.
-    "FL-SIGN": {"num_clients": 1000, "clients_per_round": 100,  # C = 0.1
-                "samples_per_client": 60, "batch_size": 10, "local_steps": 30,
-                "rounds": 100, "lr": 0.215},
-    # Thesis Table 8.2 (privacy part): gamma = 0.005, T_cl = 200, S = sqrt(n).
-    "FL-SIGN-DP": {"num_clients": 6000, "clients_per_round": 100,  # C = 1/60
-                   "samples_per_client": 10, "batch_size": 10, "local_steps": 5,
-                   "rounds": 200, "lr": 0.215},
-    # Thesis Table 8.4 / Sec. 4.1.1: every client, one mini-batch, 200 rounds.
-    "signSGD": {"num_clients": 6000, "clients_per_round": "all",
-                "samples_per_client": 10, "batch_size": 10, "local_steps": 1,
-                "rounds": 200},
-}
-SETTING_SOURCES = {"FL-SIGN": "thesis Table 8.1", "FL-SIGN-DP": "thesis Table 8.2",
-                   "signSGD": "thesis Table 8.4, Sec. 4.1.1"}
-
-# Fed-SMP paper (Hu, Gong, Guo), Fashion-MNIST, Sec. 6.1-6.2: N = 6,000
-# clients; for top_k 1,000 training examples are held out as the server's
-# public set and the remaining 59,000 go to the clients (9 each here, equal
-# arrays; rand_k and the FedAvg baselines split all 60,000, 10 each); local
-# momentum SGD for 10 local epochs, momentum reset every round, learning rate
-# decaying by 0.99 per round (the schemes' lr_decay), the server's top_k
-# training with the clients' optimiser and period. With |B| >= |D_k| a local
-# step is an epoch, so T_gd = 10. The text this project has lost the
-# momentum coefficient, the learning rate, |B|, the clients per round, T_cl,
-# sigma and S: |K| = 100 and T_cl = 200 fall back to the UAI setting,
-# |B| = 10, and eta = 0.1 with momentum 0.5 (``fedsmp.MOMENTUM``) is this
-# simulator's choice, an effective step eta / (1 - beta) = 0.2 close to the
-# UAI setting's 0.215. The paper's epsilon is 1.01 (Table I), delta < 1/N.
-FEDSMP_FASHION_MNIST = {"num_clients": 6000, "samples_per_client": 10,
-                        "local_steps": 10, "batch_size": 10, "lr": 0.1}
-# Table I's ratios, inferred from its uplink costs (0.02 ... 19.96 MB, the
-# cost being proportional to k); the ratio sweep's default is the issue's.
-FEDSMP_RATIOS = (0.001, 0.005, 0.01, 0.1, 0.2, 0.4, 0.8, 1.0)
-for _name in ("Fed-SMP-randk", "FedAvg-randk", "Fed-SMP-topk", "FedAvg-topk"):
-  SCHEME_SETTINGS[_name] = dict(FEDSMP_FASHION_MNIST)
-  if _name.endswith("topk"):  # 59,000 / 6,000 after the 1,000-example hold-out
-    SCHEME_SETTINGS[_name]["samples_per_client"] = 9
-  SETTING_SOURCES[_name] = ("Fed-SMP Sec. 6.1-6.2 (N, |D_k|, 10 local epochs); "
-                            "eta, |B| this simulator's choice")
-
-
-def scheme_setting(scheme: str) -> dict:
-  """The sweep settings of a scheme: FASHION_MNIST updated by its preset."""
-  return {**FASHION_MNIST, **SCHEME_SETTINGS.get(scheme, {})}
-
 
 def _thesis_cs_ratio(scheme: str, ratio: float) -> float | None:
   """The Table 8.4 ratio matching ``ratio`` for a CS-family scheme, if any."""
@@ -256,14 +201,3 @@ def paper_clip_norm(scheme: str, ratio: float) -> float | None:
 POSTER_CDP_LQ = {"participants": 25, "lattice_dim": 5, "quantization_levels": 8,
                  "delta": 1e-4, "epsilon": 3.11, "sigma": 0.25,
                  "compression_factor": 8.03, "dataset": "EMNIST"}
-# The preset keeps the poster's 25 participants, all in every round, and its
-# one gradient per round (Alg. 1: T_gd = 1), on Fashion-MNIST's 60,000
-# training images (2,400 per participant, IID). |B| = 240 (a Poisson rate
-# q = 0.1), eta = 0.215 (the UAI value) and T_cl = 200 are this simulator's
-# choice; so are Delta = 0.25 S and L = 5 with the scalar lattice
-# (``schemes.cdp_lq``), and delta stays at the sweep's --delta.
-SCHEME_SETTINGS["CDP-LQ"] = {"num_clients": 25, "clients_per_round": "all",
-                             "samples_per_client": 2400, "local_steps": 1,
-                             "batch_size": 240, "lr": 0.215, "rounds": 200}
-SETTING_SOURCES["CDP-LQ"] = ("poster (seed 001) Results: 25 participants, Alg. 1 "
-                             "(one gradient a round); |B|, eta, T_cl this simulator's choice")

@@ -103,3 +103,20 @@ def plan_capacity(round_keys: jax.Array, num_clients: int, rate: float,
                      )(round_keys)
     largest = max(1, int(np.max(np.asarray(sizes))))
   return int(min(num_clients, -(-largest // multiple) * multiple))
+
+
+def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
+                       capacity: int, sampler: str, rounds_list) -> list[int]:
+  """Largest number of rounds any client joined within rounds 1..t, per t.
+
+  Recomputes every round's cohort from the run's sampling keys exactly as
+  the round does (:func:`sample_cohort` with the run's capacity).
+  """
+  cohorts = jax.jit(jax.vmap(lambda k: sample_cohort(k, num_clients, rate, capacity,
+                                                     sampler)))(sampling_keys)
+  indices, mask = np.asarray(cohorts.indices), np.asarray(cohorts.mask)
+  joined = np.zeros((indices.shape[0], num_clients), np.int32)
+  rows = np.repeat(np.arange(indices.shape[0]), indices.shape[1])
+  np.add.at(joined, (rows, indices.reshape(-1)), mask.reshape(-1).astype(np.int32))
+  running = np.cumsum(joined, axis=0).max(axis=1)
+  return [int(running[t - 1]) if t >= 1 else 0 for t in rounds_list]

@@ -28,8 +28,7 @@ from fedjax_dp.compression import universal_coding
 from fedjax_dp.data import ClientData
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting, noise, secure_aggregation
-from fedjax_dp.schemes import LocalTraining, Scheme, SetupData
-from fedjax_dp.schemes import base as scheme_base
+from fedjax_dp.schemes.base import LocalTraining, Scheme, SetupData, Traits
 
 
 class ServerState(NamedTuple):
@@ -116,13 +115,6 @@ class RoundConfig:
   mesh: jax.sharding.Mesh | None = None
 
   @property
-  def generic_aggregation(self) -> bool:
-    """Contributions then a (secure) sum, instead of ``scheme.aggregate``."""
-    return (self.secure_bits is not None or self.max_dropouts > 0
-            or self.dropout_rate > 0 or
-            (self.client_chunk is not None and self.client_chunk < self.capacity))
-
-  @property
   def rate(self) -> float:
     """q = C, the sampling rate."""
     return self.clients_per_round / self.num_clients
@@ -135,6 +127,32 @@ class RoundConfig:
 
 def _as_float(x: jax.Array) -> jax.Array:
   return x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
+
+
+class RoundInputs(NamedTuple):
+  """What a round derives from (state, run key, t): keys, cohort, plan."""
+
+  keys: keys.RoundKeys
+  cohort: sampling.Cohort
+  plan: Any
+  train_keys: jax.Array
+  noise_keys: jax.Array
+
+
+def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
+                 t: jax.Array) -> RoundInputs:
+  """Round t's keys, cohort, the scheme's plan and the cohort's client keys.
+
+  The one place these are derived: the round, the coded-stream measurement
+  and the benchmark's stages all call it.
+  """
+  rk = keys.round_keys(run_key, t)
+  cohort = sampling.sample_cohort(rk.sampling, cfg.num_clients, cfg.rate, cfg.capacity,
+                                  cfg.sampler)
+  plan = cfg.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
+                               cfg.num_kept)
+  train_keys, noise_keys = keys.client_keys(rk.round, cohort.indices)
+  return RoundInputs(rk, cohort, plan, train_keys, noise_keys)
 
 
 def make_train_fn(model: FlatModel, cfg: RoundConfig
@@ -163,74 +181,69 @@ def make_train_fn(model: FlatModel, cfg: RoundConfig
   return train
 
 
-def make_round_fn(model: FlatModel, cfg: RoundConfig
-                  ) -> Callable[[ServerState, ClientData, jax.Array, jax.Array],
-                                tuple[ServerState, RoundInfo]]:
-  """Builds the pure round function of a scheme.
+class Aggregate(NamedTuple):
+  """The round's sum and its counts."""
 
-  Args:
-    model: The model (its ``loss`` drives local SGD).
-    cfg: Static round configuration.
+  total: jax.Array
+  num_clipped: jax.Array
+  num_present: jax.Array
+  num_dropped: jax.Array
+  overflow: jax.Array
+
+
+def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
+  """The round's one aggregation path, chunk by chunk of the cohort.
+
+  Local training, ``scheme.privatize`` (clip and noise shares, or the
+  scheme's own contributions), client failures, then a plain or secure sum;
+  when no share arrived, a DP scheme's ``server_noise``.
 
   Returns:
-    ``round_fn(state, data, run_key, t) -> (state, info)``, jittable; ``t``
-    is the 1-based round index and selects the round's keys.
-
-  On CPU this switches JAX to the unrolled threefry lowering for everything
-  compiled afterwards (``fedjax_dp.fast_prng``: the same random bits, the
-  DP noise about 2.4x faster).
+    ``aggregate(w, inputs, data) -> Aggregate``.
   """
-  fast_prng.use_unrolled_threefry()
   scheme = cfg.scheme
+  dp = scheme.traits.dp
   train = make_train_fn(model, cfg)
+  capacity = cfg.capacity
+  chunk = min(cfg.client_chunk or capacity, capacity)
+  num_chunks = -(-capacity // chunk)
+  padded = num_chunks * chunk
+  secure = cfg.secure_bits is not None
 
-  def generic_sum(w, plan, data, rkey, cohort, train_keys, noise_keys):
-    """Contributions, failures and a plain or secure sum, chunk by chunk.
+  def pad(a, fill=0):
+    extra = jnp.full((padded - capacity,) + a.shape[1:], fill, a.dtype)
+    return jnp.concatenate([a, extra]) if padded > capacity else a
 
-    Returns:
-      ``(total, num_clipped, num_present, num_dropped, overflow)``.
-    """
-    slot_mask = cohort.mask
-    capacity = slot_mask.shape[0]
+  def aggregate(w, inputs: RoundInputs, data) -> Aggregate:
+    slot_mask = inputs.cohort.mask
     if cfg.dropout_rate > 0:  # failures after the cohort (and masks) are fixed
-      fails = jax.random.bernoulli(keys.purpose(rkey, keys.DROPOUT), cfg.dropout_rate,
-                                   (capacity,))
+      fails = jax.random.bernoulli(inputs.keys.dropout, cfg.dropout_rate, (capacity,))
     else:
       fails = jnp.zeros((capacity,), bool)
     present = slot_mask & ~fails
     # Thesis 5.2.5: shares sized so that any |K| - l of them carry S*sigma.
     num_shares = jnp.maximum(jnp.sum(slot_mask) - cfg.max_dropouts, 1)
-    chunk = min(cfg.client_chunk or capacity, capacity)
-    num_chunks = -(-capacity // chunk)
-    padded = num_chunks * chunk
+    ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask, False), pad(present, False)
+    tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
 
-    def pad(a, fill=0):
-      extra = jnp.full((padded - capacity,) + a.shape[1:], fill, a.dtype)
-      return jnp.concatenate([a, extra]) if padded > capacity else a
-
-    ids, smask, pres = pad(cohort.indices), pad(slot_mask, False), pad(present, False)
-    tkeys, nkeys = pad(train_keys), pad(noise_keys)
-
-    def chunk_contributions(c):
+    def contributions(c):
       take = lambda a: jax.lax.dynamic_slice_in_dim(a, c * chunk, chunk)
-      messages = train(w, plan, data, take(ids), take(tkeys))
-      contribs, clipped = scheme_base.contributions(
-          scheme, messages, take(smask), take(nkeys), cfg.clip_norm,
-          cfg.noise_multiplier, num_shares)
+      messages = train(w, inputs.plan, data, take(ids), take(tkeys))
+      contribs, clipped = scheme.privatize(messages, take(smask), take(nkeys),
+                                           cfg.clip_norm, cfg.noise_multiplier, num_shares)
       return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
 
-    shape = jax.eval_shape(chunk_contributions, 0)[0]
+    shape = jax.eval_shape(contributions, 0)[0]
     integer = jnp.issubdtype(shape.dtype, jnp.integer)
-    secure = cfg.secure_bits is not None
-    sa_key = keys.purpose(rkey, keys.SECURE_AGG)
 
     def body(carry, c):
       acc, clipped = carry
-      contribs, nclip, pres_c = chunk_contributions(c)
+      contribs, nclip, pres_c = contributions(c)
       if secure:
         acc = secure_aggregation.secure_accumulate(
-            acc, contribs, c * chunk + jnp.arange(chunk), smask, pres, ids, sa_key,
-            cfg.secure_bits, cfg.secure_scale, cfg.secure_neighbours)
+            acc, contribs, c * chunk + jnp.arange(chunk), smask, pres, ids,
+            inputs.keys.secure_agg, cfg.secure_bits, cfg.secure_scale,
+            cfg.secure_neighbours)
       elif integer:
         acc = acc + jnp.sum(jnp.where(pres_c[:, None], contribs, 0), axis=0,
                             dtype=acc.dtype)
@@ -250,43 +263,52 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
     else:
       total, overflow = acc.astype(jnp.float32), jnp.int32(0)
     num_present = jnp.sum(present)
-    if scheme.dp:  # nobody's share arrived: the server adds the full noise
-      fallback = scheme_base.server_noise(
-          scheme, keys.purpose(rkey, keys.SERVER_NOISE), shape.shape[1:],
-          jnp.float32, cfg.clip_norm, cfg.noise_multiplier)
+    if dp:  # nobody's share arrived: the server adds the full noise
+      fallback = scheme.server_noise(inputs.keys.server_noise, shape.shape[1:],
+                                     cfg.clip_norm, cfg.noise_multiplier)
       total = total + jnp.where(num_present == 0, fallback, 0).astype(jnp.float32)
     num_dropped = jnp.sum(slot_mask & fails).astype(jnp.int32)
-    return total, num_clipped, num_present, num_dropped, overflow
+    return Aggregate(total, num_clipped, num_present, num_dropped, overflow)
+
+  return aggregate
+
+
+def make_round_fn(model: FlatModel, cfg: RoundConfig
+                  ) -> Callable[[ServerState, ClientData, jax.Array, jax.Array],
+                                tuple[ServerState, RoundInfo]]:
+  """Builds the pure round function of a scheme.
+
+  Args:
+    model: The model (its ``loss`` drives local SGD).
+    cfg: Static round configuration.
+
+  Returns:
+    ``round_fn(state, data, run_key, t) -> (state, info)``, jittable; ``t``
+    is the 1-based round index and selects the round's keys.
+
+  On CPU this switches JAX to the unrolled threefry lowering for everything
+  compiled afterwards (``fedjax_dp.fast_prng``: the same random bits, the
+  DP noise about 2.4x faster).
+  """
+  fast_prng.use_unrolled_threefry()
+  scheme = cfg.scheme
+  aggregate = make_aggregate_fn(model, cfg)
 
   def round_fn(state: ServerState, data: ClientData, run_key: jax.Array,
                t: jax.Array) -> tuple[ServerState, RoundInfo]:
-    w = state.weights
-    rkey = keys.round_key(run_key, t)
-    cohort = sampling.sample_cohort(keys.purpose(rkey, keys.SAMPLING),
-                                    cfg.num_clients, cfg.rate, cfg.capacity,
-                                    cfg.sampler)
-    plan = scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
-                             w.shape[0], cfg.num_kept)
-    train_keys, noise_keys = keys.client_keys(rkey, cohort.indices)
-    if cfg.generic_aggregation:
-      total, num_clipped, num_present, num_dropped, overflow = generic_sum(
-          w, plan, data, rkey, cohort, train_keys, noise_keys)
-    else:  # the default path: the scheme sums its own cohort
-      messages = train(w, plan, data, cohort.indices, train_keys)
-      total, num_clipped = scheme.aggregate(
-          messages, cohort.mask, noise_keys, keys.purpose(rkey, keys.SERVER_NOISE),
-          cfg.clip_norm, cfg.noise_multiplier)
-      num_present, num_dropped, overflow = jnp.sum(cohort.mask), jnp.int32(0), jnp.int32(0)
-    if scheme.dp:
+    inputs = round_inputs(cfg, state, run_key, t)
+    agg = aggregate(state.weights, inputs, data)
+    if scheme.traits.dp:
       # A fixed denominator: the released model depends on the noisy sum
       # alone, not on the (private) realised cohort size.
-      mean = total / cfg.clients_per_round
+      mean = agg.total / cfg.clients_per_round
     else:
-      mean = total / jnp.maximum(num_present, 1)  # equal |D_k|: FedAvg
-    new_w, new_scheme_state = scheme.server_update(w, state.scheme_state, mean, plan)
+      mean = agg.total / jnp.maximum(agg.num_present, 1)  # equal |D_k|: FedAvg
+    new_w, new_scheme_state = scheme.server_update(state.weights, state.scheme_state, mean,
+                                                   inputs.plan)
     return (ServerState(new_w, new_scheme_state),
-            RoundInfo(cohort.num_sampled, jnp.asarray(num_clipped, jnp.int32),
-                      num_dropped, overflow))
+            RoundInfo(inputs.cohort.num_sampled, jnp.asarray(agg.num_clipped, jnp.int32),
+                      agg.num_dropped, agg.overflow))
 
   return round_fn
 
@@ -319,25 +341,21 @@ def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
 
   The integer streams (``scheme.client_stream``) that the first
   ``num_measured`` cohort slots of round t transmit, derived with the
-  round's own cohort, plan and client keys, so they are bit for bit what
-  those clients send in round t; ``real`` marks real (not padding) slots.
-  Their coded size is measured outside ``jit`` (CDP-LQ: bzip2).
+  round's own cohort, plan and client keys (:func:`round_inputs`), so they
+  are bit for bit what those clients send in round t; ``real`` marks real
+  (not padding) slots. Their coded size is measured outside ``jit``
+  (CDP-LQ: bzip2).
   """
   scheme = cfg.scheme
   num = min(num_measured, cfg.capacity)
 
   def streams(state, data, run_key, t):
-    rkey = keys.round_key(run_key, t)
-    cohort = sampling.sample_cohort(keys.purpose(rkey, keys.SAMPLING), cfg.num_clients,
-                                    cfg.rate, cfg.capacity, cfg.sampler)
-    plan = scheme.round_plan(state.scheme_state, keys.purpose(rkey, keys.MASK),
-                             state.weights.shape[0], cfg.num_kept)
-    ids = cohort.indices[:num]
-    train_keys, _ = keys.client_keys(rkey, ids)
+    inputs = round_inputs(cfg, state, run_key, t)
+    ids = inputs.cohort.indices[:num]
     out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
-        model, state.weights, plan, xk, yk, kk, cfg.local))(
-            _as_float(data.x[ids]), data.y[ids], train_keys)
-    return out, cohort.mask[:num]
+        model, state.weights, inputs.plan, xk, yk, kk, cfg.local))(
+            _as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
+    return out, inputs.cohort.mask[:num]
 
   return jax.jit(streams)
 
@@ -457,13 +475,28 @@ class RunConfig:
       raise ValueError(f"accountant {self.accountant!r} assumes Poisson sampling; "
                        "use --accountant rdp with --sampling fixed")
 
-  def validate_scheme(self, scheme: Scheme, num_clients: int) -> None:
-    """Checks what depends on the scheme too (raises ValueError)."""
+  @property
+  def local(self) -> LocalTraining:
+    """The client-side hyper-parameters."""
+    return LocalTraining(self.local_steps, self.batch_size, self.lr)
+
+  def rate(self, num_clients: int) -> float:
+    """q = C = clients_per_round / N."""
+    return self.clients_per_round / num_clients
+
+  def validate_scheme(self, scheme: Scheme, num_clients: int, num_params: int,
+                      samples_per_client: int = 1) -> None:
+    """Checks this config with a scheme: its options and its mechanism.
+
+    Raises:
+      ValueError: One line naming the parameter.
+    """
     self.validate(num_clients)
-    if (scheme.dp and getattr(scheme, "discrete_gaussian", False)
-        and self.accountant not in accounting.DG_ACCOUNTANTS):
-      raise ValueError(f"{scheme.name} is accounted with the discrete Gaussian bound "
-                       "(thesis Thm 3); use --accountant moments or rdp")
+    scheme.validate(num_params, self.ratio)
+    mechanism = scheme.mechanism(self.noise_multiplier,
+                                 scheme.num_values(num_params, self.ratio), self.local,
+                                 samples_per_client)
+    accounting.check_mechanism(mechanism, self.accountant, self.sampler)
 
 
 # Cohorts above this many slots are trained and summed AUTO_CHUNK at a time.
@@ -471,8 +504,18 @@ AUTO_CHUNK_ABOVE = 256
 AUTO_CHUNK = 128
 
 
-def _communication(scheme: Scheme, cfg: RunConfig, k: int, capacity: int,
-                   clip_norm: float | None) -> dict:
+class Communication(NamedTuple):
+  """Secure-aggregation settings and bits per value up and down."""
+
+  secure_bits: int | None
+  secure_scale: float
+  secure_frac_bits: int | None
+  upstream_bits: float
+  downstream_bits: int
+
+
+def communication(traits: Traits, cfg: RunConfig, capacity: int,
+                  clip_norm: float | None) -> Communication:
   """Secure-aggregation settings and bits per value up and down.
 
   Secure aggregation applies to DP schemes and to schemes with bounded
@@ -484,25 +527,269 @@ def _communication(scheme: Scheme, cfg: RunConfig, k: int, capacity: int,
   the scheme's own figure (1 for a sign; the thesis modulus for FL-SIGN-DP,
   whose Alg. 9 always encrypts).
   """
-  integer = getattr(scheme, "integer_messages", False)
+  integer = traits.integer_messages
   scale = 1.0 if integer else float(2 ** cfg.secure_frac_bits)
-  max_abs = getattr(scheme, "max_abs_value", None) or clip_norm
-  noise_std = clip_norm * cfg.noise_multiplier if scheme.dp else 0.0
+  max_abs = traits.max_abs_value or clip_norm
+  noise_std = clip_norm * cfg.noise_multiplier if traits.dp else 0.0
 
   def formula(scale):
     return secure_aggregation.bit_width(noise_std, max_abs, capacity, scale)
 
-  secure = cfg.secure_aggregation and (scheme.dp or integer)
+  secure = cfg.secure_aggregation and (traits.dp or integer)
   bits = (cfg.secure_bits or formula(scale)) if secure else None
-  up = getattr(scheme, "upstream_bits", bandwidth.BITS_PER_FLOAT)
+  up = traits.upstream_bits
   if bits is not None:
     up = bits
   elif up is None:
     up = formula(1.0)
-  return {"secure_bits": bits, "secure_scale": scale if secure else 1.0,
-          "secure_frac_bits": None if (not secure or integer) else cfg.secure_frac_bits,
-          "upstream_bits": up,
-          "downstream_bits": getattr(scheme, "downstream_bits", bandwidth.BITS_PER_FLOAT)}
+  return Communication(bits, scale if secure else 1.0,
+                       None if (not secure or integer) else cfg.secure_frac_bits, up,
+                       traits.downstream_bits)
+
+
+class Prepared(NamedTuple):
+  """A run after the server's setup, ready for round 1 (:func:`prepare`).
+
+  Attributes:
+    scheme: The scheme, bound to the run (``Scheme.bind``).
+    state: The initial server state.
+    clip_norm: S for DP schemes (given, calibrated or the scheme's own), else
+      None.
+    num_values: m, values per message.
+    round_cfg: The static round configuration.
+    comm: Secure aggregation and bits per value.
+    mechanism: What a round releases.
+    sampling_keys: (rounds, 2) every round's sampling key.
+    run_key: The run's root key.
+  """
+
+  scheme: Scheme
+  state: ServerState
+  clip_norm: float | None
+  num_values: int
+  round_cfg: RoundConfig
+  comm: Communication
+  mechanism: accounting.Mechanism
+  sampling_keys: jax.Array
+  run_key: jax.Array
+
+
+def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
+            public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
+  """Validates, then runs the server's work before round 1.
+
+  w0, the scheme's setup on public data, S (the user's, calibrated, or the
+  scheme's fixed sensitivity), the cohort capacity, the device mesh, bit
+  widths and the round configuration.
+
+  Raises:
+    ValueError: A bad setting (one line, naming the parameter).
+  """
+  num_clients, samples = int(data.x.shape[0]), int(data.x.shape[1])
+  n = model.num_params
+  cfg.validate_scheme(scheme, num_clients, n, samples)
+  traits = scheme.traits
+  root = keys.run_key(cfg.seed)
+  k = scheme.num_values(n, cfg.ratio)
+  setup_data = SetupData(
+      model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
+      public_x=jnp.asarray(public[0]), public_y=jnp.asarray(public[1]),
+      key=keys.purpose(root, keys.SETUP), ratio=cfg.ratio, init_steps=cfg.init_steps,
+      local=cfg.local, run_key=root, num_clients=num_clients, samples_per_client=samples,
+      rounds=cfg.rounds, noise_multiplier=cfg.noise_multiplier if traits.dp else 0.0)
+  scheme_state = scheme.setup(setup_data)
+  clip_norm = None
+  if traits.dp:
+    clip_norm = cfg.clip_norm
+    if clip_norm is None or traits.fixed_sensitivity:
+      clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
+    scheme = scheme.bind(setup_data, clip_norm)
+
+  sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
+                           )(jnp.arange(1, cfg.rounds + 1))
+  mesh = sharding.client_mesh(cfg.devices)
+  capacity = sampling.plan_capacity(sampling_keys, num_clients, cfg.rate(num_clients),
+                                    cfg.sampler,
+                                    multiple=math.lcm(4, sharding.mesh_size(mesh)))
+  if cfg.max_cohort is not None:  # truncated Poisson: keep a random subset
+    capacity = min(capacity, cfg.max_cohort)
+  comm = communication(traits, cfg, capacity, clip_norm)
+  client_chunk = cfg.client_chunk
+  if client_chunk is None and capacity > AUTO_CHUNK_ABOVE:
+    client_chunk = AUTO_CHUNK
+  round_cfg = RoundConfig(
+      scheme=scheme, num_clients=num_clients, clients_per_round=cfg.clients_per_round,
+      capacity=capacity, sampler=cfg.sampler, num_kept=k, local_steps=cfg.local_steps,
+      batch_size=cfg.batch_size, lr=cfg.lr, noise_multiplier=setup_data.noise_multiplier,
+      clip_norm=clip_norm if traits.dp else 1.0, secure_bits=comm.secure_bits,
+      secure_scale=comm.secure_scale, secure_neighbours=cfg.secure_neighbours,
+      max_dropouts=cfg.max_dropouts if traits.dp else 0, dropout_rate=cfg.dropout_rate,
+      client_chunk=client_chunk, mesh=mesh)
+  mechanism = scheme.mechanism(setup_data.noise_multiplier, k, cfg.local, samples)
+  return Prepared(scheme, ServerState(setup_data.w0, scheme_state), clip_norm, k,
+                  round_cfg, comm, mechanism, sampling_keys, root)
+
+
+class Counters(NamedTuple):
+  """What the train loop counts over the rounds (from each round's RoundInfo)."""
+
+  participations: int = 0
+  truncated: int = 0
+  clipped: int = 0
+  dropped: int = 0
+  under_noised: int = 0
+  overflows: int = 0
+
+  def add(self, infos: RoundInfo, capacity: int, max_dropouts: int) -> "Counters":
+    """These counts plus those of the rounds in ``infos`` (stacked)."""
+    sampled = np.asarray(infos.num_sampled)
+    drops = np.asarray(infos.num_dropped)
+    return Counters(
+        self.participations + int(np.minimum(sampled, capacity).sum()),
+        self.truncated + int((sampled > capacity).sum()),
+        self.clipped + int(np.asarray(infos.num_clipped).sum()),
+        self.dropped + int(drops.sum()),
+        self.under_noised + int((drops > max_dropouts).sum()),
+        self.overflows + int(np.asarray(infos.secure_overflow).sum()))
+
+
+class Trained(NamedTuple):
+  """What the train loop returns."""
+
+  state: ServerState
+  history: list
+  counters: Counters
+  coded_sizes: list
+
+
+def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
+               test: tuple[np.ndarray, np.ndarray], rounds: int, eval_every: int,
+               progress: Callable[[int], None] | None = None) -> Trained:
+  """Rounds 1..``rounds``, compiled ``eval_every`` at a time, test accuracy after each.
+
+  Coded-stream schemes (``traits.measured_streams``) also measure what
+  some clients send in the first round of every interval.
+  """
+  scheme, cfg = prep.scheme, prep.round_cfg
+  mesh = cfg.mesh
+  eval_fn = make_eval_fn(model, mesh=mesh)
+  measured = scheme.traits.measured_streams
+  stream_fn = make_stream_fn(model, cfg, measured) if measured > 0 else None
+  test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
+  state, root = prep.state, prep.run_key
+  if mesh is not None:  # the placement every round call sees (one compilation)
+    state, data, root, test_x = sharding.replicate((state, data, root, test_x), mesh)
+  compiled: dict[int, Callable] = {}
+  history, coded_sizes, counters = [], [], Counters()
+  t = 1
+  while t <= rounds:
+    chunk = min(eval_every, rounds - t + 1)
+    if chunk not in compiled:
+      compiled[chunk] = make_rounds_fn(model, cfg, chunk)
+    if stream_fn is not None:  # round t's streams, before the state is donated
+      streams, real = stream_fn(state, data, root, jnp.int32(t))
+      coded_sizes += [scheme.measure_stream(s, model.num_params)
+                      for s, r in zip(np.asarray(streams), np.asarray(real)) if r]
+    state, infos = compiled[chunk](state, data, root, jnp.int32(t))
+    t += chunk
+    counters = counters.add(infos, cfg.capacity, cfg.max_dropouts)
+    preds, _ = eval_fn(state.weights, test_x)
+    history.append({"round": t - 1, "accuracy": metrics.accuracy(test_y, np.asarray(preds)),
+                    **scheme.diagnostics(state.scheme_state, t - 1)})
+    if progress is not None:
+      progress(chunk)
+  return Trained(state, history, counters, coded_sizes)
+
+
+def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.PrivacyReport:
+  """Epsilon after each round count of ``rounds_list``: the scheme's mechanism
+  composed by ``fedjax_dp.privacy.accounting.report``."""
+  rc = prep.round_cfg
+
+  def participations(ts):
+    return sampling.max_participations(prep.sampling_keys, rc.num_clients, rc.rate,
+                                       rc.capacity, rc.sampler, ts)
+
+  return accounting.report(
+      prep.mechanism, rounds_list, cfg.delta, cfg.accountant,
+      accounting.Sampling(rc.rate, rc.sampler, rc.num_clients, rc.capacity,
+                          cfg.max_cohort, participations))
+
+
+def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Trained,
+                seconds: float) -> dict:
+  """The run's JSON-ready record (UAI Table 1's columns and the run's details)."""
+  scheme, rc, comm, counters = prep.scheme, prep.round_cfg, prep.comm, trained.counters
+  dp, n, k = scheme.traits.dp, model.num_params, prep.num_values
+  history = trained.history
+  best = max(history, key=lambda h: (h["accuracy"], -h["round"]))
+  if counters.overflows:
+    warnings.warn(f"{scheme.name}: {counters.overflows} coordinate sums overflowed the "
+                  f"{comm.secure_bits}-bit secure-aggregation modulus")
+  if dp and counters.under_noised:
+    warnings.warn(f"{scheme.name}: {counters.under_noised} rounds lost more than "
+                  f"--max-dropouts {cfg.max_dropouts} clients; their aggregate noise "
+                  "was below what the accountant assumes")
+  privacy = privacy_report(prep, cfg, [best["round"], cfg.rounds])
+  upstream_bits, coded = comm.upstream_bits, {}
+  if scheme.traits.measured_streams > 0:
+    coded = universal_coding.summarize(trained.coded_sizes)
+    if trained.coded_sizes:  # measured coded bits replace the nominal 32 a value
+      upstream_bits = coded["coded_bits_per_value"]
+  down_values = scheme.num_downstream(n, cfg.ratio)
+  parts = counters.participations
+  client_level = prep.mechanism.kind != "none" and prep.mechanism.level == "client"
+  record = {
+      "scheme": scheme.name,
+      "ratio": cfg.ratio if scheme.traits.uses_ratio else 1.0,
+      "best_accuracy": best["accuracy"],
+      "best_round": best["round"],
+      "final_accuracy": history[-1]["accuracy"],
+      "downstream_kb": bandwidth.cost_kb(down_values, best["round"], rc.rate,
+                                         comm.downstream_bits),
+      "upstream_kb": bandwidth.cost_kb(k, best["round"], rc.rate, upstream_bits),
+      "measured_upstream_kb": bandwidth.measured_cost_kb(k, parts, rc.num_clients,
+                                                         upstream_bits),
+      "upstream_bits": upstream_bits,
+      "downstream_bits": comm.downstream_bits,
+      "secure_aggregation": comm.secure_bits is not None,
+      "secure_bits": comm.secure_bits,
+      "secure_frac_bits": comm.secure_frac_bits,
+      "secure_neighbours": cfg.secure_neighbours if comm.secure_bits else None,
+      "secure_overflows": counters.overflows,
+      "max_dropouts": rc.max_dropouts,
+      "dropout_rate": cfg.dropout_rate,
+      "dropped_clients": counters.dropped,
+      "under_noised_rounds": counters.under_noised if dp else 0,
+      "client_chunk": rc.client_chunk,
+      "upstream_values": k,
+      "downstream_values": down_values,
+      "epsilon": privacy.epsilons[0],
+      "epsilon_final": privacy.epsilons[1],
+      "delta": cfg.delta if dp else None,
+      "accountant": privacy.label,
+      "sampler": cfg.sampler,
+      "noise_multiplier": rc.noise_multiplier,
+      "clip_norm": prep.clip_norm,
+      "clipped_fraction": counters.clipped / max(parts, 1) if client_level else None,
+      "rounds": cfg.rounds,
+      "num_params": n,
+      "num_clients": rc.num_clients,
+      "clients_per_round": cfg.clients_per_round,
+      "capacity": rc.capacity,
+      "devices": sharding.mesh_size(rc.mesh),
+      "max_cohort": cfg.max_cohort,
+      "truncated_rounds": counters.truncated,
+      "mean_cohort": parts / cfg.rounds,
+      "seed": cfg.seed,
+      "seconds": seconds,
+      "history": history,
+      **scheme.diagnostics(trained.state.scheme_state, cfg.rounds),
+      **scheme.describe(),
+      **privacy.fields,
+      **coded,
+  }
+  return record
 
 
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
@@ -511,189 +798,31 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
         return_state: bool = False):
   """Runs one scheme for ``cfg.rounds`` rounds and reports like UAI Table 1.
 
+  Four steps: :func:`prepare` (validation and the server's setup),
+  :func:`train_loop`, the privacy report and :func:`make_record`.
+
   Args:
-    model: The model.
-    scheme: The scheme.
-    data: Federated training data.
-    test: (images, labels) of the held-out test set.
-    public: (images, labels) of the server's public batch.
+    model: The model (``fedjax_dp.models``, or ``models.from_flax``).
+    scheme: The scheme (``fedjax_dp.schemes.get_scheme``, or your own).
+    data: Federated training data (``fedjax_dp.data.partition``).
+    test: (examples, labels) of the held-out test set.
+    public: (examples, labels) of the server's public batch.
     cfg: Hyper-parameters.
     progress: Called with the number of rounds just completed.
+    return_state: Also return the final :class:`ServerState`.
 
   Returns:
     A JSON-ready record: scheme, ratio, best_accuracy, best_round,
     downstream_kb, upstream_kb, epsilon (at the best round), epsilon_final,
     delta, accountant, noise_multiplier, clip_norm, rounds, num_params,
-    seconds, and the accuracy history. With ``return_state``, the pair
-    ``(record, final ServerState)``.
+    seconds, the accuracy history, and the scheme's own fields. With
+    ``return_state``, the pair ``(record, final ServerState)``.
+
+  Raises:
+    ValueError: A bad setting (one line, naming the parameter).
   """
   start = time.perf_counter()
-  num_clients = int(data.x.shape[0])
-  cfg.validate_scheme(scheme, num_clients)
-  root = keys.run_key(cfg.seed)
-  setup = keys.purpose(root, keys.SETUP)
-  w0 = jax.jit(model.init)(keys.purpose(root, keys.INIT))
-  n = model.num_params
-  k = scheme.num_values(n, cfg.ratio)
-  setup_data = SetupData(
-      model=model, w0=w0, public_x=jnp.asarray(public[0]),
-      public_y=jnp.asarray(public[1]), key=setup, ratio=cfg.ratio,
-      init_steps=cfg.init_steps,
-      local=LocalTraining(cfg.local_steps, cfg.batch_size, cfg.lr))
-  scheme_state = scheme.setup(setup_data)
-  clip_norm = cfg.clip_norm
-  if scheme.dp and hasattr(scheme, "fixed_clip_norm"):  # e.g. sign vectors: sqrt(n)
-    clip_norm = scheme.fixed_clip_norm(k)
-  if scheme.dp and clip_norm is None:
-    clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
-  if hasattr(scheme, "bind_run"):  # clients needing run values (CDP-LQ: S, sigma, slots)
-    scheme = scheme.bind_run(root, cfg, clip_norm, num_clients, int(data.x.shape[1]))
-
-  rate = cfg.clients_per_round / num_clients
-  sampling_keys = jax.vmap(lambda t: keys.purpose(keys.round_key(root, t), keys.SAMPLING)
-                           )(jnp.arange(1, cfg.rounds + 1))
-  mesh = sharding.client_mesh(cfg.devices)
-  capacity = sampling.plan_capacity(sampling_keys, num_clients, rate, cfg.sampler,
-                                    multiple=math.lcm(4, sharding.mesh_size(mesh)))
-  if cfg.max_cohort is not None:  # truncated Poisson: keep a random subset
-    capacity = min(capacity, cfg.max_cohort)
-  comm = _communication(scheme, cfg, k, capacity, clip_norm)
-  client_chunk = cfg.client_chunk
-  if client_chunk is None and capacity > AUTO_CHUNK_ABOVE:
-    client_chunk = AUTO_CHUNK
-  round_cfg = RoundConfig(
-      scheme=scheme, num_clients=num_clients,
-      clients_per_round=cfg.clients_per_round, capacity=capacity,
-      sampler=cfg.sampler, num_kept=k, local_steps=cfg.local_steps,
-      batch_size=cfg.batch_size, lr=cfg.lr,
-      noise_multiplier=cfg.noise_multiplier if scheme.dp else 0.0,
-      clip_norm=clip_norm if scheme.dp else 1.0,
-      secure_bits=comm["secure_bits"], secure_scale=comm["secure_scale"],
-      secure_neighbours=cfg.secure_neighbours,
-      max_dropouts=cfg.max_dropouts if scheme.dp else 0,
-      dropout_rate=cfg.dropout_rate, client_chunk=client_chunk, mesh=mesh)
-
-  eval_fn = make_eval_fn(model, mesh=mesh)
-  # Schemes that send coded integers (CDP-LQ): measure what some clients send.
-  measured_clients = getattr(scheme, "measured_clients", 0)
-  stream_fn = (make_stream_fn(model, round_cfg, measured_clients)
-               if hasattr(scheme, "measure_stream") and measured_clients > 0 else None)
-  coded_sizes = []
-  test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
-  state = ServerState(w0, scheme_state)
-  if mesh is not None:  # the placement every round call sees (one compilation)
-    state, data, root, test_x = sharding.replicate((state, data, root, test_x), mesh)
-  compiled: dict[int, Callable] = {}
-  history, participations, clipped, truncated = [], 0, 0, 0
-  dropped, under_noised, overflows = 0, 0, 0
-  t = 1
-  while t <= cfg.rounds:
-    chunk = min(cfg.eval_every, cfg.rounds - t + 1)
-    if chunk not in compiled:
-      compiled[chunk] = make_rounds_fn(model, round_cfg, chunk)
-    if stream_fn is not None:  # round t's streams, before the state is donated
-      streams, real = stream_fn(state, data, root, jnp.int32(t))
-      coded_sizes += [scheme.measure_stream(s, n)
-                      for s, r in zip(np.asarray(streams), np.asarray(real)) if r]
-    state, infos = compiled[chunk](state, data, root, jnp.int32(t))
-    t += chunk
-    sampled = np.asarray(infos.num_sampled)
-    participations += int(np.minimum(sampled, capacity).sum())
-    truncated += int((sampled > capacity).sum())
-    clipped += int(np.asarray(infos.num_clipped).sum())
-    round_drops = np.asarray(infos.num_dropped)
-    dropped += int(round_drops.sum())
-    under_noised += int((round_drops > cfg.max_dropouts).sum()) if scheme.dp else 0
-    overflows += int(np.asarray(infos.secure_overflow).sum())
-    preds, _ = eval_fn(state.weights, test_x)
-    entry = {"round": t - 1, "accuracy": metrics.accuracy(test_y, np.asarray(preds))}
-    if hasattr(scheme, "diagnostics"):  # e.g. FL-CS decoder iterations
-      entry.update(scheme.diagnostics(state.scheme_state, t - 1))
-    history.append(entry)
-    if progress is not None:
-      progress(chunk)
-
-  best = max(history, key=lambda h: (h["accuracy"], -h["round"]))
-  if overflows:
-    warnings.warn(f"{scheme.name}: {overflows} coordinate sums overflowed the "
-                  f"{comm['secure_bits']}-bit secure-aggregation modulus")
-  if under_noised:
-    warnings.warn(f"{scheme.name}: {under_noised} rounds lost more than "
-                  f"--max-dropouts {cfg.max_dropouts} clients; their aggregate noise "
-                  "was below what the accountant assumes")
-  extra = {}
-  if hasattr(scheme, "record_level_epsilon"):  # CDP-LQ: sample-level DP
-    (eps_best, eps_final), label, extra = scheme.record_level_epsilon(
-        cfg, [best["round"], cfg.rounds], sampling_keys, num_clients, rate, capacity,
-        int(data.x.shape[1]))
-  elif scheme.dp and getattr(scheme, "discrete_gaussian", False):
-    eps_best, eps_final = accounting.epsilon_discrete_gaussian_curve(
-        cfg.noise_multiplier, rate, [best["round"], cfg.rounds], cfg.delta, k,
-        capacity, cfg.accountant, cfg.sampler, num_clients=num_clients)
-    label = accounting.discrete_gaussian_label(cfg.accountant, cfg.sampler,
-                                               cfg.noise_multiplier, k, capacity)
-  elif scheme.dp:
-    eps_best, eps_final = accounting.epsilon_curve(
-        cfg.noise_multiplier, rate, [best["round"], cfg.rounds], cfg.delta,
-        cfg.accountant, cfg.sampler, num_clients=num_clients,
-        truncated_cohort=cfg.max_cohort)
-    label = accounting.accountant_label(cfg.accountant, cfg.sampler, cfg.max_cohort)
-  else:
-    eps_best = eps_final = None
-    label = None
-  down_values = scheme.num_downstream(n, cfg.ratio)
-  if stream_fn is not None:  # measured coded bits replace the nominal 32 a value
-    extra.update(universal_coding.summarize(coded_sizes))
-    if coded_sizes:
-      comm["upstream_bits"] = extra["coded_bits_per_value"]
-  record = {
-      "scheme": scheme.name,
-      "ratio": cfg.ratio if scheme.uses_ratio else 1.0,
-      "best_accuracy": best["accuracy"],
-      "best_round": best["round"],
-      "final_accuracy": history[-1]["accuracy"],
-      "downstream_kb": bandwidth.cost_kb(down_values, best["round"], rate,
-                                         comm["downstream_bits"]),
-      "upstream_kb": bandwidth.cost_kb(k, best["round"], rate, comm["upstream_bits"]),
-      "measured_upstream_kb": bandwidth.measured_cost_kb(k, participations, num_clients,
-                                                         comm["upstream_bits"]),
-      "upstream_bits": comm["upstream_bits"],
-      "downstream_bits": comm["downstream_bits"],
-      "secure_aggregation": comm["secure_bits"] is not None,
-      "secure_bits": comm["secure_bits"],
-      "secure_frac_bits": comm["secure_frac_bits"],
-      "secure_neighbours": cfg.secure_neighbours if comm["secure_bits"] else None,
-      "secure_overflows": overflows,
-      "max_dropouts": cfg.max_dropouts if scheme.dp else 0,
-      "dropout_rate": cfg.dropout_rate,
-      "dropped_clients": dropped,
-      "under_noised_rounds": under_noised,
-      "client_chunk": client_chunk,
-      "upstream_values": k,
-      "downstream_values": down_values,
-      "epsilon": eps_best,
-      "epsilon_final": eps_final,
-      "delta": cfg.delta if scheme.dp else None,
-      "accountant": label,
-      "sampler": cfg.sampler,
-      "noise_multiplier": cfg.noise_multiplier if scheme.dp else 0.0,
-      "clip_norm": clip_norm if scheme.dp else None,
-      "clipped_fraction": clipped / max(participations, 1) if scheme.dp else None,
-      "rounds": cfg.rounds,
-      "num_params": n,
-      "num_clients": num_clients,
-      "clients_per_round": cfg.clients_per_round,
-      "capacity": capacity,
-      "devices": sharding.mesh_size(mesh),
-      "max_cohort": cfg.max_cohort,
-      "truncated_rounds": truncated,
-      "mean_cohort": participations / cfg.rounds,
-      "seed": cfg.seed,
-      "seconds": time.perf_counter() - start,
-      "history": history,
-      **(scheme.diagnostics(state.scheme_state, cfg.rounds)
-         if hasattr(scheme, "diagnostics") else {}),
-  }
-  record.update(extra)
-  return (record, state) if return_state else record
-
+  prep = prepare(model, scheme, data, public, cfg)
+  trained = train_loop(model, prep, data, test, cfg.rounds, cfg.eval_every, progress)
+  record = make_record(model, prep, cfg, trained, time.perf_counter() - start)
+  return (record, trained.state) if return_state else record

@@ -187,7 +187,7 @@ def test_scheme_options_are_validated():
 
 def test_max_participations_counts_the_recomputed_cohorts():
   ks = jax.vmap(lambda t: jax.random.fold_in(jax.random.PRNGKey(7), t))(jnp.arange(1, 21))
-  got = cdp_lq.max_participations(ks, 30, 0.2, 12, "poisson", [0, 5, 20])
+  got = sampling.max_participations(ks, 30, 0.2, 12, "poisson", [0, 5, 20])
   counts = np.zeros(30, int)
   expected = [0]
   for t in range(20):
@@ -196,7 +196,7 @@ def test_max_participations_counts_the_recomputed_cohorts():
     if t + 1 in (5, 20):
       expected.append(int(counts.max()))
   assert got == expected
-  assert cdp_lq.max_participations(ks, 30, 1.0, 30, "poisson", [7]) == [7]
+  assert sampling.max_participations(ks, 30, 1.0, 30, "poisson", [7]) == [7]
 
 
 def test_a_short_run_reports_record_level_epsilon_and_bzip2_bits(small_federation):

@@ -78,16 +78,16 @@ def test_fl_cs_server_follows_algorithm_4():
                                tol=1e-5, restart=True)
   state = scheme.setup(_setup_data(n, ratio))
   op = state.op
-  assert state.u.shape == state.e.shape == (scheme.num_values(n, ratio),)
+  assert state.momentum.shape == state.e.shape == (scheme.num_values(n, ratio),)
   rng = np.random.default_rng(0)
   w = jnp.asarray(rng.standard_normal(n), jnp.float32)
   update = jnp.asarray(rng.standard_normal(n) * (rng.random(n) < 0.02), jnp.float32)
-  state = state._replace(u=op.encode(update) * 0.5, e=op.encode(update) * 0.1)
+  state = state.with_momentum(op.encode(update) * 0.5)._replace(e=op.encode(update) * 0.1)
   mean = op.encode(update)
   new_w, new = jax.jit(scheme.server_update)(w, state, mean, op)
-  u = 0.9 * state.u + mean  # line 9
+  u = 0.9 * state.momentum + mean  # line 9 (optax.trace)
   e = 0.35 * u + state.e  # line 10
-  np.testing.assert_allclose(new.u, u, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(new.momentum, u, rtol=1e-6, atol=1e-7)
   # line 11: s = D(e) is the BPDN solution (KKT), line 12: e -= C(s), line 13: w += s
   y = e.reshape(op.chunks, op.coeffs)
   assert float(fista.kkt_violation(op.forward, op.adjoint, y, new.s, 1e-3, op.mask)) < 1e-4
@@ -110,7 +110,7 @@ def test_fl_freq_server_is_the_adjoint_low_pass():
   w = jnp.ones(n)
   new_w, new = scheme.server_update(w, state, mean, scheme.round_plan(state, None, n, 0))
   np.testing.assert_allclose(new_w, w + state.op.decode_adjoint(mean), atol=1e-6)
-  np.testing.assert_array_equal(new.u, state.u)  # Alg. 6: no momentum, no feedback
+  np.testing.assert_array_equal(new.momentum, state.momentum)  # Alg. 6: no momentum
   # A low-pass filter: re-encoding the decoded update gives the mean back.
   np.testing.assert_allclose(state.op.encode(new_w - w), mean, atol=1e-5)
 

@@ -46,8 +46,9 @@ def test_linear_so_secure_sums_commute(method):
   sum_of_codes = jnp.sum(jax.vmap(op.encode)(xs), axis=0)
   np.testing.assert_allclose(sum_of_codes, op.encode(jnp.sum(xs, axis=0)),
                              atol=1e-4, rtol=1e-5)
+  # float32: the operator's rounding is ~1e-7 of ||x|| (~70) per coefficient.
   np.testing.assert_allclose(op.encode(2.5 * xs[0]), 2.5 * op.encode(xs[0]), rtol=1e-5,
-                             atol=1e-6)
+                             atol=1e-5)
 
 
 @pytest.mark.parametrize("method", ["factored", "fft", "matmul"])
@@ -121,8 +122,9 @@ def test_permutation_is_shared_through_the_seed():
 def test_operator_is_a_pytree_usable_under_jit():
   op = dct_cs.make_operator(KEY, 3000, 0.1, 6)
   x = jax.random.normal(KEY, (3000,))
+  # jit fuses the products differently: float32 rounding, ~1e-6 of ||x|| (~55).
   np.testing.assert_allclose(jax.jit(lambda o, v: o.encode(v))(op, x), op.encode(x),
-                             atol=1e-6)
+                             rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n,ratio,chunks,match", [

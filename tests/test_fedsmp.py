@@ -13,7 +13,8 @@ from fedjax_dp import client, experiment, simulation
 from fedjax_dp.compression import masks
 from fedjax_dp.data import holdout_indices, load_federated_with_public
 from fedjax_dp.data.idx import load_dataset
-from fedjax_dp.schemes import ALIASES, SCHEMES, LocalTraining, SetupData, get_scheme
+from fedjax_dp.schemes import SCHEMES, LocalTraining, SetupData, get_scheme
+from scheme_helpers import privatized_sum
 from tiny_model import tiny_linear
 
 NEW = ("Fed-SMP-randk", "Fed-SMP-topk", "FedAvg-randk", "FedAvg-topk")
@@ -57,13 +58,12 @@ def test_registry_alias_and_presets():
   alias = get_scheme("dp-fedavg")
   assert dataclasses.replace(alias, name="FL-STD-DP",
                              reference=SCHEMES["FL-STD-DP"].reference) == SCHEMES["FL-STD-DP"]
-  assert ALIASES == {"DP-FedAvg": "FL-STD-DP"}
   defaults = experiment.build_parser().parse_args([]).schemes
   # The main job is UAI Table 1 (+ FL-CS); Fed-SMP runs with --schemes.
   assert "FL-STD-DP" in defaults and "DP-FedAvg" not in defaults  # no duplicate run
   args = experiment.build_parser().parse_args(["--schemes", "Fed-SMP-topk"])
-  top = experiment._settings(args, SCHEMES["Fed-SMP-topk"])
-  rand = experiment._settings(args, SCHEMES["Fed-SMP-randk"])
+  top = experiment.settings(args, SCHEMES["Fed-SMP-topk"])
+  rand = experiment.settings(args, SCHEMES["Fed-SMP-randk"])
   assert (top["num_clients"], top["samples_per_client"], top["local_steps"]) == (6000, 9, 10)
   assert rand["samples_per_client"] == 10  # Sec. 6.1: only top_k holds data out
   assert SCHEMES["Fed-SMP-topk"].public_holdout == 1000 == SCHEMES["FedAvg-topk"].public_holdout
@@ -83,10 +83,10 @@ def test_local_momentum_sgd_matches_heavy_ball_and_resets(held_out, model):
   w0 = model.init(jax.random.PRNGKey(0))
   key = jax.random.PRNGKey(3)
   beta, lr, steps = 0.6, 0.3, 4
-  lms = jax.jit(lambda w, v, b: client.local_momentum_sgd(
-      model.loss, w, x, y, key, steps=steps, batch_size=5, lr=lr, momentum=b, velocity=v))
+  lms = jax.jit(lambda w, b: client.local_sgd(
+      model.loss, w, x, y, key, steps=steps, batch_size=5, lr=lr, momentum=b))
   zeros = jnp.zeros_like(w0)
-  got = lms(w0, zeros, beta)
+  got = lms(w0, beta)
   grad = jax.jit(jax.grad(model.loss))
   w, v = w0, zeros  # heavy ball from a zero buffer, same batches
   for sk in jax.random.split(key, steps):
@@ -95,14 +95,18 @@ def test_local_momentum_sgd_matches_heavy_ball_and_resets(held_out, model):
     w = w - lr * v
   np.testing.assert_allclose(got, w, atol=1e-6)
   plain = client.local_sgd(model.loss, w0, x, y, key, steps=steps, batch_size=5, lr=lr)
-  np.testing.assert_allclose(lms(w0, zeros, 0.0), plain, atol=1e-7)
-  # A client's message starts from a fresh buffer each round (velocity=None):
-  # it equals the zero-buffer update and not one continuing last round's v.
+  np.testing.assert_allclose(lms(w0, 0.0), plain, atol=1e-7)
+  # A client's message starts from a fresh buffer each round: it equals the
+  # zero-buffer update and not one continuing last round's v.
   scheme = dataclasses.replace(SCHEMES["FedAvg-randk"], momentum=beta)
   plan = (jnp.arange(N_TINY), jnp.float32(1.0))
   msg = scheme.client_message(model, w0, plan, x, y, key, LocalTraining(steps, 5, lr))
   np.testing.assert_allclose(msg, got - w0, atol=1e-6)
-  stale = lms(w0, v, beta)
+  stale = w0  # heavy ball continuing from last round's buffer v
+  for sk in jax.random.split(key, steps):
+    batch = jax.random.permutation(sk, x.shape[0])[:5]
+    v = beta * v + grad(stale, x[batch], y[batch])
+    stale = stale - lr * v
   assert float(jnp.linalg.norm(msg - (stale - w0))) > 0.1 * float(jnp.linalg.norm(msg))
   # The server state carries no per-client buffer, only the round count.
   state = scheme.setup(_setup(model, 1.0, held_out[2]))
@@ -200,8 +204,8 @@ def test_clip_after_sparsification_to_s(model):
   msgs = jax.vmap(lambda d: scheme.sparsify(d, idx))(delta)
   # ||(d/k) delta[mask]|| is ~ sqrt(d/k) ||delta||: far above S = 0.5 here.
   assert float(jnp.linalg.norm(msgs[0])) > 0.5
-  total, clipped = scheme.aggregate(msgs, jnp.ones(4, bool), jax.random.split(
-      jax.random.PRNGKey(2), 4), jax.random.PRNGKey(3), 0.5, 0.0)
+  total, clipped = privatized_sum(scheme, msgs, jnp.ones(4, bool), jax.random.split(
+      jax.random.PRNGKey(2), 4), 0.5, 0.0)
   assert int(clipped) == 4
   expect = sum(m * 0.5 / jnp.linalg.norm(m) for m in msgs)
   np.testing.assert_allclose(total, expect, rtol=1e-5, atol=1e-7)
@@ -278,8 +282,7 @@ def test_dp_fedavg_alias_and_randk_at_ratio_one_equal_fl_std_dp(model, held_out)
                              scheme.num_values(N_TINY, 1.0))
     msgs = jax.vmap(lambda xk, yk, kk: scheme.client_message(
         model, setup.w0, plan, xk, yk, kk, local))(x, data.y[:4], train_keys)
-    total, clipped = scheme.aggregate(msgs, jnp.ones(4, bool), noise_keys,
-                                      jax.random.PRNGKey(5), 0.3, 0.8)
+    total, clipped = privatized_sum(scheme, msgs, jnp.ones(4, bool), noise_keys, 0.3, 0.8)
     w, _ = scheme.server_update(setup.w0, state, total / 4, plan)
     out[name] = (np.asarray(w), int(clipped))
   np.testing.assert_array_equal(out["DP-FedAvg"][0], out["FL-STD-DP"][0])

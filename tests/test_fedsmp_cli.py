@@ -52,9 +52,10 @@ def test_fedavg_baselines_take_the_fedsmp_options():
   args = experiment.build_parser().parse_args([
       "--schemes", "FEDAVG-RANDK", "fedavg-topk", "--momentum", "0.9", "--lr-decay", "1",
       "--server-steps", "7", "--public-holdout", "300"])
-  plan = experiment._run_plan(args)
-  assert [(s.name, r) for s, r in plan] == [("FedAvg-randk", 0.005), ("FedAvg-topk", 0.005)]
-  rand, top = (s for s, _ in plan)
+  plan = experiment.plan(args)
+  assert [(r.scheme.name, r.ratio) for r in plan] == [("FedAvg-randk", 0.005),
+                                                      ("FedAvg-topk", 0.005)]
+  rand, top = (r.scheme for r in plan)
   assert (rand.momentum, rand.lr_decay, rand.server_steps, rand.public_holdout) == (
       0.9, 1.0, 7, 0)  # rand_k holds nothing out
   assert (top.momentum, top.public_holdout, top.dp) == (0.9, 300, False)

@@ -1,11 +1,16 @@
-"""The paper models: weight counts, flat view, both CNN forward paths."""
+"""The paper models (weight counts, flat view, CNN forward paths, flax modules); from_flax."""
 
+import dataclasses
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from fedjax_dp.models import get_model, medical_mlp, paper_cnn
-from fedjax_dp.models.cnn import cnn_apply, cnn_apply_conv
+from fedjax_dp.models import MedicalMLP, PaperCNN, from_flax, get_model, medical_mlp, paper_cnn
+from fedjax_dp.models.cnn import CNN_SHAPES, cnn_apply, cnn_apply_conv, cnn_from_flax, cnn_to_flax
+from fedjax_dp.models.mlp import MLP_SHAPES, MLP_SIZES, mlp_from_flax, mlp_to_flax
 
 
 def test_cnn_has_the_papers_weight_count():
@@ -55,6 +60,129 @@ def test_binary_mlp_predicts_and_scores():
 
 
 def test_unknown_model_is_rejected():
-  import pytest
   with pytest.raises(ValueError, match="unknown model"):
     get_model("resnet")
+
+
+def _f64_sums(a):
+  a = np.asarray(a, np.float64)
+  return a.sum(), np.abs(a).sum()
+
+
+def test_paper_models_keep_their_numbers():
+  # Sums computed with the pre-flax code (same keys, same inputs).
+  cnn, mlp = paper_cnn(), medical_mlp()
+  wc, wm = cnn.init(jax.random.PRNGKey(7)), mlp.init(jax.random.PRNGKey(7))
+  np.testing.assert_allclose(_f64_sums(wc), (11.164829790191835, 34143.22189361453), rtol=1e-12)
+  np.testing.assert_allclose(_f64_sums(wm), (13.092187004226199, 23091.46141376974), rtol=1e-12)
+  xc = jax.random.uniform(jax.random.PRNGKey(3), (4, 28, 28, 1))
+  xm = jax.random.normal(jax.random.PRNGKey(3), (4, 7280))
+  np.testing.assert_allclose(_f64_sums(cnn.logits(wc, xc)), (0.6616644484456629, 3.820536505198106),
+                             rtol=1e-5)
+  np.testing.assert_allclose(mlp.logits(wm, xm).sum(), -2.0022222995758057, rtol=1e-5)
+  # The CNN trains and evaluates through its fast hand-written paths.
+  assert cnn.apply_fn is cnn_apply and cnn.eval_apply_fn is cnn_apply_conv
+  assert cnn.local_update_fn is not None
+
+
+def test_paper_cnn_module_computes_the_flat_models_function():
+  model = paper_cnn()
+  params = model.unflatten(model.init(jax.random.PRNGKey(2)))
+  x = jax.random.uniform(jax.random.PRNGKey(3), (4, 28, 28, 1))
+  variables = cnn_to_flax(params)
+  want = jax.eval_shape(PaperCNN().init, jax.random.PRNGKey(0), x)
+  assert jax.tree.map(jnp.shape, variables) == jax.tree.map(jnp.shape, want)
+  out = PaperCNN().apply(variables, x)
+  np.testing.assert_allclose(out, cnn_apply(params, x), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out, cnn_apply_conv(params, x), rtol=1e-5, atol=1e-6)
+  back = cnn_from_flax(variables)
+  assert list(back) == [name for name, _ in CNN_SHAPES]
+  np.testing.assert_array_equal(model.flatten(back), model.flatten(params))
+
+
+def _mlp_reference(params, x):
+  """The pre-flax forward pass of the medical MLP."""
+  h = x.reshape(x.shape[0], -1)
+  layers = len(MLP_SIZES) - 1
+  for i in range(1, layers + 1):
+    h = h @ params[f"dense{i}_w"] + params[f"dense{i}_b"]
+    if i < layers:
+      h = jax.nn.relu(h)
+  return h
+
+
+def test_medical_mlp_module_is_bit_identical_to_the_matrix_products():
+  model = medical_mlp()
+  reference = dataclasses.replace(model, apply_fn=_mlp_reference)
+  # Perturbed so that the biases are nonzero.
+  w = model.init(jax.random.PRNGKey(0))
+  w = w + 0.01 * jax.random.normal(jax.random.PRNGKey(1), w.shape)
+  x = jax.random.normal(jax.random.PRNGKey(2), (2, 16, 7280))
+  y = (jax.random.uniform(jax.random.PRNGKey(3), (2, 16)) > 0.5).astype(jnp.int32)
+  np.testing.assert_array_equal(model.logits(w, x[0]), reference.logits(w, x[0]))
+  grads = [jax.jit(jax.vmap(jax.grad(m.loss), (None, 0, 0)))(w, x, y) for m in (model, reference)]
+  np.testing.assert_array_equal(*grads)
+  variables = mlp_to_flax(model.unflatten(w))
+  np.testing.assert_array_equal(MedicalMLP().apply(variables, x[0]), reference.logits(w, x[0]))
+  assert list(mlp_from_flax(variables)) == [name for name, _ in MLP_SHAPES]
+  np.testing.assert_array_equal(model.flatten(mlp_from_flax(variables)), w)
+
+
+class _UserMLP(nn.Module):
+  """A user-defined two-layer MLP with nested parameter scopes."""
+  classes: int = 10
+
+  @nn.compact
+  def __call__(self, x):
+    x = x.reshape(x.shape[0], -1)
+    x = nn.relu(nn.Dense(32, name="hidden")(x))
+    return nn.Dense(self.classes, name="out")(x)
+
+
+def test_from_flax_round_trips_a_user_module():
+  module = _UserMLP()
+  x = jax.random.uniform(jax.random.PRNGKey(0), (6, 28, 28, 1))
+  y = jnp.arange(6) % 10
+  model = from_flax(module, x[:1])
+  assert model.name == "_UserMLP" and model.loss_name == "softmax_ce"
+  assert [name for name, _ in model.shapes] == ["hidden/bias", "hidden/kernel", "out/bias",
+                                                "out/kernel"]
+  assert model.num_params == 784 * 32 + 32 + 32 * 10 + 10
+  key = jax.random.PRNGKey(1)
+  w = model.init(key)
+  assert w.shape == (model.num_params,) and w.dtype == jnp.float32
+  flax_params = module.init(key, x[:1])["params"]
+  np.testing.assert_array_equal(model.unflatten(w)["hidden/kernel"],
+                                flax_params["hidden"]["kernel"])
+  np.testing.assert_array_equal(model.flatten(model.unflatten(w)), w)
+  np.testing.assert_array_equal(jax.jit(model.logits)(w, x),
+                                jax.jit(module.apply)({"params": flax_params}, x))
+  loss, grad = jax.jit(jax.value_and_grad(model.loss))(w, x, y)
+  assert np.isfinite(loss) and np.any(grad != 0)
+
+
+def test_from_flax_binary_model():
+  model = from_flax(_UserMLP(classes=1), jnp.zeros((1, 5)), loss="sigmoid_ce", name="bin")
+  w = model.init(jax.random.PRNGKey(0))
+  x = jax.random.normal(jax.random.PRNGKey(1), (4, 5))
+  preds, scores = model.predict(w, x)
+  assert model.name == "bin" and preds.shape == scores.shape == (4,)
+  assert np.isfinite(model.loss(w, x, jnp.array([0, 1, 1, 0])))
+
+
+class _WithBatchNorm(nn.Module):
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.BatchNorm(use_running_average=False)(nn.Dense(3)(x))
+
+
+@pytest.mark.parametrize("module, loss, match", [
+    (_UserMLP(), "mse", "loss must be one of"),
+    (_WithBatchNorm(), "softmax_ce", "only stateless modules are supported"),
+    (_UserMLP(), "sigmoid_ce", r"needs logits of shape \(batch, 1\)"),
+    (_UserMLP(classes=1), "softmax_ce", r"needs logits of shape \(batch, classes >= 2\)"),
+])
+def test_from_flax_rejects_what_it_cannot_wrap(module, loss, match):
+  with pytest.raises(ValueError, match=match):
+    from_flax(module, jnp.zeros((2, 5)), loss=loss)

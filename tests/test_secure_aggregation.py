@@ -217,11 +217,11 @@ def test_run_reports_bits_overflows_and_under_noised_rounds(small_federation):
 def test_default_bit_width_of_a_gaussian_scheme():
   """12 S sigma + S, times the largest cohort and the fixed-point scale 2^f."""
   cfg = simulation.RunConfig(secure_aggregation=True, clip_norm=0.5, noise_multiplier=1.54)
-  comm = simulation._communication(get_scheme("FL-TOP-DP"), cfg, 8316, 124, 0.5)
+  traits = get_scheme("FL-TOP-DP").traits
+  comm = simulation.communication(traits, cfg, 124, 0.5)
   bits = math.ceil(math.log2((12 * 0.5 * 1.54 + 0.5) * 124 * 2 ** 16))
-  assert comm["secure_bits"] == comm["upstream_bits"] == bits == 27
-  assert comm["secure_scale"] == 2.0 ** 16 and comm["downstream_bits"] == 32
-  plain = simulation._communication(get_scheme("FL-TOP-DP"),
-                                    dataclasses.replace(cfg, secure_aggregation=False),
-                                    8316, 124, 0.5)
-  assert plain["secure_bits"] is None and plain["upstream_bits"] == 32
+  assert comm.secure_bits == comm.upstream_bits == bits == 27
+  assert comm.secure_scale == 2.0 ** 16 and comm.downstream_bits == 32
+  plain = simulation.communication(traits, dataclasses.replace(cfg, secure_aggregation=False),
+                                   124, 0.5)
+  assert plain.secure_bits is None and plain.upstream_bits == 32

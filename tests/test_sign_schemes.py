@@ -90,7 +90,7 @@ def test_signsgd_round_is_the_majority_vote_of_all_clients_in_chunks(small_feder
 
 
 K, DIM = 10, 20_000
-_CONTRIBUTIONS = jax.jit(FL_SIGN_DP.contributions)  # one compilation for all calls
+_CONTRIBUTIONS = jax.jit(FL_SIGN_DP.privatize)  # one compilation for all calls
 
 
 def _noise_sum(num_shares, dropped, sigma=0.5, seed=0):
@@ -229,18 +229,18 @@ def test_sweep_presets_apply_unless_a_flag_is_given(capsys):
   from fedjax_dp import experiment
   parse = experiment.build_parser().parse_args
   args = parse(["--schemes", "FL-SIGN", "signSGD", "FL-TOP"])
-  sign = experiment._settings(args, FL_SIGN)
+  sign = experiment.settings(args, FL_SIGN)
   assert (sign["num_clients"], sign["clients_per_round"], sign["samples_per_client"],
           sign["local_steps"], sign["rounds"]) == (1000, 100, 60, 30, 100)  # Table 8.1
-  everyone = experiment._settings(args, SIGN_SGD)
+  everyone = experiment.settings(args, SIGN_SGD)
   assert everyone["clients_per_round"] == everyone["num_clients"] == 6000
   assert everyone["local_steps"] == 1
-  top = experiment._settings(args, get_scheme("FL-TOP"))
+  top = experiment.settings(args, get_scheme("FL-TOP"))
   assert (top["num_clients"], top["local_steps"], top["rounds"]) == (6000, 5, 200)
   args = parse(["--rounds", "7", "--clients-per-round", "all", "--gamma", "0.002"])
-  sign = experiment._settings(args, FL_SIGN)
+  sign = experiment.settings(args, FL_SIGN)
   assert sign["rounds"] == 7 and sign["clients_per_round"] == 1000
-  assert experiment._configure(FL_SIGN, args).gamma == 0.002
+  assert experiment.configure(FL_SIGN, args).gamma == 0.002
   # The discrete Gaussian bound is a moments/RDP bound: pld is refused up front.
   code = experiment.main(["--schemes", "FL-SIGN-DP", "--accountant", "pld", "--quiet"])
   assert code == 2 and "Thm 3" in capsys.readouterr().err

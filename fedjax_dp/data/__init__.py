@@ -1,4 +1,7 @@
-"""Data loading: verified MNIST / Fashion-MNIST idx files and federated splits."""
+"""Data loading: verified MNIST / Fashion-MNIST idx files and federated splits.
+
+:func:`partition` splits any in-memory data set over clients.
+"""
 
 from fedjax_dp.data.federated import (ClientData, FederatedData, holdout_indices, load_federated,
                                       load_federated_with_public, partition_iid, public_batch)
@@ -12,6 +15,7 @@ from fedjax_dp.data.idx import (
     locate,
     parse_idx,
 )
+from fedjax_dp.data.partitioning import partition
 
 __all__ = [
     "CHECKSUMS",
@@ -27,6 +31,7 @@ __all__ = [
     "load_federated_with_public",
     "locate",
     "parse_idx",
+    "partition",
     "partition_iid",
     "public_batch",
 ]

@@ -72,6 +72,11 @@ class FederatedData:
         return self.x.shape[1]
 
 
+def iid_order(num_examples: int, total: int, seed: int) -> np.ndarray:
+    """The first ``total`` of a ``default_rng(seed)`` shuffle of the examples."""
+    return np.random.default_rng(seed).permutation(num_examples)[:total]
+
+
 def partition_iid(images: np.ndarray, labels: np.ndarray, num_clients: int,
                   samples_per_client: int, seed: int) -> FederatedData:
     """Splits a data set IID over clients, without replacement.
@@ -108,7 +113,7 @@ def partition_iid(images: np.ndarray, labels: np.ndarray, num_clients: int,
     if total > len(images):
         raise ValueError(f"{num_clients} clients x {samples_per_client} samples = {total} "
                          f"exceeds the {len(images)} available samples")
-    order = np.random.default_rng(seed).permutation(len(images))[:total]
+    order = iid_order(len(images), total, seed)
     x = images[order].reshape(num_clients, samples_per_client, *images.shape[1:])
     y = np.asarray(labels)[order].astype(np.int32).reshape(num_clients, samples_per_client)
     return FederatedData(x=x, y=y)

@@ -1,8 +1,9 @@
-"""Models as flat weight vectors: the paper CNN and the medical MLP."""
+"""Models as flat weight vectors: the paper CNN, the medical MLP, any flax module."""
 
-from fedjax_dp.models.cnn import paper_cnn
+from fedjax_dp.models.cnn import PaperCNN, paper_cnn
 from fedjax_dp.models.flat import FlatModel
-from fedjax_dp.models.mlp import medical_mlp
+from fedjax_dp.models.flax_model import from_flax
+from fedjax_dp.models.mlp import MedicalMLP, medical_mlp
 
 MODELS = {"cnn": paper_cnn, "mlp": medical_mlp}
 
@@ -14,4 +15,5 @@ def get_model(name: str) -> FlatModel:
   return MODELS[name]()
 
 
-__all__ = ["FlatModel", "MODELS", "get_model", "medical_mlp", "paper_cnn"]
+__all__ = ["FlatModel", "MODELS", "MedicalMLP", "PaperCNN", "from_flax", "get_model",
+           "medical_mlp", "paper_cnn"]

@@ -8,15 +8,25 @@ The convolutions are written as patch extraction followed by a matrix product.
 Under ``vmap`` over clients that each hold their own weights this becomes one
 batched matrix product per layer, which XLA runs far faster than the grouped
 convolution that ``vmap`` of ``lax.conv`` produces.
+
+:class:`PaperCNN` is the same architecture as a flax module (``nn.Conv`` /
+``nn.Dense``); :func:`cnn_to_flax` and :func:`cnn_from_flax` map the flat
+layout onto its variables and back. The :class:`FlatModel` keeps its own
+init (Keras' glorot-uniform with this file's key splits) and the fast
+forward paths above, which compute the module's function.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from fedjax_dp.models.cnn_train import cnn_local_update
 from fedjax_dp.models.flat import FlatModel, Params, glorot_uniform
+from fedjax_dp.models.flax_model import layers_from_flax, layers_to_flax
 
 _K = 5  # kernel size of both convolutions
 
@@ -30,6 +40,34 @@ CNN_SHAPES = (
     ("dense2_w", (512, 10)),
     ("dense2_b", (10,)),
 )
+
+# nn.Conv kernels are (row, col, cin, cout): the patch kernels' memory order.
+_FLAX_KERNELS = {"conv1": (_K, _K, 1, 32), "conv2": (_K, _K, 32, 64),
+                 "dense1": (7 * 7 * 64, 512), "dense2": (512, 10)}
+
+
+class PaperCNN(nn.Module):
+  """The paper CNN as a flax module: images (batch, 28, 28, 1) to 10 logits."""
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = nn.relu(nn.Conv(32, (_K, _K), padding="SAME", name="conv1")(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = nn.relu(nn.Conv(64, (_K, _K), padding="SAME", name="conv2")(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape(x.shape[0], -1)
+    x = nn.relu(nn.Dense(512, name="dense1")(x))
+    return nn.Dense(10, name="dense2")(x)
+
+
+def cnn_to_flax(params: Params) -> dict[str, Any]:
+  """:class:`PaperCNN` variables of flat-layout parameters (:data:`CNN_SHAPES`)."""
+  return layers_to_flax(params, _FLAX_KERNELS)
+
+
+def cnn_from_flax(variables: dict[str, Any]) -> Params:
+  """Flat-layout parameters of :class:`PaperCNN` variables."""
+  return layers_from_flax(variables, CNN_SHAPES)
 
 
 def patches_5x5(x: jax.Array) -> jax.Array:

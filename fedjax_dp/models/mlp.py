@@ -3,14 +3,23 @@
 UAI 2021 FL-TOP paper, Appendix A.3 / thesis Section 8.3: a fully connected
 network 7280 -> 200 -> 200 -> 1 with ReLU hidden units and a sigmoid output,
 trained with binary cross-entropy on the in-hospital mortality task.
+
+The architecture is the flax module :class:`MedicalMLP`; :func:`mlp_to_flax`
+and :func:`mlp_from_flax` map the flat layout onto its variables and back.
+The :class:`FlatModel` keeps its own init (Keras' glorot-uniform with this
+file's key splits) and applies the module.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from fedjax_dp.models.flat import FlatModel, Params, glorot_uniform
+from fedjax_dp.models.flax_model import layers_from_flax, layers_to_flax
 
 MLP_SIZES = (7280, 200, 200, 1)
 
@@ -19,15 +28,30 @@ MLP_SHAPES = tuple(
     for item in ((f"dense{i + 1}_w", (a, b)), (f"dense{i + 1}_b", (b,))))
 
 
+class MedicalMLP(nn.Module):
+  """The medical MLP as a flax module: features to the logit of class 1."""
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    h = x.reshape(x.shape[0], -1)
+    for i, size in enumerate(MLP_SIZES[1:-1], start=1):
+      h = nn.relu(nn.Dense(size, name=f"dense{i}")(h))
+    return nn.Dense(MLP_SIZES[-1], name=f"dense{len(MLP_SIZES) - 1}")(h)
+
+
+def mlp_to_flax(params: Params) -> dict[str, Any]:
+  """:class:`MedicalMLP` variables of flat-layout parameters (:data:`MLP_SHAPES`)."""
+  return layers_to_flax(params, {name[:-2]: shape for name, shape in MLP_SHAPES[::2]})
+
+
+def mlp_from_flax(variables: dict[str, Any]) -> Params:
+  """Flat-layout parameters of :class:`MedicalMLP` variables."""
+  return layers_from_flax(variables, MLP_SHAPES)
+
+
 def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
   """Logit of class 1 for features of shape (batch, 7280), shape (batch, 1)."""
-  h = x.reshape(x.shape[0], -1)
-  layers = len(MLP_SIZES) - 1
-  for i in range(1, layers + 1):
-    h = h @ params[f"dense{i}_w"] + params[f"dense{i}_b"]
-    if i < layers:
-      h = jax.nn.relu(h)
-  return h
+  return MedicalMLP().apply(mlp_to_flax(params), x)
 
 
 def mlp_init(key: jax.Array) -> Params:

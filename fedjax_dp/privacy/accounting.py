@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Callable, NamedTuple
 
 import dp_accounting
 import numpy as np
 from scipy import special
 
+from fedjax_dp.privacy import analytic_gaussian
+from fedjax_dp.sampling import SAMPLERS
+
 ACCOUNTANTS = ("moments", "rdp", "pld")
-SAMPLERS = ("poisson", "fixed")
 
 # Integer orders of the moments accountant (Abadi et al. 2016 use lambda = 1..32,
 # i.e. Renyi orders a = lambda + 1 = 2..33).
@@ -491,3 +494,135 @@ def discrete_gaussian_label(accountant: str, sampler: str, noise_multiplier: flo
   nu = discrete_gaussian_nu(noise_multiplier, num_params, cohort_size)
   return (f"{accountant_label(accountant, sampler)}, discrete Gaussian bound "
           f"(thesis Thm 3: kappa={kappa:.2g}, nu={nu:.2g})")
+
+
+# ---------------------------------------------------------------------------
+# A scheme's mechanism, as data, and the one function that accounts it.
+# ---------------------------------------------------------------------------
+
+MECHANISMS = ("none", "gaussian", "discrete_gaussian")
+LEVELS = ("client", "record")
+
+
+class Mechanism(NamedTuple):
+  """What one round of a scheme releases (``Scheme.mechanism``).
+
+  Attributes:
+    kind: "none" (no DP), "gaussian" (sum of clipped updates plus
+      ``G(0, S^2 sigma^2)``) or "discrete_gaussian" (thesis Sec. 5.2: the
+      sum of integer vectors plus discrete Gaussian shares, Theorem 3).
+    noise_multiplier: sigma.
+    level: "client" (a client's whole data, amplified by the cohort
+      sampling) or "record" (one example of a client, CDP-LQ: each local
+      step is a Poisson-subsampled Gaussian on the client's records).
+    dimension: Values per message n, for the discrete Gaussian bound.
+    record_rate: Record level: the per-step Poisson rate q = |B| / |D_k|.
+    steps_per_round: Record level: local steps per participation (T_gd).
+  """
+
+  kind: str = "none"
+  noise_multiplier: float = 0.0
+  level: str = "client"
+  dimension: int = 0
+  record_rate: float = 1.0
+  steps_per_round: int = 1
+
+
+class Sampling(NamedTuple):
+  """How a run sampled its cohorts (what accounting needs of it).
+
+  Attributes:
+    rate: q = C.
+    sampler: One of ``SAMPLERS``.
+    num_clients: N.
+    capacity: Cohort slots (the largest cohort, for Theorem 3's |K|).
+    max_cohort: Truncated Poisson cap, or None.
+    participations: ``participations(rounds_list)``: the largest number of
+      rounds any client joined within rounds 1..T, per T (record level).
+  """
+
+  rate: float
+  sampler: str
+  num_clients: int
+  capacity: int
+  max_cohort: int | None = None
+  participations: Callable[[list[int]], list[int]] | None = None
+
+
+class PrivacyReport(NamedTuple):
+  """Epsilons after the requested round counts, a label, extra record fields."""
+
+  epsilons: list
+  label: str | None
+  fields: dict
+
+
+def check_mechanism(mechanism: Mechanism, accountant: str, sampler: str) -> None:
+  """Raises ValueError (one line) when the accountant cannot account it."""
+  if mechanism.kind not in MECHANISMS:
+    raise ValueError(f"unknown mechanism {mechanism.kind!r}; expected one of {MECHANISMS}")
+  if mechanism.level not in LEVELS:
+    raise ValueError(f"unknown privacy level {mechanism.level!r}; expected one of {LEVELS}")
+  if mechanism.kind == "discrete_gaussian" and accountant not in DG_ACCOUNTANTS:
+    raise ValueError("the discrete Gaussian bound (thesis Thm 3) is a moments/RDP bound; "
+                     "use --accountant moments or rdp")
+  del sampler
+
+
+def report(mechanism: Mechanism, rounds_list, delta: float, accountant: str,
+           sampling: Sampling) -> PrivacyReport:
+  """Epsilon of ``mechanism`` after each round count in ``rounds_list``.
+
+  * client-level Gaussian: :func:`epsilon_curve` (the cohort sampler, the
+    truncation);
+  * client-level discrete Gaussian: :func:`epsilon_discrete_gaussian_curve`
+    (thesis Theorem 3, |K| the largest cohort);
+  * record level (CDP-LQ): ``T_gd * P`` Poisson-subsampled Gaussian steps
+    of rate ``record_rate``, P being the most rounds any client joined
+    (cohorts are public and data-independent, so they give no
+    amplification). Also reported: the bound for a client in every round
+    and the one-step analytical-Gaussian epsilon (Balle and Wang 2018).
+
+  Args:
+    mechanism: The scheme's per-round mechanism.
+    rounds_list: Round counts T.
+    delta: Target delta.
+    accountant: One of ``ACCOUNTANTS``.
+    sampling: The run's sampling.
+
+  Returns:
+    A :class:`PrivacyReport`; no DP: epsilons None and no label.
+  """
+  rounds_list = list(rounds_list)
+  sigma = mechanism.noise_multiplier
+  if mechanism.kind == "none":
+    return PrivacyReport([None] * len(rounds_list), None, {})
+  if mechanism.level == "record":
+    final = max(rounds_list)
+    parts = sampling.participations(rounds_list + [final])
+    steps = [mechanism.steps_per_round * p for p in parts]
+    q = mechanism.record_rate
+    curve = epsilon_curve(sigma, q, steps + [mechanism.steps_per_round * final], delta,
+                          accountant, "poisson")
+    step_eps = (analytic_gaussian.epsilon_for_sigma(sigma, delta) if sigma > 0
+                else float("inf"))
+    label = (f"record-level: {accountant_label(accountant, 'poisson')} "
+             f"of records (q = |B|/|D_k| = {q:.4g}), composed over T_gd x the most "
+             f"participations of any client ({steps[-1]} steps by round {final})")
+    fields = {"dp_level": "record (sample-level, per participant's data)",
+              "local_sampling_rate": q, "composed_steps": steps[-1],
+              "max_participations": parts[-1], "epsilon_every_round": curve[-1],
+              "epsilon_step_agm": step_eps}
+    return PrivacyReport(curve[:len(rounds_list)], label, fields)
+  if mechanism.kind == "discrete_gaussian":
+    eps = epsilon_discrete_gaussian_curve(
+        sigma, sampling.rate, rounds_list, delta, mechanism.dimension, sampling.capacity,
+        accountant, sampling.sampler, num_clients=sampling.num_clients)
+    label = discrete_gaussian_label(accountant, sampling.sampler, sigma,
+                                    mechanism.dimension, sampling.capacity)
+    return PrivacyReport(eps, label, {})
+  eps = epsilon_curve(sigma, sampling.rate, rounds_list, delta, accountant,
+                      sampling.sampler, num_clients=sampling.num_clients,
+                      truncated_cohort=sampling.max_cohort)
+  return PrivacyReport(eps, accountant_label(accountant, sampling.sampler,
+                                             sampling.max_cohort), {})

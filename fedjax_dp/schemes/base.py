@@ -1,46 +1,45 @@
-"""The interface every scheme implements, and what the round gives it.
+"""The interface every scheme implements: pure functions plus declared traits.
 
-A round of any scheme (thesis Ch. 2, UAI 2021 Sec. 3) has four scheme-specific
-steps, each a pure function the generic round in ``fedjax_dp.simulation``
-calls inside ``jit``:
+A round of any scheme (thesis Ch. 2, UAI 2021 Sec. 3) is, in
+``fedjax_dp.simulation``, inside ``jit``:
 
 1. ``round_plan``: what all clients of the round share (a coordinate subset
-   drawn from the round's shared seed, ...), from the scheme state.
+   drawn from the round's shared seed, ...), from the scheme state;
 2. ``client_message``: one client's local training and encoding into the
-   vector it sends (vmapped over the cohort by the caller).
-3. ``aggregate``: the cohort's messages are summed (the secure sum). DP
-   schemes clip each message to S and add a Gaussian share first;
-   :func:`gaussian_aggregate` is that default.
-4. ``server_update``: decode the mean message and update model and state.
+   vector it sends (vmapped over the cohort by the round);
+3. ``privatize``: each client's input to the sum. The default is the
+   Gaussian mechanism of UAI Alg. 3 for ``traits.dp`` schemes (clip to S,
+   add a share ``G(0, S^2 sigma^2 / shares)``) and the message itself
+   otherwise; FL-SIGN-DP overrides it with discrete Gaussian integers;
+4. the round sums the contributions, plainly or under simulated secure
+   aggregation, and adds ``server_noise`` when no share arrived;
+5. ``server_update``: decode the mean and update the model and state.
 
-``setup`` runs once on the server before round 1 (public-data work such as
-the Top-K selection), and ``calibrate_clip`` derives S from public data.
+Before round 1 the server runs ``setup`` (public-data work such as the Top-K
+selection), ``calibrate_clip`` (S from public data) and ``bind`` (the
+scheme with the run's S and sigma, for schemes whose clients need them).
+``mechanism`` states what a round releases, as data
+(:class:`fedjax_dp.privacy.accounting.Mechanism`), and the accountant
+composes it; ``diagnostics`` and ``describe`` add fields to the run's record.
 
-Secure aggregation, client failures and chunked cohorts need the step before
-the sum on its own: :func:`contributions` gives each client's privatised
-message (a scheme may define ``contributions`` and ``server_noise`` itself,
-as FL-SIGN-DP does with discrete Gaussian integers; otherwise the Gaussian
-default applies), and the round sums them, plainly or securely.
-
-Optional attributes a scheme may have (``fedjax_dp.schemes.sign`` has all):
-``integer_messages`` (secure aggregation encodes with scale 1),
-``max_abs_value`` (largest noiseless coordinate, for the secure modulus;
-default S), ``upstream_bits`` / ``downstream_bits`` (bits per value; default
-32; ``upstream_bits = None`` means the thesis 5.2.4 modulus),
-``fixed_clip_norm(n)`` (a sensitivity that is not calibrated) and
-``discrete_gaussian`` (accounted with thesis Theorem 3).
+Everything optional has a default here; what a scheme is (integer messages,
+bits per value, a fixed sensitivity, ...) is declared in :class:`Traits`,
+never discovered by probing for attributes.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+import abc
+import argparse
+import dataclasses
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import noise
-from fedjax_dp.privacy.noise import noisy_sum
+from fedjax_dp.privacy.accounting import Mechanism
 
 
 class LocalTraining(NamedTuple):
@@ -51,18 +50,61 @@ class LocalTraining(NamedTuple):
   lr: float
 
 
+class Traits(NamedTuple):
+  """What a scheme is, declared once (defaults: a real-valued, 32-bit scheme).
+
+  Attributes:
+    dp: Client-level DP: the default ``privatize`` clips each message to S
+      and adds a Gaussian share; the server divides the sum by the expected
+      cohort size (a public constant).
+    uses_ratio: The compression ratio r applies.
+    integer_messages: Contributions are integers: secure aggregation encodes
+      them with scale 1, and the plain sum is an integer sum.
+    max_abs_value: Largest |coordinate| of a noiseless contribution, for the
+      secure-aggregation modulus; None: S.
+    upstream_bits: Bits per upstream value without secure aggregation; None:
+      the thesis 5.2.4 modulus (a scheme whose messages are always encrypted).
+    downstream_bits: Bits per downstream value.
+    fixed_sensitivity: Why the sensitivity is fixed by construction (e.g. a
+      sign vector's sqrt(n)), when it is: ``calibrate_clip`` returns it and
+      a user's clip norm is ignored. None: messages are clipped to S.
+    measured_streams: Clients send an integer stream (``client_stream``);
+      the coded size (``measure_stream``) of this many clients' streams is
+      measured in the first round of every evaluation interval and replaces
+      the nominal bits per value. 0: nothing measured.
+    public_holdout: Training examples held out of the clients' data as the
+      server's public set (Fed-SMP top_k); 0: the UAI public batch.
+  """
+
+  dp: bool = False
+  uses_ratio: bool = True
+  integer_messages: bool = False
+  max_abs_value: float | None = None
+  upstream_bits: int | None = 32
+  downstream_bits: int = 32
+  fixed_sensitivity: str | None = None
+  measured_streams: int = 0
+  public_holdout: int = 0
+
+
 class SetupData(NamedTuple):
-  """What the server has before round 1.
+  """What the server knows before round 1.
 
   Attributes:
     model: The model.
     w0: (n,) initial weights (shared by every party, UAI Alg. 1 line 2).
     public_x: The server's public batch (UAI Sec. 4).
     public_y: Its labels.
-    key: Setup key; the scheme derives its own sub-keys by ``fold_in``.
+    key: Setup key; sub-keys by the ``keys.SETUP_*`` purposes.
     ratio: Compression ratio r.
     init_steps: T_init public-data steps.
     local: Local-training hyper-parameters.
+    run_key: The run's root key (for schemes that precompute from the
+      clients' keys, such as CDP-LQ's batch capacity).
+    num_clients: N.
+    samples_per_client: |D_k|.
+    rounds: T_cl.
+    noise_multiplier: sigma (0 for non-DP schemes).
   """
 
   model: FlatModel
@@ -73,106 +115,198 @@ class SetupData(NamedTuple):
   ratio: float
   init_steps: int
   local: LocalTraining
+  run_key: jax.Array | None = None
+  num_clients: int = 1
+  samples_per_client: int = 1
+  rounds: int = 1
+  noise_multiplier: float = 0.0
 
 
-class Scheme(Protocol):
+class Scheme(abc.ABC):
   """A federated learning scheme (see the module docstring for the round).
 
-  Attributes:
-    name: The paper's name, e.g. "FL-TOP-DP".
-    dp: Messages are clipped and noised (client-level DP).
-    uses_ratio: The compression ratio r applies.
+  Subclasses are frozen dataclasses with a ``name`` and a ``reference``;
+  they implement the abstract methods and override a default only where
+  the scheme differs.
   """
 
   name: str
-  dp: bool
+  reference: str
+
+  # --- Declared properties. -------------------------------------------------
 
   @property
-  def uses_ratio(self) -> bool: ...
+  @abc.abstractmethod
+  def traits(self) -> Traits:
+    """What the scheme is (see :class:`Traits`)."""
 
+  @property
+  def dp(self) -> bool:
+    """Client-level DP (``traits.dp``)."""
+    return self.traits.dp
+
+  @property
+  def uses_ratio(self) -> bool:
+    """The compression ratio r applies (``traits.uses_ratio``)."""
+    return self.traits.uses_ratio
+
+  def validate(self, num_params: int, ratio: float) -> None:
+    """Raises ValueError (one line, naming the parameter) for a bad option."""
+
+  @abc.abstractmethod
   def num_values(self, num_params: int, ratio: float) -> int:
     """Length m of a client's message."""
 
+  @abc.abstractmethod
   def num_downstream(self, num_params: int, ratio: float) -> int:
     """Values the server sends each client per round."""
 
+  # --- Server, before round 1. ------------------------------------------------
+
+  @abc.abstractmethod
   def setup(self, data: SetupData) -> Any:
     """The scheme's initial server state (a pytree)."""
 
+  @abc.abstractmethod
   def calibrate_clip(self, data: SetupData, state: Any) -> float:
-    """Clip norm S derived from public data (DP schemes)."""
+    """Clip norm S derived from public data (used by DP schemes)."""
 
+  def bind(self, data: SetupData, clip_norm: float) -> "Scheme":
+    """This scheme for a run with clip norm S (default: unchanged)."""
+    del data, clip_norm
+    return self
+
+  # --- The round. -------------------------------------------------------------
+
+  @abc.abstractmethod
   def round_plan(self, state: Any, key: jax.Array, num_params: int, m: int) -> Any:
     """What every client shares this round, from the round's shared key."""
 
+  @abc.abstractmethod
   def client_message(self, model: FlatModel, w: jax.Array, plan: Any, x: jax.Array,
                      y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
     """One client's (m,) message: local training then encoding."""
 
-  def aggregate(self, messages: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
-                server_key: jax.Array, clip_norm: float,
-                noise_multiplier: float) -> tuple[jax.Array, jax.Array]:
-    """(sum of the cohort's (privatised) messages, number clipped)."""
+  def privatize(self, messages: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
+                clip_norm: float, noise_multiplier: float,
+                num_shares: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each client's input to the (secure) sum, and how many were clipped.
 
+    DP: ``clip(m_k) + G(0, S^2 sigma^2 / num_shares)`` (UAI Alg. 3 lines
+    25-27; ``fedjax_dp.privacy.noise.privatize``); otherwise the messages.
+
+    Args:
+      messages: (capacity, m) messages.
+      slot_mask: (capacity,) real participants.
+      noise_keys: (capacity, 2) per-client noise keys.
+      clip_norm: S.
+      noise_multiplier: sigma.
+      num_shares: How many shares the aggregate noise is split into (|K|, or
+        |K| - l to tolerate l failures, thesis 5.2.5).
+
+    Returns:
+      ``(contributions, num_clipped)``.
+    """
+    if self.traits.dp:
+      return noise.privatize(messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
+                             num_shares)
+    return messages, jnp.zeros((), jnp.int32)
+
+  def server_noise(self, key: jax.Array, shape: tuple[int, ...], clip_norm: float,
+                   noise_multiplier: float) -> jax.Array:
+    """The full aggregate noise ``G(0, S^2 sigma^2)``, added by the server
+    when no client's share arrives (DP schemes only)."""
+    return noise.server_noise(key, shape, jnp.float32, clip_norm, noise_multiplier)
+
+  @abc.abstractmethod
   def server_update(self, w: jax.Array, state: Any, mean: jax.Array,
                     plan: Any) -> tuple[jax.Array, Any]:
-    """New (weights, state) from the mean message."""
+    """New (weights, state) from the mean contribution."""
+
+  # --- Coded streams (``traits.measured_streams``). ----------------------------
+
+  def client_stream(self, model: FlatModel, w: jax.Array, plan: Any, x: jax.Array,
+                    y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
+    """The integer stream a client transmits (``traits.measured_streams``)."""
+    raise NotImplementedError(f"{self.name} sends no coded stream")
+
+  def measure_stream(self, stream, num_values: int):
+    """Coded size of one stream, outside jit (``traits.measured_streams``)."""
+    raise NotImplementedError(f"{self.name} sends no coded stream")
+
+  # --- Privacy and the record. ---------------------------------------------------
+
+  def mechanism(self, noise_multiplier: float, num_values: int, local: LocalTraining,
+                samples_per_client: int) -> Mechanism:
+    """What one round releases, for the accountant.
+
+    Default: client-level Poisson-subsampled Gaussian with noise multiplier
+    sigma for DP schemes, nothing otherwise.
+
+    Args:
+      noise_multiplier: sigma.
+      num_values: m, values per message.
+      local: The clients' local training.
+      samples_per_client: |D_k|.
+    """
+    del num_values, local, samples_per_client
+    if not self.traits.dp:
+      return Mechanism(kind="none")
+    return Mechanism(kind="gaussian", noise_multiplier=noise_multiplier)
+
+  def diagnostics(self, state: Any, rounds_done: int) -> dict:
+    """Fields of the server state worth a look after ``rounds_done`` rounds
+    (in every history entry and the record); default none."""
+    del state, rounds_done
+    return {}
+
+  def describe(self) -> dict:
+    """The scheme's own options, as record fields (default none)."""
+    return {}
 
 
-def gaussian_aggregate(dp: bool, messages: jax.Array, slot_mask: jax.Array,
-                       noise_keys: jax.Array, server_key: jax.Array, clip_norm: float,
-                       noise_multiplier: float) -> tuple[jax.Array, jax.Array]:
-  """The sum of real slots; for DP, of clipped messages plus noise shares.
+def _no_flags(group: argparse._ArgumentGroup) -> None:
+  del group
 
-  UAI 2021 Algorithm 3 lines 25-27 and Eq. (1); see
-  ``fedjax_dp.privacy.noise.noisy_sum``.
 
-  Returns:
-    ``(total, num_clipped)``.
+def _unchanged(scheme: Scheme, args: argparse.Namespace) -> Scheme:
+  del args
+  return scheme
+
+
+def _given_sigma(scheme: Scheme, args: argparse.Namespace) -> float:
+  del scheme
+  return args.noise_multiplier
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """A scheme family's registration: its schemes, options and presets.
+
+  ``fedjax_dp.schemes`` lists the families; the command line
+  (``fedjax_dp.experiment``) adds every family's flags, configures a scheme
+  through its family and applies the family's presets, without knowing any
+  scheme class.
+
+  Attributes:
+    title: The family's heading in ``--help``.
+    schemes: Its schemes by name.
+    add_flags: Adds the family's options to an argparse group.
+    configure: ``configure(scheme, args)``: the scheme with the options
+      parsed from the command line.
+    presets: Per scheme, the sweep settings its paper used (``rounds``,
+      ``num_clients``, ``samples_per_client``, ``clients_per_round``,
+      ``local_steps``, ``batch_size``, ``lr``) where they differ from the
+      UAI 2021 setting; a flag the user gives wins.
+    preset_sources: Per scheme, where its preset comes from.
+    noise_multiplier: ``noise_multiplier(scheme, args)``: sigma for a run
+      (default ``--noise-multiplier``).
   """
-  if dp:
-    return noisy_sum(messages, slot_mask, noise_keys, server_key, clip_norm,
-                     noise_multiplier)
-  total = noise.masked_sum(messages, slot_mask)
-  return total, jnp.zeros((), jnp.int32)
 
-
-def contributions(scheme: Scheme, messages: jax.Array, slot_mask: jax.Array,
-                  noise_keys: jax.Array, clip_norm: float, noise_multiplier: float,
-                  num_shares: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Each client's input to the (secure) sum, before summing.
-
-  The scheme's own ``contributions`` method if it has one; otherwise, for DP
-  schemes, the clipped message plus a Gaussian share
-  ``G(0, S^2 sigma^2 / num_shares)`` (``fedjax_dp.privacy.noise.privatize``),
-  and the message itself without DP.
-
-  Args:
-    scheme: The scheme.
-    messages: (capacity, m) messages.
-    slot_mask: (capacity,) real participants.
-    noise_keys: (capacity, 2) per-client noise keys.
-    clip_norm: S.
-    noise_multiplier: sigma.
-    num_shares: How many shares the aggregate noise is split into (|K|, or
-      |K| - l to tolerate l failures, thesis 5.2.5).
-
-  Returns:
-    ``(contributions, num_clipped)``.
-  """
-  own = getattr(scheme, "contributions", None)
-  if own is not None:
-    return own(messages, slot_mask, noise_keys, clip_norm, noise_multiplier, num_shares)
-  if scheme.dp:
-    return noise.privatize(messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                           num_shares)
-  return messages, jnp.zeros((), jnp.int32)
-
-
-def server_noise(scheme: Scheme, key: jax.Array, shape: tuple[int, ...], dtype,
-                 clip_norm: float, noise_multiplier: float) -> jax.Array:
-  """The full aggregate noise, added by the server when no share arrives."""
-  own = getattr(scheme, "server_noise", None)
-  if own is not None:
-    return own(key, shape, clip_norm, noise_multiplier)
-  return noise.server_noise(key, shape, dtype, clip_norm, noise_multiplier)
+  title: str
+  schemes: Mapping[str, Scheme]
+  add_flags: Callable[[argparse._ArgumentGroup], None] = _no_flags
+  configure: Callable[[Scheme, argparse.Namespace], Scheme] = _unchanged
+  presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  preset_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  noise_multiplier: Callable[[Scheme, argparse.Namespace], float] = _given_sigma

@@ -32,37 +32,37 @@ used only by client k, so its privacy loss composes over ``T_gd`` times the
 number of rounds client k took part in; the quantization noise is not
 counted (conservative). Client sampling is public and gives no
 amplification here (the server sees every message, the poster's local DP).
-:meth:`LatticeScheme.record_level_epsilon` composes with
-``fedjax_dp.privacy.accounting.epsilon_curve`` (dp-accounting's PLD or RDP
-accountant, or the moments accountant) over the largest number of
+:meth:`LatticeScheme.mechanism` states this as a record-level mechanism,
+which ``fedjax_dp.privacy.accounting.report`` composes (dp-accounting's PLD
+or RDP accountant, or the moments accountant) over the largest number of
 participations of any client in the run, and also over every round.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import flags, presets
 from fedjax_dp import keys as keys_lib
-from fedjax_dp import sampling
 from fedjax_dp.compression import lattice as lattice_lib
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.models import FlatModel
-from fedjax_dp.privacy import accounting, analytic_gaussian, per_sample
-from fedjax_dp.schemes.base import LocalTraining, SetupData
+from fedjax_dp.privacy import analytic_gaussian, per_sample
+from fedjax_dp.privacy.accounting import Mechanism
+from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 
-# Sub-purposes of a CDP-LQ client's round key (fold_in constants).
-TRAIN, DITHER = 0, 1
+TRAIN, DITHER = keys_lib.LQ_TRAIN, keys_lib.LQ_DITHER
 # The poster's lattice vector size (results section: "vectors of length 5").
 POSTER_LATTICE_DIM = 5
 
 
 @dataclasses.dataclass(frozen=True)
-class LatticeScheme:
+class LatticeScheme(Scheme):
   """CDP-LQ (poster Alg. 1-2); see the module docstring.
 
   Attributes:
@@ -75,9 +75,12 @@ class LatticeScheme:
     measured_clients: Clients whose coded stream is measured per measured
       round (see ``fedjax_dp.simulation.run``).
     reference: Where the scheme is defined.
-    clip_norm: S, set for a run by :meth:`bind_run`.
-    noise_multiplier: sigma, set by :meth:`bind_run`.
-    batch_capacity: Poisson batch slots, set by :meth:`bind_run` (None:
+    step_epsilon: If set, sigma is calibrated (analytical Gaussian mechanism)
+      so that one local step is (step_epsilon, delta)-DP (the command line's
+      --lq-step-epsilon; see :func:`noise_multiplier`).
+    clip_norm: S, set for a run by :meth:`bind`.
+    noise_multiplier: sigma, set by :meth:`bind`.
+    batch_capacity: Poisson batch slots, set by :meth:`bind` (None:
       all records).
   """
 
@@ -88,16 +91,15 @@ class LatticeScheme:
   microbatch: int = 8
   measured_clients: int = 1
   reference: str = "poster (seed 001), Alg. 1-2"
+  step_epsilon: float | None = None
   clip_norm: float | None = None
   noise_multiplier: float | None = None
   batch_capacity: int | None = None
 
-  dp = True  # sample-level (record) DP, accounted by record_level_epsilon
-
   @property
-  def uses_ratio(self) -> bool:
-    """No ratio: the lattice step sets the compression."""
-    return False
+  def traits(self) -> Traits:
+    """DP (record level, in the clients' DP-SGD), no ratio, coded streams."""
+    return Traits(dp=True, uses_ratio=False, measured_streams=self.measured_clients)
 
   @property
   def quantizer(self) -> lattice_lib.Lattice:
@@ -143,35 +145,27 @@ class LatticeScheme:
     """q = |B| / |D_k| (at most 1), the per-step Poisson rate."""
     return min(1.0, local.batch_size / num_records)
 
-  def bind_run(self, run_key: jax.Array, cfg, clip_norm: float, num_clients: int,
-               num_records: int) -> "LatticeScheme":
+  def bind(self, data: SetupData, clip_norm: float) -> "LatticeScheme":
     """This scheme with S, sigma and an untruncated Poisson batch capacity.
 
     The capacity is the largest batch any client draws in any local step of
     the run (:func:`fedjax_dp.privacy.per_sample.plan_batch_capacity`), so
     every batch is exactly Poisson.
-
-    Args:
-      run_key: The run's root key.
-      cfg: The ``fedjax_dp.simulation.RunConfig``.
-      clip_norm: S.
-      num_clients: N.
-      num_records: |D_k|.
     """
-    local = LocalTraining(cfg.local_steps, cfg.batch_size, cfg.lr)
+    local, num_records = data.local, data.samples_per_client
     q = self.rate(local, num_records)
 
     def step_keys(t):
-      rkey = keys_lib.round_key(run_key, t)
-      train, _ = keys_lib.client_keys(rkey, jnp.arange(num_clients))
+      rkey = keys_lib.round_key(data.run_key, t)
+      train, _ = keys_lib.client_keys(rkey, jnp.arange(data.num_clients))
       ks = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, TRAIN),
                                                local.steps))(train)
       return ks.reshape(-1, ks.shape[-1])
 
-    capacity = per_sample.plan_batch_capacity(step_keys, cfg.rounds, num_records, q,
+    capacity = per_sample.plan_batch_capacity(step_keys, data.rounds, num_records, q,
                                               multiple=self.microbatch)
     return dataclasses.replace(self, clip_norm=float(clip_norm),
-                               noise_multiplier=float(cfg.noise_multiplier),
+                               noise_multiplier=float(data.noise_multiplier),
                                batch_capacity=capacity)
 
   def round_plan(self, state, key, num_params, m):
@@ -186,7 +180,7 @@ class LatticeScheme:
                     key: jax.Array, local: LocalTraining) -> jax.Array:
     """v = the noisy clipped gradient sums of T_gd DP-SGD steps, in units of S."""
     if self.clip_norm is None or self.noise_multiplier is None:
-      raise ValueError("CDP-LQ needs bind_run (clip norm and noise multiplier) first")
+      raise ValueError("CDP-LQ needs bind (clip norm and noise multiplier) first")
     num_records = x.shape[0]
     capacity = min(self.batch_capacity or num_records, num_records)
     w_end, _ = per_sample.local_dp_sgd(
@@ -219,8 +213,8 @@ class LatticeScheme:
     """bzip2-coded size of one transmitted stream (outside jit)."""
     return universal_coding.coded_size(coords, num_values)
 
-  def contributions(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                    num_shares):
+  def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
+                num_shares):
     """The decoded messages themselves: the noise is already in them."""
     return messages, jnp.zeros((), jnp.int32)
 
@@ -228,81 +222,100 @@ class LatticeScheme:
     """No server-side noise: the DP is each client's."""
     return jnp.zeros(shape, jnp.float32)
 
-  def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
-                noise_multiplier):
-    """The plain sum of the real clients' decoded messages."""
-    total = jnp.sum(jnp.where(slot_mask[:, None], messages, 0.0), axis=0)
-    return total, jnp.zeros((), jnp.int32)
-
   def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,
                     plan) -> tuple[jax.Array, jax.Array]:
     """``theta += mean`` (Alg. 2 line 2, the learning rate folded in the update)."""
     return w + mean, state
 
-  def record_level_epsilon(self, cfg, rounds_list, sampling_keys: jax.Array,
-                           num_clients: int, rate: float, capacity: int,
-                           num_records: int) -> tuple[list[float], str, dict]:
-    """Record-level epsilon after each round count of ``rounds_list``.
+  def mechanism(self, noise_multiplier: float, num_values: int, local: LocalTraining,
+                samples_per_client: int) -> Mechanism:
+    """Record level: T_gd Poisson-subsampled Gaussian steps per participation.
 
-    Composes ``T_gd * P`` Poisson-subsampled Gaussian steps (rate
-    q = |B| / |D_k|, noise multiplier sigma, sensitivity S) with
-    ``accounting.epsilon_curve`` and ``cfg.accountant``, P being the largest
-    number of rounds any client took part in up to that round (the cohorts
-    are recomputed from the run's sampling keys; they are public and
-    independent of the data). Also returns the bound for a client in every
-    round and the one-step analytical-Gaussian epsilon.
-
-    Returns:
-      ``(epsilons, label, extra record fields)``.
+    Rate q = |B| / |D_k|, noise multiplier sigma, sensitivity S; the
+    quantization noise is not counted (conservative).
     """
-    local = LocalTraining(cfg.local_steps, cfg.batch_size, cfg.lr)
-    q = self.rate(local, num_records)
-    sigma = float(cfg.noise_multiplier)
-    parts = max_participations(sampling_keys, num_clients, rate, capacity, cfg.sampler,
-                               list(rounds_list) + [cfg.rounds])
-    steps = [cfg.local_steps * p for p in parts]  # the last: by the final round
-    curve = accounting.epsilon_curve(sigma, q, steps + [cfg.local_steps * cfg.rounds],
-                                     cfg.delta, cfg.accountant, "poisson")
-    eps, eps_all = curve[:len(rounds_list)], curve[-1]
-    step_eps = (analytic_gaussian.epsilon_for_sigma(sigma, cfg.delta) if sigma > 0
-                else float("inf"))
-    label = (f"record-level: {accounting.accountant_label(cfg.accountant, 'poisson')} "
-             f"of records (q = |B|/|D_k| = {q:.4g}), composed over T_gd x the most "
-             f"participations of any client ({steps[-1]} steps by round {cfg.rounds})")
-    extra = {
-        "dp_level": "record (sample-level, per participant's data)",
-        "local_sampling_rate": q,
-        "composed_steps": steps[-1],
-        "max_participations": parts[-1],
-        "epsilon_every_round": eps_all,
-        "epsilon_step_agm": step_eps,
-        "noise_in_steps": sigma / self.step,
+    del num_values
+    return Mechanism(kind="gaussian", level="record", noise_multiplier=noise_multiplier,
+                     record_rate=self.rate(local, samples_per_client),
+                     steps_per_round=local.steps)
+
+  def describe(self) -> dict:
+    """The lattice, its step in noise units, the batch capacity, the poster's figure."""
+    return {
+        "lq_step_epsilon": self.step_epsilon,
+        "paper_compression_factor": presets.POSTER_CDP_LQ["compression_factor"],
+        "noise_in_steps": (self.noise_multiplier or 0.0) / self.step,
         "batch_capacity": self.batch_capacity,
         "lattice": self.quantizer.kind,
         "lattice_step": self.quantizer.step,
         "lattice_dim": self.quantizer.dim,
         "lattice_error_std": float(np.sqrt(self.quantizer.error_variance)),
-        "clipped_fraction": None,
     }
-    return eps, label, extra
-
-
-def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
-                       capacity: int, sampler: str, rounds_list) -> list[int]:
-  """Largest number of rounds any client joined within rounds 1..t, per t.
-
-  Recomputes every round's cohort from the run's sampling keys exactly as
-  the round does (``sampling.sample_cohort`` with the run's capacity).
-  """
-  cohorts = jax.jit(jax.vmap(functools.partial(
-      sampling.sample_cohort, num_clients=num_clients, rate=rate, capacity=capacity,
-      sampler=sampler)))(sampling_keys)
-  indices, mask = np.asarray(cohorts.indices), np.asarray(cohorts.mask)
-  joined = np.zeros((indices.shape[0], num_clients), np.int32)
-  rows = np.repeat(np.arange(indices.shape[0]), indices.shape[1])
-  np.add.at(joined, (rows, indices.reshape(-1)), mask.reshape(-1).astype(np.int32))
-  running = np.cumsum(joined, axis=0).max(axis=1)
-  return [int(running[t - 1]) if t >= 1 else 0 for t in rounds_list]
 
 
 CDP_LQ_SCHEMES = {"CDP-LQ": LatticeScheme()}
+
+# The preset keeps the poster's 25 participants, all in every round, and its
+# one gradient per round (Alg. 1: T_gd = 1), on Fashion-MNIST's 60,000
+# training images (2,400 per participant, IID). |B| = 240 (a Poisson rate
+# q = 0.1), eta = 0.215 (the UAI value) and T_cl = 200 are this simulator's
+# choice; so are Delta = 0.25 S and L = 5 with the scalar lattice, and delta
+# stays at the sweep's --delta. (``presets.POSTER_CDP_LQ``: the poster's own.)
+PRESETS = {"CDP-LQ": {"num_clients": 25, "clients_per_round": "all",
+                      "samples_per_client": 2400, "local_steps": 1, "batch_size": 240,
+                      "lr": 0.215, "rounds": 200}}
+PRESET_SOURCES = {"CDP-LQ": ("poster (seed 001) Results: 25 participants, Alg. 1 "
+                             "(one gradient a round); |B|, eta, T_cl this simulator's "
+                             "choice")}
+
+_DEFAULT = CDP_LQ_SCHEMES["CDP-LQ"]
+
+
+def add_flags(group: argparse._ArgumentGroup) -> None:
+  """The lattice and its measurement."""
+  group.add_argument("--lattice", choices=lattice_lib.KINDS, default=_DEFAULT.lattice,
+                     help="lattice of the quantizer: scalar (Delta Z) or hexagonal (A2) "
+                          "(default scalar)")
+  group.add_argument("--lattice-step", type=flags.positive("--lattice-step"),
+                     default=_DEFAULT.step,
+                     help="Delta, the lattice step in units of the clip norm S (default "
+                          f"{_DEFAULT.step:g}: noise sigma = 1 spans N = sigma/Delta = 4 "
+                          "steps)")
+  group.add_argument("--lattice-dim", type=flags.positive("--lattice-dim", int),
+                     default=None,
+                     help="L, the lattice vector size (default 5, the poster's, for scalar; "
+                          "2 for hexagonal, which needs an even L)")
+  group.add_argument("--lq-step-epsilon", type=flags.positive("--lq-step-epsilon"),
+                     default=None,
+                     help="calibrate CDP-LQ's sigma with the analytical Gaussian mechanism "
+                          "so that one local step is (eps, --delta)-DP (overrides "
+                          "--noise-multiplier for CDP-LQ)")
+  group.add_argument("--lq-measured-clients", type=int, default=_DEFAULT.measured_clients,
+                     help="clients whose bzip2-coded stream is measured in the first round "
+                          "of every evaluation interval (default 1; 0: none)")
+  group.add_argument("--lq-microbatch", type=flags.positive("--lq-microbatch", int),
+                     default=_DEFAULT.microbatch,
+                     help="per-example gradients computed at once per client (memory; "
+                          f"default {_DEFAULT.microbatch})")
+
+
+def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
+  """CDP-LQ with the command line's lattice options."""
+  return dataclasses.replace(scheme, lattice=args.lattice, step=args.lattice_step,
+                             dim=args.lattice_dim, microbatch=args.lq_microbatch,
+                             measured_clients=args.lq_measured_clients,
+                             step_epsilon=args.lq_step_epsilon)
+
+
+def noise_multiplier(scheme: Scheme, args: argparse.Namespace) -> float:
+  """--noise-multiplier, or the analytical Gaussian calibration of
+  --lq-step-epsilon (Balle and Wang 2018, Alg. 1; sensitivity S)."""
+  if scheme.step_epsilon is not None:
+    return analytic_gaussian.sigma_for_epsilon(scheme.step_epsilon, args.delta)
+  return args.noise_multiplier
+
+
+FAMILY = Family("CDP-LQ: dithered lattice quantization, sample-level DP (poster, seed 001, "
+                "Alg. 1-2)", CDP_LQ_SCHEMES, add_flags=add_flags, configure=configure,
+                presets=PRESETS, preset_sources=PRESET_SOURCES,
+                noise_multiplier=noise_multiplier)

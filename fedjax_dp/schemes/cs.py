@@ -30,21 +30,21 @@ as UAI's FL-BAS-2, under the thesis' name.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
-from fedjax_dp import client
+from fedjax_dp import calibration, client, keys
 from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.models import FlatModel
-from fedjax_dp.schemes.base import LocalTraining, SetupData, gaussian_aggregate
+from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 from fedjax_dp.schemes.masked import MaskedScheme
 
 RECONSTRUCTIONS = ("bpdn", "adjoint")
-_PERMUTATION_SEED = 2  # fold_in of the setup key: the shared shuffling seed
 
 
 class CSState(NamedTuple):
@@ -52,7 +52,8 @@ class CSState(NamedTuple):
 
   Attributes:
     op: The shared operator C (fixed permutation, chunking, DCT rows).
-    u: (m,) momentum, compressed domain (Alg. 4 line 9).
+    u: The server optimiser's state: the (m,) momentum of the compressed
+      domain (Alg. 4 line 9), as ``optax.trace``'s state.
     e: (m,) error-feedback vector, compressed domain (Alg. 4 lines 10, 12).
     s: (P, L) last decoded update in the operator's chunk domain (warm start).
     iterations: Decoder steps in the last round (int32).
@@ -60,15 +61,24 @@ class CSState(NamedTuple):
   """
 
   op: dct_cs.ChunkedDCT
-  u: jax.Array
+  u: Any
   e: jax.Array
   s: jax.Array
   iterations: jax.Array
   total_iterations: jax.Array
 
+  @property
+  def momentum(self) -> jax.Array:
+    """The (m,) momentum u of Alg. 4 line 9 (inside the optax state)."""
+    return self.u[0].trace
+
+  def with_momentum(self, momentum: jax.Array) -> "CSState":
+    """This state with the momentum u replaced."""
+    return self._replace(u=(self.u[0]._replace(trace=momentum),) + tuple(self.u[1:]))
+
 
 @dataclasses.dataclass(frozen=True)
-class CSScheme:
+class CSScheme(Scheme):
   """FL-CS(-DP) or FL-FREQ(-DP): the chunked partial-DCT family.
 
   Defaults are the thesis' Fashion-MNIST setting (Table 8.4): P = 200,
@@ -78,7 +88,7 @@ class CSScheme:
     name: Paper name.
     reconstruction: "bpdn" (FL-CS: momentum, error feedback, BPDN decoder) or
       "adjoint" (FL-FREQ: w += C^T(mean), Alg. 6).
-    dp: Clip the compressed update to S and add Gaussian noise shares.
+    private: Clip the compressed update to S and add Gaussian noise shares.
     reference: Where the scheme is defined.
     chunks: P.
     lam: lambda of the BPDN decoder, Eq. (2.4).
@@ -94,7 +104,7 @@ class CSScheme:
 
   name: str
   reconstruction: str
-  dp: bool
+  private: bool
   reference: str
   chunks: int = 200
   lam: float = 1e-5
@@ -108,9 +118,16 @@ class CSScheme:
   dct_method: str = "auto"
 
   @property
-  def uses_ratio(self) -> bool:
-    """The compression ratio r applies."""
-    return True
+  def traits(self) -> Traits:
+    """m = r*n real values up, the full model down (thesis Table 4.2)."""
+    return Traits(dp=self.private)
+
+  def server_optimizer(self) -> optax.GradientTransformation:
+    """FL-CS's server step on the mean: momentum rho, rate eta_G (Alg. 4 l. 9-10).
+
+    ``u = rho u + y`` is ``optax.trace``; ``eta_G u`` is ``optax.scale``.
+    """
+    return optax.chain(optax.trace(decay=self.momentum), optax.scale(self.server_lr))
 
   def validate(self, num_params: int, ratio: float) -> None:
     """Raises ValueError (one line) for settings that cannot run.
@@ -140,7 +157,7 @@ class CSScheme:
 
   def make_operator(self, key: jax.Array, num_params: int, ratio: float) -> dct_cs.ChunkedDCT:
     """The shared operator C from the setup key."""
-    return dct_cs.make_operator(jax.random.fold_in(key, _PERMUTATION_SEED), num_params,
+    return dct_cs.make_operator(keys.purpose(key, keys.SETUP_PERMUTATION), num_params,
                                 ratio, self.chunks, self.dct_method)
 
   def setup(self, data: SetupData) -> CSState:
@@ -149,19 +166,21 @@ class CSScheme:
     self.validate(n, data.ratio)
     op = self.make_operator(data.key, n, data.ratio)
     m = op.num_values  # distinct buffers: the run loop donates the state
-    return CSState(op=op, u=jnp.zeros((m,), jnp.float32), e=jnp.zeros((m,), jnp.float32),
+    u = self.server_optimizer().init(jnp.zeros((m,), jnp.float32))
+    return CSState(op=op, u=u, e=jnp.zeros((m,), jnp.float32),
                    s=jnp.zeros(op.domain_shape, jnp.float32),
                    iterations=jnp.zeros((), jnp.int32),
                    total_iterations=jnp.zeros((), jnp.int32))
 
   def calibrate_clip(self, data: SetupData, state: CSState) -> float:
     """S = ||C(delta)|| of one public-data round from w0 (UAI Sec. 4)."""
-    train_key = jax.random.fold_in(data.key, 1)
-    train = functools.partial(client.local_sgd, data.model.loss, x=data.public_x,
-                              y=data.public_y, key=train_key, steps=data.local.steps,
-                              batch_size=data.local.batch_size, lr=data.local.lr)
-    norm = jax.jit(lambda w, op: jnp.linalg.norm(op.encode(train(w) - w)))
-    return float(norm(data.w0, state.op))
+    def message(train_key, op):
+      w1 = client.local_sgd(data.model.loss, data.w0, data.public_x, data.public_y,
+                            train_key, steps=data.local.steps,
+                            batch_size=data.local.batch_size, lr=data.local.lr)
+      return op.encode(w1 - data.w0)
+
+    return calibration.public_clip_norm(data.key, message, state.op)
 
   def round_plan(self, state: CSState, key: jax.Array, num_params: int,
                  m: int) -> dct_cs.ChunkedDCT:
@@ -176,20 +195,14 @@ class CSScheme:
                              batch_size=local.batch_size, lr=local.lr)
     return plan.encode(w_end - w)
 
-  def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
-                noise_multiplier):
-    """Plain sum, or clip + Gaussian shares + sum (Alg. 11 lines 20-21)."""
-    return gaussian_aggregate(self.dp, messages, slot_mask, noise_keys, server_key,
-                              clip_norm, noise_multiplier)
-
   def server_update(self, w: jax.Array, state: CSState, mean: jax.Array,
                     plan: dct_cs.ChunkedDCT) -> tuple[jax.Array, CSState]:
     """FL-CS: Alg. 4 / 11 lines 9-13; FL-FREQ: Alg. 6 / 13 lines 9-10."""
     op = state.op
     if self.reconstruction == "adjoint":
       return w + op.decode_adjoint(mean), state
-    u = self.momentum * state.u + mean
-    e = self.server_lr * u + (state.e if self.error_feedback else 0.0)
+    step, u = self.server_optimizer().update(mean, state.u)
+    e = step + (state.e if self.error_feedback else 0.0)
     result = fista.solve_bpdn(op.forward, op.adjoint, e.reshape(op.chunks, op.coeffs),
                               state.s, self.lam, max_iters=self.max_iters, tol=self.tol,
                               mask=op.mask, solver=self.decoder, restart=self.restart)
@@ -225,3 +238,43 @@ CS_SCHEMES = {
         MaskedScheme("FL-RND-DP", "random", True, False, True, _THESIS_RND),
     )
 }
+
+
+_PAPER = CS_SCHEMES["FL-CS"]
+
+
+def add_flags(group: argparse._ArgumentGroup) -> None:
+  """FL-CS / FL-FREQ options; defaults: thesis Table 8.4."""
+  group.add_argument("--chunks", type=int, default=_PAPER.chunks,
+                     help="P, DCT chunks (default 200)")
+  group.add_argument("--cs-lambda", type=float, default=_PAPER.lam,
+                     help="lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)")
+  group.add_argument("--server-momentum", type=float, default=_PAPER.momentum,
+                     help="FL-CS server momentum rho (default 0.9)")
+  group.add_argument("--server-lr", type=float, default=_PAPER.server_lr,
+                     help="FL-CS global learning rate eta_G (default 0.35)")
+  group.add_argument("--decoder", choices=fista.SOLVERS, default=_PAPER.decoder,
+                     help="BPDN solver (default fista)")
+  group.add_argument("--decoder-restart", action="store_true",
+                     help="FISTA with gradient restart")
+  group.add_argument("--decoder-iters", type=int, default=_PAPER.max_iters,
+                     help="decoder steps per round at most (default 100)")
+  group.add_argument("--decoder-tol", type=float, default=_PAPER.tol,
+                     help="decoder stops when its iterate changes by <= this, relative "
+                          "(default 1e-3)")
+  group.add_argument("--dct-method", choices=dct_cs.METHODS, default=_PAPER.dct_method,
+                     help="DCT implementation, same operator (default auto)")
+
+
+def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
+  """FL-CS / FL-FREQ with the command line's options (FL-RND has none)."""
+  if not isinstance(scheme, CSScheme):
+    return scheme
+  return dataclasses.replace(
+      scheme, chunks=args.chunks, lam=args.cs_lambda, momentum=args.server_momentum,
+      server_lr=args.server_lr, decoder=args.decoder, restart=args.decoder_restart,
+      max_iters=args.decoder_iters, tol=args.decoder_tol, dct_method=args.dct_method)
+
+
+FAMILY = Family("FL-CS / FL-FREQ (defaults: thesis Table 8.4)", CS_SCHEMES,
+                add_flags=add_flags, configure=configure)

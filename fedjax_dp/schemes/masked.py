@@ -16,28 +16,25 @@ server adds the average to those coordinates. They differ in three choices:
 
 "Reset" means the weights outside the subset stay at their round-start value
 during local SGD (UAI Algorithm 2). A -DP variant clips the compressed update
-to S and adds a noise share (UAI Algorithm 3); see ``fedjax_dp.privacy``.
+to S and adds a noise share (UAI Algorithm 3): the default
+``Scheme.privatize``; see ``fedjax_dp.privacy``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from fedjax_dp import calibration, client
+from fedjax_dp import calibration, client, keys
 from fedjax_dp.compression import masks
 from fedjax_dp.models import FlatModel
-from fedjax_dp.schemes.base import LocalTraining, SetupData, gaussian_aggregate
-
-SELECTIONS = ("full", "topk", "random")
+from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 
 
 @dataclasses.dataclass(frozen=True)
-class MaskedScheme:
+class MaskedScheme(Scheme):
   """A coordinate-subset federated learning scheme.
 
   Attributes:
@@ -46,7 +43,7 @@ class MaskedScheme:
     redraw: Random subset drawn anew each round from a shared seed.
     reset: Off-subset weights are kept at their round-start value during
       local SGD (UAI Algorithm 2) instead of training freely.
-    dp: Clip the compressed update and add Gaussian noise shares.
+    private: Clip the compressed update and add Gaussian noise shares.
     reference: Where the scheme is defined.
   """
 
@@ -54,13 +51,13 @@ class MaskedScheme:
   selection: str
   redraw: bool
   reset: bool
-  dp: bool
+  private: bool
   reference: str
 
   @property
-  def uses_ratio(self) -> bool:
-    """Whether the compression ratio r applies (all but FL-STD)."""
-    return self.selection != "full"
+  def traits(self) -> Traits:
+    """Real-valued messages of K = r*n values (n for FL-STD), 32 bits each."""
+    return Traits(dp=self.private, uses_ratio=self.selection != "full")
 
   @property
   def full_model_downstream(self) -> bool:
@@ -92,7 +89,7 @@ class MaskedScheme:
                                        data.public_y, data.init_steps, data.local.lr)
       return masks.topk_indices(scores, k)
     if self.selection == "random" and not self.redraw:
-      return masks.random_indices(jax.random.fold_in(data.key, 0), n, k)
+      return masks.random_indices(keys.purpose(data.key, keys.SETUP_SUBSET), n, k)
     return jnp.zeros((0,), jnp.int32)
 
   def calibrate_clip(self, data: SetupData, state: jax.Array) -> float:
@@ -103,30 +100,19 @@ class MaskedScheme:
     """
     n = data.w0.shape[0]
     k = self.num_values(n, data.ratio)
-    key = jax.random.fold_in(data.key, 1)
-    train_key, subset_key = jax.random.split(key)
-    train = functools.partial(client.local_sgd, data.model.loss, x=data.public_x,
-                              y=data.public_y, key=train_key, steps=data.local.steps,
-                              batch_size=data.local.batch_size, lr=data.local.lr)
-    w0 = data.w0
-    if self.selection != "random":
-      indices = None if self.selection == "full" else state
-      w1 = jax.jit(lambda w: train(w, grad_mask=self.grad_mask(indices, n)))(w0)
-      return float(jnp.linalg.norm(self.compress(w1 - w0, indices)))
 
-    subset_keys = jax.random.split(subset_key, calibration.NUM_CALIBRATION_SUBSETS)
+    def message(train_key, indices):
+      w1 = client.local_sgd(data.model.loss, data.w0, data.public_x, data.public_y,
+                            train_key, steps=data.local.steps,
+                            batch_size=data.local.batch_size, lr=data.local.lr,
+                            grad_mask=self.grad_mask(indices, n))
+      return self.compress(w1 - data.w0, indices)
 
-    @jax.jit
-    def norms():
-      subsets = jax.vmap(lambda kk: masks.random_indices(kk, n, k))(subset_keys)
-      if self.reset:  # each subset constrains its own local training
-        deltas = jax.vmap(lambda idx: train(w0, grad_mask=masks.indices_to_mask(idx, n))
-                          )(subsets) - w0
-        return jax.vmap(lambda d, idx: jnp.linalg.norm(d[idx]))(deltas, subsets)
-      delta = train(w0) - w0
-      return jax.vmap(lambda idx: jnp.linalg.norm(delta[idx]))(subsets)
-
-    return float(np.median(np.asarray(norms())))
+    if self.selection == "random":
+      return calibration.public_clip_norm(data.key, message,
+                                          random_plan=lambda kk: masks.random_indices(kk, n, k))
+    return calibration.public_clip_norm(data.key, message,
+                                        None if self.selection == "full" else state)
 
   def round_plan(self, state: jax.Array, key: jax.Array, num_params: int,
                  m: int) -> jax.Array | None:
@@ -157,12 +143,6 @@ class MaskedScheme:
                                batch_size=local.batch_size, lr=local.lr)
     return self.compress(delta, plan)
 
-  def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
-                noise_multiplier):
-    """Plain sum, or clip + Gaussian shares + sum for -DP (UAI Alg. 3)."""
-    return gaussian_aggregate(self.dp, messages, slot_mask, noise_keys, server_key,
-                              clip_norm, noise_multiplier)
-
   def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,
                     plan: jax.Array | None) -> tuple[jax.Array, jax.Array]:
     """Server step ``w[T] += mean`` (UAI Algorithm 1 lines 9-13)."""
@@ -182,6 +162,7 @@ class MaskedScheme:
 
 def _variants(base: str, selection: str, redraw: bool, reset: bool,
               ref: str) -> list[MaskedScheme]:
+  """The scheme and its -DP variant."""
   return [MaskedScheme(base, selection, redraw, reset, False, ref),
           MaskedScheme(base + "-DP", selection, redraw, reset, True, ref)]
 
@@ -197,3 +178,6 @@ MASKED_SCHEMES = {
         _variants("FL-BAS-4", "random", False, False, "UAI 2021 App. D"))
 }
 
+
+FAMILY = Family("FL-STD, FL-TOP, FL-TOP-BIS, FL-BASIC, FL-BAS-2/3/4 (UAI 2021)",
+                MASKED_SCHEMES)

@@ -23,6 +23,7 @@ down). Its preset samples all clients (C = 1).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 
@@ -31,8 +32,9 @@ import jax.numpy as jnp
 
 from fedjax_dp import client
 from fedjax_dp.models import FlatModel
+from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.privacy.discrete_gaussian import sample_discrete_gaussian
-from fedjax_dp.schemes.base import LocalTraining, SetupData
+from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 
 
 def random_tie_sign(delta: jax.Array, key: jax.Array) -> jax.Array:
@@ -43,12 +45,12 @@ def random_tie_sign(delta: jax.Array, key: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class SignScheme:
+class SignScheme(Scheme):
   """A sign-quantised federated learning scheme.
 
   Attributes:
     name: "FL-SIGN", "FL-SIGN-DP" or "signSGD".
-    dp: Discrete Gaussian noise shares (FL-SIGN-DP).
+    private: Discrete Gaussian noise shares (FL-SIGN-DP).
     single_batch: Send the sign of one mini-batch gradient instead of the
       sign of a T_gd-step local update (signSGD).
     gamma: Server step size gamma (thesis Table 8.1: 0.001; Table 8.2:
@@ -57,35 +59,24 @@ class SignScheme:
   """
 
   name: str
-  dp: bool
+  private: bool
   single_batch: bool
   gamma: float
   reference: str
 
-  # Messages are integers: secure aggregation encodes them with scale 1.
-  integer_messages = True
-  # Largest |coordinate| of a noiseless message (for the secure modulus).
-  max_abs_value = 1.0
-
   @property
-  def uses_ratio(self) -> bool:
-    """No compression ratio: every weight's sign is sent."""
-    return False
+  def traits(self) -> Traits:
+    """Integer messages of n signs (|x| <= 1).
 
-  @property
-  def discrete_gaussian(self) -> bool:
-    """Accounted with the discrete Gaussian bound (thesis Theorem 3)."""
-    return self.dp
-
-  @property
-  def upstream_bits(self) -> int | None:
-    """Bits per upstream value: 1, or None (the secure modulus) for -DP."""
-    return None if self.dp else 1
-
-  @property
-  def downstream_bits(self) -> int:
-    """signSGD broadcasts the 1-bit vote; the others send the model (32)."""
-    return 1 if self.single_batch else 32
+    Up: 1 bit a sign; FL-SIGN-DP's integers are always encrypted, so a value
+    costs the secure modulus (thesis 5.2.4). Down: signSGD broadcasts the
+    1-bit vote, the others the model. The sensitivity of a sign vector is
+    sqrt(n) by construction (thesis Table 8.2: no clipping).
+    """
+    return Traits(dp=self.private, uses_ratio=False, integer_messages=True,
+                  max_abs_value=1.0, upstream_bits=None if self.private else 1,
+                  downstream_bits=1 if self.single_batch else 32,
+                  fixed_sensitivity="sqrt(n): a sign vector's L2 norm (thesis Table 8.2)")
 
   def num_values(self, num_params: int, ratio: float) -> int:
     """n signs (or noisy integers) up per client and round."""
@@ -95,17 +86,13 @@ class SignScheme:
     """n values down."""
     return num_params
 
-  def fixed_clip_norm(self, num_params: int) -> float:
-    """The L2 sensitivity of a sign vector, sqrt(n) (thesis Table 8.2)."""
-    return math.sqrt(num_params)
-
   def setup(self, data: SetupData) -> jax.Array:
     """No server state."""
     return jnp.zeros((0,), jnp.int32)
 
   def calibrate_clip(self, data: SetupData, state: jax.Array) -> float:
-    """S = sqrt(n): a sign vector needs no clipping."""
-    return self.fixed_clip_norm(int(data.w0.shape[0]))
+    """S = sqrt(n), the L2 norm of a sign vector: no clipping (thesis Table 8.2)."""
+    return math.sqrt(int(data.w0.shape[0]))
 
   def round_plan(self, state, key, num_params, m):
     """Nothing shared beyond the model."""
@@ -116,9 +103,7 @@ class SignScheme:
     """(n,) int8 signs of the local update (of the negative gradient for signSGD)."""
     train_key, tie_key = jax.random.split(key)
     if self.single_batch:
-      num = x.shape[0]
-      batch = jax.random.permutation(train_key, num)[:min(local.batch_size, num)]
-      delta = -jax.grad(model.loss)(w, x[batch], y[batch])
+      delta = -client.batch_gradient(model.loss, w, x, y, train_key, local.batch_size)
     else:
       delta = client.local_sgd(model.loss, w, x, y, train_key, steps=local.steps,
                                batch_size=local.batch_size, lr=local.lr) - w
@@ -130,8 +115,8 @@ class SignScheme:
     shares = jnp.maximum(num_shares, 1).astype(jnp.float32)
     return math.sqrt(num_params) * noise_multiplier / jnp.sqrt(shares)
 
-  def contributions(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                    num_shares):
+  def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
+                num_shares):
     """(capacity, n) int32: the signs, or ``DG(sign, share scale)`` for -DP.
 
     ``clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
@@ -139,7 +124,7 @@ class SignScheme:
     and padding slots draw nothing.
     """
     zero = jnp.zeros((), jnp.int32)
-    if not self.dp:
+    if not self.private:
       return messages.astype(jnp.int32), zero
     n = messages.shape[1]
     scale = self.share_scale(n, noise_multiplier, num_shares)
@@ -163,36 +148,22 @@ class SignScheme:
     n = int(shape[0])
     return sample_discrete_gaussian(key, 0.0, math.sqrt(n) * noise_multiplier, shape)
 
-  def aggregate(self, messages, slot_mask, noise_keys, server_key, clip_norm,
-                noise_multiplier):
-    """The integer sum of the (noisy) signs (thesis Eq. 5.3), as float32.
-
-    For -DP the clients' discrete Gaussian vectors are drawn and summed one
-    client at a time (O(n) memory); an empty cohort gets the server's full
-    ``DG(0, sqrt(n) sigma)``.
-    """
-    zero = jnp.zeros((), jnp.int32)
-    if not self.dp:
-      total = jnp.sum(jnp.where(slot_mask[:, None], messages.astype(jnp.int32), 0),
-                      axis=0)
-      return total.astype(jnp.float32), zero
-    n = messages.shape[1]
-    num_real = jnp.sum(slot_mask)
-    scale = self.share_scale(n, noise_multiplier, num_real)
-
-    def add(total, inputs):
-      return total + self._noisy(*inputs, scale), None
-
-    total, _ = jax.lax.scan(add, jnp.zeros((n,), jnp.int32),
-                            (messages, noise_keys, slot_mask))
-    fallback = self.server_noise(server_key, (n,), clip_norm, noise_multiplier)
-    total = total + jnp.where(num_real == 0, fallback, 0)
-    return total.astype(jnp.float32), zero
-
   def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,
                     plan) -> tuple[jax.Array, jax.Array]:
     """``w += gamma * sign(sum)`` (Alg. 3 line 8; a tie moves nothing)."""
     return w + self.gamma * jnp.sign(mean), state
+
+  def mechanism(self, noise_multiplier: float, num_values: int, local: LocalTraining,
+                samples_per_client: int) -> Mechanism:
+    """FL-SIGN-DP: the distributed discrete Gaussian of thesis Theorem 3."""
+    if not self.private:
+      return Mechanism(kind="none")
+    return Mechanism(kind="discrete_gaussian", noise_multiplier=noise_multiplier,
+                     dimension=num_values)
+
+  def describe(self) -> dict:
+    """The server step gamma."""
+    return {"gamma": self.gamma}
 
 
 SIGN_SCHEMES = {
@@ -203,3 +174,40 @@ SIGN_SCHEMES = {
                    "Bernstein et al. 2018; thesis Sec. 4.1.1"),
     )
 }
+
+
+# The papers' settings where they differ from the UAI 2021 one (the sweep
+# applies them unless the user passes the flag; "all": C = 1).
+PRESETS = {
+    # Thesis Table 8.1 (MNIST / Fashion-MNIST), Sec. 4.1.2; gamma = 0.001.
+    "FL-SIGN": {"num_clients": 1000, "clients_per_round": 100,  # C = 0.1
+                "samples_per_client": 60, "batch_size": 10, "local_steps": 30,
+                "rounds": 100, "lr": 0.215},
+    # Thesis Table 8.2 (privacy part): gamma = 0.005, T_cl = 200, S = sqrt(n).
+    "FL-SIGN-DP": {"num_clients": 6000, "clients_per_round": 100,  # C = 1/60
+                   "samples_per_client": 10, "batch_size": 10, "local_steps": 5,
+                   "rounds": 200, "lr": 0.215},
+    # Thesis Table 8.4 / Sec. 4.1.1: every client, one mini-batch, 200 rounds.
+    "signSGD": {"num_clients": 6000, "clients_per_round": "all",
+                "samples_per_client": 10, "batch_size": 10, "local_steps": 1,
+                "rounds": 200},
+}
+PRESET_SOURCES = {"FL-SIGN": "thesis Table 8.1", "FL-SIGN-DP": "thesis Table 8.2",
+                  "signSGD": "thesis Table 8.4, Sec. 4.1.1"}
+
+
+def add_flags(group: argparse._ArgumentGroup) -> None:
+  """--gamma."""
+  group.add_argument("--gamma", type=float, default=None,
+                     help="server step gamma (default: 0.001 for FL-SIGN and signSGD, "
+                          "0.005 for FL-SIGN-DP)")
+
+
+def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
+  """The scheme with --gamma, if given."""
+  return scheme if args.gamma is None else dataclasses.replace(scheme, gamma=args.gamma)
+
+
+FAMILY = Family("FL-SIGN / FL-SIGN-DP / signSGD (presets: thesis Tables 8.1, 8.2; "
+                "Sec. 4.1.1)", SIGN_SCHEMES, add_flags=add_flags, configure=configure,
+                presets=PRESETS, preset_sources=PRESET_SOURCES)

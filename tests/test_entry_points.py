@@ -1,0 +1,75 @@
+"""Documented entry points run as a user runs them: the example scheme and the
+throughput benchmark (one scheme of every family, in-process on the tiny
+model; the command line once on the paper CNN)."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+from fedjax_dp import simulation
+from fedjax_dp.schemes import FAMILIES
+from tiny_model import tiny_linear
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _script(*args, timeout=600):
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_example_defines_registers_and_runs_a_new_scheme():
+  proc = _script("experiments/examples/new_scheme.py", "--rounds", "3")
+  assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert out["scheme"] == "FedAvg-QSGD" and out["upstream_bits"] == 4
+  assert out["best_accuracy"] > 0.6  # three blobs: learnt in 3 rounds
+  bad = _script("experiments/examples/new_scheme.py", "--levels", "0")
+  assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+  assert "levels must be >= 1" in bad.stderr
+
+
+def _throughput():
+  spec = importlib.util.spec_from_file_location(
+      "throughput", ROOT / "benchmarks" / "throughput.py",
+      submodule_search_locations=None)
+  sys.path.insert(0, str(ROOT / "benchmarks"))  # its sibling common.py
+  try:
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  finally:
+    sys.path.remove(str(ROOT / "benchmarks"))
+  return module
+
+
+# One scheme of every family, and the DP variants whose privatize differs.
+BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + [
+    "FL-TOP-DP", "FL-CS-DP", "FL-FREQ-DP", "FL-SIGN-DP", "Fed-SMP-topk"]
+
+
+@pytest.mark.parametrize("name", BENCH_SCHEMES)
+def test_throughput_measures_every_family(name, small_federation):
+  data, (test_x, _), public = small_federation
+  rec = _throughput().measure(tiny_linear(), name, data, test_x[:500], public, clients=4,
+                              ratio=0.05, repeats=1, devices=1)
+  assert rec["scheme"] == name and rec["clients_per_sec"] > 0
+  assert not rec["recompiled"]
+  assert all(v is None or v >= 0 for v in rec["seconds"].values())
+
+
+def test_throughput_command_line_on_the_paper_cnn():
+  proc = _script("benchmarks/throughput.py", "--scheme", "FL-TOP-DP", "--clients-per-round",
+                 "4", "--repeats", "1", "--no-torch", "--json")
+  assert proc.returncode == 0, proc.stderr
+  rec = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert rec["clients_per_round"] == 4 and rec["clients_per_sec"] > 0
+  bad = _script("benchmarks/throughput.py", "--scheme", "FL-NOPE", "--no-torch")
+  assert bad.returncode == 2 and "unknown scheme" in bad.stderr
+  assert "Traceback" not in bad.stderr
