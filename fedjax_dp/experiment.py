@@ -250,8 +250,12 @@ def plan(args: argparse.Namespace, num_params: int | None = None) -> list[Planne
         raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {setting[flag]}")
     clip, source = _clip_for(args, scheme, ratio)
     config = _run_config(args, scheme, ratio, setting, clip)
-    config.validate_scheme(scheme, setting["num_clients"], num_params,
-                           setting["samples_per_client"])
+    try:
+      config.validate_scheme(scheme, setting["num_clients"], num_params,
+                             setting["samples_per_client"])
+    except ValueError as e:  # the library names parameters; the user typed flags
+      names = {**flags.RUN_FLAGS, **family_of(scheme).flag_names}
+      raise ValueError(flags.as_flags(str(e), names)) from None
     runs.append(PlannedRun(scheme, ratio, setting, config,
                            source if scheme.dp else None))
   if args.public_size < 1:

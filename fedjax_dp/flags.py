@@ -7,7 +7,39 @@ one-line message naming the flag (the command line turns it into exit code 2).
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+import re
+from typing import Callable, Mapping
+
+# RunConfig's parameters and the sweep's flags for them.
+RUN_FLAGS = {
+    "ratio": "--ratio", "rounds": "--rounds", "clients_per_round": "--clients-per-round",
+    "local_steps": "--local-steps", "batch_size": "--batch-size", "lr": "--lr",
+    "noise_multiplier": "--noise-multiplier", "clip_norm": "--clip", "delta": "--delta",
+    "init_steps": "--init-steps", "eval_every": "--eval-every", "sampler": "--sampling",
+    "accountant": "--accountant", "max_cohort": "--max-cohort",
+    "secure_bits": "--secure-bits", "secure_frac_bits": "--secure-frac-bits",
+    "secure_neighbours": "--secure-neighbours", "max_dropouts": "--max-dropouts",
+    "dropout_rate": "--dropout-rate", "client_chunk": "--client-chunk",
+    "devices": "--devices",
+}
+
+
+def as_flags(message: str, names: Mapping[str, str]) -> str:
+  """A library error with its parameter names turned into flags.
+
+  The parameter that starts the message (``"clip_norm must be > 0"`` becomes
+  ``"--clip must be > 0"``) and any name followed by a quoted value
+  (``sampler 'fixed'`` becomes ``--sampling fixed``).
+  """
+  def quoted(match: re.Match) -> str:
+    name = match.group(1)
+    return f"{names[name]} {match.group(2)}" if name in names else match.group(0)
+
+  message = re.sub(r"(?<![-\w])([a-z][a-z_]*) '([^']*)'", quoted, message)
+  first = re.match(r"([a-z][a-z_]*)\b", message)
+  if first and first.group(1) in names:
+    message = names[first.group(1)] + message[first.end():]
+  return message
 
 
 def positive(flag: str, kind=float) -> Callable[[str], float]:

@@ -424,56 +424,59 @@ class RunConfig:
   devices: int | None = None  # shard the cohort over this many devices; None: all
 
   def validate(self, num_clients: int) -> None:
-    """Raises ValueError with a one-line message for a bad setting."""
+    """Raises ValueError with a one-line message naming the parameter.
+
+    The command line turns the name into its flag (``flags.as_flags``).
+    """
     checks = [
-        (0.0 < self.ratio <= 1.0, f"--ratio must be in (0, 1], got {self.ratio}"),
-        (self.rounds >= 1, f"--rounds must be >= 1, got {self.rounds}"),
+        (0.0 < self.ratio <= 1.0, f"ratio must be in (0, 1], got {self.ratio}"),
+        (self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}"),
         (self.clients_per_round >= 1,
-         f"--clients-per-round must be >= 1, got {self.clients_per_round}"),
+         f"clients_per_round must be >= 1, got {self.clients_per_round}"),
         (self.clients_per_round <= num_clients,
-         f"--clients-per-round {self.clients_per_round} exceeds the number of "
+         f"clients_per_round {self.clients_per_round} exceeds the number of "
          f"clients {num_clients}"),
-        (self.local_steps >= 1, f"--local-steps must be >= 1, got {self.local_steps}"),
-        (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
-        (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
+        (self.local_steps >= 1, f"local_steps must be >= 1, got {self.local_steps}"),
+        (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
+        (self.lr > 0, f"lr must be > 0, got {self.lr}"),
         (self.noise_multiplier >= 0,
-         f"--noise-multiplier must be >= 0, got {self.noise_multiplier}"),
+         f"noise_multiplier must be >= 0, got {self.noise_multiplier}"),
         (self.clip_norm is None or self.clip_norm > 0,
-         f"--clip must be > 0, got {self.clip_norm}"),
-        (0.0 < self.delta < 1.0, f"--delta must be in (0, 1), got {self.delta}"),
+         f"clip_norm must be > 0, got {self.clip_norm}"),
+        (0.0 < self.delta < 1.0, f"delta must be in (0, 1), got {self.delta}"),
         (self.accountant in accounting.ACCOUNTANTS,
          f"unknown accountant {self.accountant!r}; choose one of "
          f"{', '.join(accounting.ACCOUNTANTS)}"),
         (self.sampler in sampling.SAMPLERS,
          f"unknown sampler {self.sampler!r}; choose one of {', '.join(sampling.SAMPLERS)}"),
-        (self.init_steps >= 1, f"--init-steps must be >= 1, got {self.init_steps}"),
-        (self.eval_every >= 1, f"--eval-every must be >= 1, got {self.eval_every}"),
+        (self.init_steps >= 1, f"init_steps must be >= 1, got {self.init_steps}"),
+        (self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}"),
         (self.secure_bits is None or
          2 <= self.secure_bits <= secure_aggregation.MAX_BITS,
-         f"--secure-bits must be in [2, {secure_aggregation.MAX_BITS}], "
+         f"secure_bits must be in [2, {secure_aggregation.MAX_BITS}], "
          f"got {self.secure_bits}"),
         (0 <= self.secure_frac_bits <= 24,
-         f"--secure-frac-bits must be in [0, 24], got {self.secure_frac_bits}"),
+         f"secure_frac_bits must be in [0, 24], got {self.secure_frac_bits}"),
         (self.secure_neighbours >= 1,
-         f"--secure-neighbours must be >= 1, got {self.secure_neighbours}"),
-        (self.max_dropouts >= 0, f"--max-dropouts must be >= 0, got {self.max_dropouts}"),
+         f"secure_neighbours must be >= 1, got {self.secure_neighbours}"),
+        (self.max_dropouts >= 0, f"max_dropouts must be >= 0, got {self.max_dropouts}"),
         (0.0 <= self.dropout_rate < 1.0,
-         f"--dropout-rate must be in [0, 1), got {self.dropout_rate}"),
+         f"dropout_rate must be in [0, 1), got {self.dropout_rate}"),
         (self.client_chunk is None or self.client_chunk >= 1,
-         f"--client-chunk must be >= 1, got {self.client_chunk}"),
+         f"client_chunk must be >= 1, got {self.client_chunk}"),
     ]
     for ok, message in checks:
       if not ok:
         raise ValueError(message)
     if self.max_cohort is not None:
       if self.max_cohort < 1:
-        raise ValueError(f"--max-cohort must be >= 1, got {self.max_cohort}")
+        raise ValueError(f"max_cohort must be >= 1, got {self.max_cohort}")
       if self.sampler != "poisson" or self.accountant != "pld":
-        raise ValueError("--max-cohort (truncated Poisson sampling) needs "
-                         "--sampling poisson and --accountant pld")
+        raise ValueError("max_cohort (truncated Poisson sampling) needs sampler "
+                         "'poisson' and accountant 'pld'")
     if self.sampler == "fixed" and self.accountant != "rdp":
       raise ValueError(f"accountant {self.accountant!r} assumes Poisson sampling; "
-                       "use --accountant rdp with --sampling fixed")
+                       "use accountant 'rdp' with sampler 'fixed'")
 
   @property
   def local(self) -> LocalTraining:

@@ -177,7 +177,7 @@ def test_message_is_the_decoded_dithered_lattice_point_of_the_update(tiny, kind)
 def test_scheme_options_are_validated():
   with pytest.raises(ValueError, match="must be even"):
     dataclasses.replace(CDP_LQ, lattice="hexagonal", dim=5).validate(10, 1.0)
-  with pytest.raises(ValueError, match="--lattice-step must be > 0"):
+  with pytest.raises(ValueError, match="step must be > 0"):
     dataclasses.replace(CDP_LQ, step=0.0).validate(10, 1.0)
   assert CDP_LQ.quantizer.dim == cdp_lq.POSTER_LATTICE_DIM == 5
   assert dataclasses.replace(CDP_LQ, lattice="hexagonal").quantizer.dim == 2

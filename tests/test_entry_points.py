@@ -49,9 +49,10 @@ def _throughput():
   return module
 
 
-# One scheme of every family, and the DP variants whose privatize differs.
-BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + [
-    "FL-TOP-DP", "FL-CS-DP", "FL-FREQ-DP", "FL-SIGN-DP", "Fed-SMP-topk"]
+# One scheme of every family, and two Gaussian DP schemes (FL-SIGN-DP's
+# discrete Gaussian privatize runs in tests/test_sign_schemes.py and the
+# golden records; its sampler alone compiles for ~40 s).
+BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + ["FL-TOP-DP", "FL-CS-DP"]
 
 
 @pytest.mark.parametrize("name", BENCH_SCHEMES)

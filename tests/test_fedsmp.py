@@ -293,11 +293,11 @@ def test_dp_fedavg_alias_and_randk_at_ratio_one_equal_fl_std_dp(model, held_out)
 # --- Validation. --------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(momentum=1.0), "--momentum must be in"),
-    (dict(momentum=-0.1), "--momentum must be in"),
-    (dict(lr_decay=0.0), "--lr-decay must be in"),
-    (dict(server_steps=0), "--server-steps must be >= 1"),
-    (dict(public_holdout=0), "--public-holdout must be >= 1"),
+    (dict(momentum=1.0), "momentum must be in"),
+    (dict(momentum=-0.1), "momentum must be in"),
+    (dict(lr_decay=0.0), "lr_decay must be in"),
+    (dict(server_steps=0), "server_steps must be >= 1"),
+    (dict(public_holdout=0), "public_holdout must be >= 1"),
 ])
 def test_bad_scheme_options_are_rejected(kwargs, match):
   scheme = dataclasses.replace(SCHEMES["Fed-SMP-topk"], **kwargs)

@@ -129,9 +129,9 @@ def test_hexagonal_error_has_the_a2_second_moment():
 
 
 def test_lattice_arguments_are_validated():
-  with pytest.raises(ValueError, match="--lattice-step must be > 0"):
+  with pytest.raises(ValueError, match="step must be > 0"):
     lat_lib.make_lattice("scalar", 0.0)
-  with pytest.raises(ValueError, match="--lattice-step must be > 0"):
+  with pytest.raises(ValueError, match="step must be > 0"):
     lat_lib.make_lattice("hexagonal", -1.0)
   with pytest.raises(ValueError, match="unknown lattice 'cubic'"):
     lat_lib.make_lattice("cubic", 1.0)

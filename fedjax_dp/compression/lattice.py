@@ -106,13 +106,13 @@ def make_lattice(kind: str, step: float, dim: int | None = None) -> Lattice:
   if kind not in KINDS:
     raise ValueError(f"unknown lattice {kind!r}; choose one of {', '.join(KINDS)}")
   if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
-    raise ValueError(f"--lattice-step must be > 0, got {step}")
+    raise ValueError(f"step must be > 0, got {step}")
   block = 1 if kind == "scalar" else 2
   dim = block if dim is None else dim
   if int(dim) != dim or dim < 1:
-    raise ValueError(f"--lattice-dim must be a positive int, got {dim}")
+    raise ValueError(f"dim must be a positive int, got {dim}")
   if dim % block:
-    raise ValueError(f"--lattice-dim must be even for the hexagonal lattice "
+    raise ValueError(f"dim must be even for the hexagonal lattice "
                      f"(L/2 copies of A2), got {dim}")
   return Lattice(kind, float(step), int(dim))
 

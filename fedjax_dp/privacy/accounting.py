@@ -565,7 +565,7 @@ def check_mechanism(mechanism: Mechanism, accountant: str, sampler: str) -> None
     raise ValueError(f"unknown privacy level {mechanism.level!r}; expected one of {LEVELS}")
   if mechanism.kind == "discrete_gaussian" and accountant not in DG_ACCOUNTANTS:
     raise ValueError("the discrete Gaussian bound (thesis Thm 3) is a moments/RDP bound; "
-                     "use --accountant moments or rdp")
+                     "use accountant 'moments' or accountant 'rdp'")
   del sampler
 
 

@@ -301,6 +301,8 @@ class Family:
     preset_sources: Per scheme, where its preset comes from.
     noise_multiplier: ``noise_multiplier(scheme, args)``: sigma for a run
       (default ``--noise-multiplier``).
+    flag_names: The flag of each scheme option that ``validate`` names in
+      its errors (the command line reports the flag).
   """
 
   title: str
@@ -310,3 +312,4 @@ class Family:
   presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   preset_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
   noise_multiplier: Callable[[Scheme, argparse.Namespace], float] = _given_sigma
+  flag_names: Mapping[str, str] = dataclasses.field(default_factory=dict)

@@ -116,7 +116,7 @@ class LatticeScheme(Scheme):
     if self.microbatch < 1:
       raise ValueError(f"microbatch must be >= 1, got {self.microbatch}")
     if self.measured_clients < 0:
-      raise ValueError(f"--lq-measured-clients must be >= 0, got {self.measured_clients}")
+      raise ValueError(f"measured_clients must be >= 0, got {self.measured_clients}")
 
   def num_values(self, num_params: int, ratio: float) -> int:
     """n values (coded as lattice integers) up per client and round."""
@@ -318,4 +318,7 @@ def noise_multiplier(scheme: Scheme, args: argparse.Namespace) -> float:
 FAMILY = Family("CDP-LQ: dithered lattice quantization, sample-level DP (poster, seed 001, "
                 "Alg. 1-2)", CDP_LQ_SCHEMES, add_flags=add_flags, configure=configure,
                 presets=PRESETS, preset_sources=PRESET_SOURCES,
-                noise_multiplier=noise_multiplier)
+                noise_multiplier=noise_multiplier,
+                flag_names={"measured_clients": "--lq-measured-clients",
+                            "microbatch": "--lq-microbatch", "step": "--lattice-step",
+                            "dim": "--lattice-dim"})

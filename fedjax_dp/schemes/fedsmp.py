@@ -136,13 +136,13 @@ class FedSMPScheme(Scheme):
       raise ValueError(f"unknown sparsifier {self.sparsifier!r}; choose one of "
                        f"{', '.join(SPARSIFIERS)}")
     if not 0.0 <= self.momentum < 1.0:
-      raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}")
+      raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
     if not 0.0 < self.lr_decay <= 1.0:
-      raise ValueError(f"--lr-decay must be in (0, 1], got {self.lr_decay}")
+      raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
     if self.server_steps is not None and self.server_steps < 1:
-      raise ValueError(f"--server-steps must be >= 1, got {self.server_steps}")
+      raise ValueError(f"server_steps must be >= 1, got {self.server_steps}")
     if self.sparsifier == "topk" and self.public_holdout < 1:
-      raise ValueError(f"--public-holdout must be >= 1 for {self.name}, "
+      raise ValueError(f"public_holdout must be >= 1 for {self.name}, "
                        f"got {self.public_holdout}")
     masks.num_kept(num_params, ratio)  # ratio in (0, 1]
 
@@ -356,4 +356,7 @@ def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
 
 FAMILY = Family("Fed-SMP-randk / -topk, FedAvg-randk / -topk (Fed-SMP paper Sec. 4, "
                 "6.1-6.2)", FEDSMP_SCHEMES, add_flags=add_flags, configure=configure,
-                presets=PRESETS, preset_sources=PRESET_SOURCES)
+                presets=PRESETS, preset_sources=PRESET_SOURCES,
+                flag_names={"momentum": "--momentum", "lr_decay": "--lr-decay",
+                            "server_steps": "--server-steps",
+                            "public_holdout": "--public-holdout"})

@@ -15,19 +15,27 @@ server adds the average to those coordinates. They differ in three choices:
 | FL-BAS-4   | random K                 | no                 | no               |
 
 "Reset" means the weights outside the subset stay at their round-start value
-during local SGD (UAI Algorithm 2). A -DP variant clips the compressed update
+during local SGD (UAI Algorithm 2).
+
+FL-STD(-DP) can also take a server optimiser on the mean update, as optax
+transformations fed the pseudo-gradient ``-mean``: FedAvgM (server momentum,
+Hsu et al. 2019) and FedAdam (Reddi et al. 2021, "Adaptive Federated
+Optimization"); for -DP it post-processes the noisy mean, so the privacy is
+unchanged. A -DP variant clips the compressed update
 to S and adds a noise share (UAI Algorithm 3): the default
 ``Scheme.privatize``; see ``fedjax_dp.privacy``.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import jax
 import jax.numpy as jnp
+import optax
 
-from fedjax_dp import calibration, client, keys
+from fedjax_dp import calibration, client, flags, keys
 from fedjax_dp.compression import masks
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
@@ -45,6 +53,11 @@ class MaskedScheme(Scheme):
       local SGD (UAI Algorithm 2) instead of training freely.
     private: Clip the compressed update and add Gaussian noise shares.
     reference: Where the scheme is defined.
+    server_optimizer: "sgd" (``w += mean``, FedAvg), "fedavgm" or "fedadam"
+      (full-model schemes only).
+    server_lr: The server optimiser's learning rate; None: 1.0 for
+      "fedavgm" (momentum 0.9), 0.01 for "fedadam" (this simulator's
+      defaults; tune them).
   """
 
   name: str
@@ -53,6 +66,8 @@ class MaskedScheme(Scheme):
   reset: bool
   private: bool
   reference: str
+  server_optimizer: str = "sgd"
+  server_lr: float | None = None
 
   @property
   def traits(self) -> Traits:
@@ -68,6 +83,24 @@ class MaskedScheme(Scheme):
     """
     return self.selection == "full" or self.redraw
 
+  def validate(self, num_params: int, ratio: float) -> None:
+    """Checks the server optimiser."""
+    del num_params, ratio
+    if self.server_optimizer not in SERVER_OPTIMIZERS:
+      raise ValueError(f"server_optimizer must be one of {', '.join(SERVER_OPTIMIZERS)}, "
+                       f"got {self.server_optimizer!r}")
+    if self.server_optimizer != "sgd" and self.selection != "full":
+      raise ValueError(f"server_optimizer {self.server_optimizer!r} needs the full model "
+                       f"(FL-STD, FL-STD-DP), not {self.name}")
+    if self.server_lr is not None and not self.server_lr > 0:
+      raise ValueError(f"server_lr must be > 0, got {self.server_lr}")
+
+  def server_transform(self) -> optax.GradientTransformation:
+    """FedAvgM or FedAdam on the pseudo-gradient ``-mean``."""
+    if self.server_optimizer == "fedavgm":
+      return optax.sgd(self.server_lr or 1.0, momentum=0.9)
+    return optax.adam(self.server_lr or 0.01, b1=0.9, b2=0.99, eps=1e-3)
+
   def num_values(self, num_params: int, ratio: float) -> int:
     """Values each client sends up per round: K = r*n, or n for FL-STD."""
     return masks.num_kept(num_params, ratio) if self.uses_ratio else num_params
@@ -80,8 +113,12 @@ class MaskedScheme(Scheme):
     """The fixed subset: Top-K from public data (UAI Sec. 3.1) or random.
 
     Returns:
-      (K,) sorted indices; empty for FL-STD and redrawn random subsets.
+      (K,) sorted indices; empty for FL-STD and redrawn random subsets. With
+      a server optimiser, ``(indices, its optax state)``.
     """
+    if self.server_optimizer != "sgd":
+      self.validate(data.w0.shape[0], data.ratio)
+      return (jnp.zeros((0,), jnp.int32), self.server_transform().init(data.w0))
     n = data.w0.shape[0]
     k = self.num_values(n, data.ratio)
     if self.selection == "topk":
@@ -145,9 +182,20 @@ class MaskedScheme(Scheme):
 
   def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,
                     plan: jax.Array | None) -> tuple[jax.Array, jax.Array]:
-    """Server step ``w[T] += mean`` (UAI Algorithm 1 lines 9-13)."""
+    """Server step ``w[T] += mean`` (UAI Algorithm 1 lines 9-13), or the
+    server optimiser's step on ``-mean``."""
+    if self.server_optimizer != "sgd":
+      indices, opt_state = state
+      updates, opt_state = self.server_transform().update(-mean, opt_state, w)
+      return optax.apply_updates(w, updates), (indices, opt_state)
     new_w = w + mean if plan is None else w.at[plan].add(mean)
     return new_w, state
+
+  def describe(self) -> dict:
+    """The server optimiser, when there is one."""
+    if self.server_optimizer == "sgd":
+      return {}
+    return {"server_optimizer": self.server_optimizer, "server_lr": self.server_lr}
 
   def compress(self, delta: jax.Array, indices: jax.Array | None) -> jax.Array:
     """C(delta): the update's values on T."""
@@ -158,6 +206,9 @@ class MaskedScheme(Scheme):
     if indices is None or not self.reset:
       return None
     return masks.indices_to_mask(indices, num_params)
+
+
+SERVER_OPTIMIZERS = ("sgd", "fedavgm", "fedadam")
 
 
 def _variants(base: str, selection: str, redraw: bool, reset: bool,
@@ -179,5 +230,27 @@ MASKED_SCHEMES = {
 }
 
 
+
+
+def add_flags(group: argparse._ArgumentGroup) -> None:
+  """The server optimiser of FL-STD / FL-STD-DP."""
+  group.add_argument("--server-optimizer", choices=SERVER_OPTIMIZERS, default="sgd",
+                     help="FL-STD(-DP)'s server step on the mean update: sgd (FedAvg, "
+                          "default), fedavgm (momentum 0.9) or fedadam (optax)")
+  group.add_argument("--server-optimizer-lr", type=flags.positive("--server-optimizer-lr"),
+                     default=None,
+                     help="its learning rate (default 1.0 for fedavgm, 0.01 for fedadam)")
+
+
+def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
+  """FL-STD(-DP) with the server optimiser; the subset schemes are unchanged."""
+  if scheme.selection != "full":
+    return scheme
+  return dataclasses.replace(scheme, server_optimizer=args.server_optimizer,
+                             server_lr=args.server_optimizer_lr)
+
+
 FAMILY = Family("FL-STD, FL-TOP, FL-TOP-BIS, FL-BASIC, FL-BAS-2/3/4 (UAI 2021)",
-                MASKED_SCHEMES)
+                MASKED_SCHEMES, add_flags=add_flags, configure=configure,
+                flag_names={"server_optimizer": "--server-optimizer",
+                            "server_lr": "--server-optimizer-lr"})
