@@ -15,7 +15,6 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 
 import jax

@@ -1,6 +1,8 @@
-"""Documented entry points run as a user runs them: the example scheme and the
+"""Documented entry points run as a user runs them: the example scheme, the
 throughput benchmark (one scheme of every family, in-process on the tiny
-model; the command line once on the paper CNN)."""
+model; the command line once on the paper CNN) and the decoder benchmark.
+(benchmarks/discrete_gaussian.py is not run here: its sampler compiles for
+about a minute per scale.)"""
 
 import importlib.util
 import json
@@ -9,10 +11,8 @@ import pathlib
 import subprocess
 import sys
 
-import jax.numpy as jnp
 import pytest
 
-from fedjax_dp import simulation
 from fedjax_dp.schemes import FAMILIES
 from tiny_model import tiny_linear
 
@@ -74,3 +74,11 @@ def test_throughput_command_line_on_the_paper_cnn():
   bad = _script("benchmarks/throughput.py", "--scheme", "FL-NOPE", "--no-torch")
   assert bad.returncode == 2 and "unknown scheme" in bad.stderr
   assert "Traceback" not in bad.stderr
+
+
+def test_cs_decoder_benchmark_runs_small():
+  proc = _script("benchmarks/cs_decoder.py", "--num-params", "5000", "--chunks", "10",
+                 "--iters", "5", "--repeats", "1", "--json")
+  assert proc.returncode == 0, proc.stderr
+  rec = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert rec["num_params"] == 5000 and rec["chunks"] == 10
