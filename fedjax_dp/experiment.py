@@ -67,6 +67,46 @@ def _presets_epilog() -> str:
   return "\n".join(lines)
 
 
+def _add_secure_flags(sec: argparse._ArgumentGroup) -> None:
+  """Secure aggregation and client failures."""
+  sec.add_argument("--secure-aggregation", action="store_true",
+                   help="sum every DP scheme's (and FL-SIGN's, signSGD's) messages under "
+                        "simulated secure aggregation: fixed-point encoding, pairwise "
+                        "masks mod 2^b; overflows are counted and reported")
+  sec.add_argument("--secure-bits", type=int, default=None,
+                   help="b, bits per value (default: thesis 5.2.4, "
+                        "ceil(log2((12 S sigma + max|x|) |K| 2^f)); 22 for FL-SIGN-DP)")
+  sec.add_argument("--secure-frac-bits", type=int, default=16,
+                   help="f, fractional bits of the fixed-point encoding of real "
+                        "updates (default 16)")
+  sec.add_argument("--secure-neighbours", type=int, default=1,
+                   help="d: each client shares masks with its d ring neighbours on "
+                        "each side (default 1; results do not depend on it)")
+  sec.add_argument("--max-dropouts", type=int, default=0,
+                   help="l: DP noise shares sized for |K| - l clients, so the noise "
+                        "stays >= S*sigma if up to l clients fail (default 0)")
+  sec.add_argument("--dropout-rate", type=float, default=0.0,
+                   help="each sampled client fails before sending with this "
+                        "probability (default 0)")
+  sec.add_argument("--client-chunk", type=int, default=None,
+                   help="train and sum the cohort this many clients at a time "
+                        f"(default: all, or {simulation.AUTO_CHUNK} above "
+                        f"{simulation.AUTO_CHUNK_ABOVE} slots)")
+
+
+def _add_device_flags(dev: argparse._ArgumentGroup) -> None:
+  """Sharding the cohort over devices."""
+  dev.add_argument("--devices", type=flags.positive("--devices", int), default=None,
+                   help="shard each cohort's clients over this many devices "
+                        "(default: every device JAX sees)")
+  dev.add_argument(host_devices.OPTION, type=flags.positive(host_devices.OPTION, int),
+                   default=None,
+                   help="XLA CPU devices to create, read by sweep.py before JAX "
+                        "starts (default: one per core, at most "
+                        f"{host_devices.DEFAULT_MAX}; an explicit XLA_FLAGS="
+                        f"{host_devices.FLAG} wins; no effect on GPU)")
+
+
 def build_parser() -> argparse.ArgumentParser:
   """The sweep's command-line options."""
   p = _Parser(prog="sweep.py", description=(
@@ -116,41 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                  help="evaluate test accuracy every k rounds (default 1)")
   for family in FAMILIES:
     family.add_flags(p.add_argument_group(family.title))
-  sec = p.add_argument_group("secure aggregation and client failures (UAI Sec. 3.2.2; "
-                             "thesis 5.2.4-5.2.5)")
-  sec.add_argument("--secure-aggregation", action="store_true",
-                   help="sum every DP scheme's (and FL-SIGN's, signSGD's) messages under "
-                        "simulated secure aggregation: fixed-point encoding, pairwise "
-                        "masks mod 2^b; overflows are counted and reported")
-  sec.add_argument("--secure-bits", type=int, default=None,
-                   help="b, bits per value (default: thesis 5.2.4, "
-                        "ceil(log2((12 S sigma + max|x|) |K| 2^f)); 22 for FL-SIGN-DP)")
-  sec.add_argument("--secure-frac-bits", type=int, default=16,
-                   help="f, fractional bits of the fixed-point encoding of real "
-                        "updates (default 16)")
-  sec.add_argument("--secure-neighbours", type=int, default=1,
-                   help="d: each client shares masks with its d ring neighbours on "
-                        "each side (default 1; results do not depend on it)")
-  sec.add_argument("--max-dropouts", type=int, default=0,
-                   help="l: DP noise shares sized for |K| - l clients, so the noise "
-                        "stays >= S*sigma if up to l clients fail (default 0)")
-  sec.add_argument("--dropout-rate", type=float, default=0.0,
-                   help="each sampled client fails before sending with this "
-                        "probability (default 0)")
-  sec.add_argument("--client-chunk", type=int, default=None,
-                   help="train and sum the cohort this many clients at a time "
-                        f"(default: all, or {simulation.AUTO_CHUNK} above "
-                        f"{simulation.AUTO_CHUNK_ABOVE} slots)")
-  dev = p.add_argument_group("devices (README, Performance)")
-  dev.add_argument("--devices", type=flags.positive("--devices", int), default=None,
-                   help="shard each cohort's clients over this many devices "
-                        "(default: every device JAX sees)")
-  dev.add_argument(host_devices.OPTION, type=flags.positive(host_devices.OPTION, int),
-                   default=None,
-                   help="XLA CPU devices to create, read by sweep.py before JAX "
-                        "starts (default: one per core, at most "
-                        f"{host_devices.DEFAULT_MAX}; an explicit XLA_FLAGS="
-                        f"{host_devices.FLAG} wins; no effect on GPU)")
+  _add_secure_flags(p.add_argument_group(
+      "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))
+  _add_device_flags(p.add_argument_group("devices (docs/performance.md)"))
   p.add_argument("--out", default="results", help="output folder (default ./results)")
   p.add_argument("--quiet", action="store_true", help="no progress bar")
   return p

@@ -227,12 +227,21 @@ class Scheme(abc.ABC):
 
   def client_stream(self, model: FlatModel, w: jax.Array, plan: Any, x: jax.Array,
                     y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
-    """The integer stream a client transmits (``traits.measured_streams``)."""
-    raise NotImplementedError(f"{self.name} sends no coded stream")
+    """The integer stream a client transmits (``traits.measured_streams``).
+
+    Raises:
+      TypeError: The scheme sends real values, not a coded stream (the round
+        calls this only when ``traits.measured_streams > 0``).
+    """
+    raise TypeError(f"{self.name} sends real values, not a coded stream")
 
   def measure_stream(self, stream, num_values: int):
-    """Coded size of one stream, outside jit (``traits.measured_streams``)."""
-    raise NotImplementedError(f"{self.name} sends no coded stream")
+    """Coded size of one stream, outside jit (``traits.measured_streams``).
+
+    Raises:
+      TypeError: As :meth:`client_stream`.
+    """
+    raise TypeError(f"{self.name} sends real values, not a coded stream")
 
   # --- Privacy and the record. ---------------------------------------------------
 
