@@ -1,4 +1,4 @@
-"""Clients/s of one scheme in the paper setting, split by stage, against PyTorch.
+"""Clients/s of schemes in the paper setting, split by stage, against PyTorch.
 
 The paper's Fashion-MNIST setting (CNN of 1,663,370 weights, 5 local steps of
 batch 10, a fixed cohort of ``--clients-per-round`` real clients). Reports,
@@ -9,7 +9,8 @@ after a warm-up call that compiles (its extra time is the compile time):
 * the round split into local training (every client's SGD), compression +
   privacy (encoding, clipping, noise, the secure sum) and the server decode,
   each jitted and timed on its own;
-* evaluation of the 10,000 test images;
+* evaluation of the 10,000 test images, in GFLOP/s (XLA's count of the
+  model's operations) next to the float32 matmul rate of the same devices;
 * peak memory (process RSS, and the compiled round's buffers);
 * a plain PyTorch per-client loop on the same clients (same model, batch,
   steps and learning rate; weights copied from the global model each
@@ -19,6 +20,11 @@ Timings are the best of ``--repeats`` runs (the least disturbed by other
 processes on a shared machine); the load average is printed with them.
 
   python benchmarks/throughput.py --scheme FL-TOP-DP --clients-per-round 100 --json
+  python benchmarks/throughput.py --scheme all --no-torch   # every scheme, one run
+
+With several schemes (a comma-separated list, or ``all``) they run one
+after the other in one process and a table compares each round (without
+evaluation) with FL-STD's.
 
 PyTorch is optional (``pip install 'fedjax_dp[bench]'``); ``--no-torch``
 runs JAX alone. The round is set up exactly as ``simulation.run`` sets it up
@@ -50,7 +56,7 @@ from fedjax_dp import sharding, simulation  # noqa: E402
 from fedjax_dp.data import public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
 from fedjax_dp.privacy import noise  # noqa: E402
-from fedjax_dp.schemes import get_scheme  # noqa: E402
+from fedjax_dp.schemes import SCHEMES, get_scheme  # noqa: E402
 
 
 def _best(fn, repeats: int) -> float:
@@ -169,6 +175,10 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   tx = jnp.asarray(test_x)
   jax.block_until_ready(eval_fn(state.weights, tx))
   eval_s = _best(lambda: jax.block_until_ready(eval_fn(state.weights, tx)), repeats)
+  batch = tx[:500]
+  eval_flops = compiled_flops(jax.jit(model.predict), state.weights,
+                              batch.astype(jnp.float32))
+  eval_flops = None if eval_flops is None else eval_flops * tx.shape[0] / batch.shape[0]
   rss_jax_mb = _peak_rss_mb()
 
   # The whole round and the PyTorch loop, alternating.
@@ -206,8 +216,11 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
           "server_decode": decode_s,
           "evaluation": eval_s,
           "compile": compile_s,
+          "first_call": first,
           "torch_loop": None if not torch_times else min(torch_times),
       },
+      "evaluation_gflops_per_sec": None if eval_flops is None else eval_flops / eval_s / 1e9,
+      "matmul_gflops_per_sec": matmul_gflops(mesh),
       "clip_norm": prep.clip_norm,
       "peak_rss_mb": rss_jax_mb,
       "device_peak_mb": _device_peak_mb(),
@@ -217,6 +230,30 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
       "machine": machine(),
       "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
   }
+
+
+def compiled_flops(fn, *args) -> float | None:
+  """Floating-point operations of one call of jitted ``fn`` (XLA's cost analysis)."""
+  cost = fn.lower(*args).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops = (cost or {}).get("flops")
+  return None if flops is None or flops <= 0 else float(flops)
+
+
+def matmul_gflops(mesh, size: int = 2048, repeats: int = 5) -> float:
+  """GFLOP/s of float32 (size x size) matmuls, one per device of ``mesh``.
+
+  The machine's dense compute rate, for scale: evaluation's GFLOP/s is
+  compared with it.
+  """
+  devices = sharding.mesh_size(mesh)
+  a = jnp.ones((devices, size, size), jnp.float32)
+  if mesh is not None:
+    a = jax.device_put(a, jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(sharding.AXIS)))
+  fn = jax.jit(lambda x: jnp.einsum("bij,bjk->bik", x, x))
+  jax.block_until_ready(fn(a))
+  return 2 * devices * size ** 3 / _best(lambda: jax.block_until_ready(fn(a)), repeats) / 1e9
 
 
 def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
@@ -283,9 +320,51 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
   return run, agree
 
 
+def _print(rec: dict) -> None:
+  """One scheme's record, in words."""
+  s = rec["seconds"]
+  print(f"{rec['scheme']} r={rec['ratio']:g}, {rec['clients_per_round']} clients/round, "
+        f"{rec['rounds_per_call']} round(s)/call on {rec['machine']}")
+  print(f"  round: {rec['rounds_per_sec']:.3f} rounds/s = {rec['clients_per_sec']:.1f} "
+        f"clients/s ({s['round']:.2f} s); compile {s['compile']:.1f} s")
+  gflops = rec["evaluation_gflops_per_sec"]
+  rate = "" if gflops is None else \
+      f", {gflops:.0f} GFLOP/s (matmul: {rec['matmul_gflops_per_sec']:.0f})"
+  print(f"  split: local training + encoding {s['local_training']:.2f} s "
+        f"({rec['train_clients_per_sec']:.1f} clients/s), privacy + sum "
+        f"{s['privacy_sum']:.2f} s, server decode {s['server_decode']:.3f} s, "
+        f"evaluation (10,000 images) {s['evaluation']:.2f} s{rate}")
+  if rec["torch_loop_clients_per_sec"] is not None:
+    print(f"  PyTorch per-client loop: {rec['torch_loop_clients_per_sec']:.1f} clients/s; "
+          f"JAX/PyTorch {rec['ratio_to_torch']:.2f}x (round), "
+          f"{rec['train_ratio_to_torch']:.2f}x (training); max logit difference "
+          f"{rec['torch_max_logit_diff']:.1e}")
+  device_peak = "" if rec["device_peak_mb"] is None else \
+      f", device peak {rec['device_peak_mb']:.0f} MB"
+  print(f"  peak RSS {rec['peak_rss_mb']:.0f} MB{device_peak}; "
+        f"load average {rec['load_average'][0]} -> {rec['load_average'][1]}", flush=True)
+
+
+def _summary(records: list[dict]) -> None:
+  """The per-scheme table: round time (without evaluation) against FL-STD's."""
+  base = next((r for r in records if r["scheme"] == REFERENCE), None)
+  print(f"\n{'scheme':16s} {'round s':>8s} {'x ' + REFERENCE:>9s} {'clients/s':>10s} "
+        f"{'train s':>8s} {'privacy s':>9s} {'compile s':>9s}")
+  for r in records:
+    s = r["seconds"]
+    ratio = "" if base is None else f"{s['round'] / base['seconds']['round']:.2f}"
+    print(f"{r['scheme']:16s} {s['round']:8.2f} {ratio:>9s} {r['clients_per_sec']:10.1f} "
+          f"{s['local_training']:8.2f} {s['privacy_sum']:9.2f} {s['compile']:9.1f}")
+
+
+REFERENCE = "FL-STD"  # the round every scheme is compared with
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--scheme", default="FL-TOP-DP")
+  p.add_argument("--scheme", default="FL-TOP-DP",
+                 help="a scheme, a comma-separated list, or 'all' (every registered "
+                      f"scheme, {REFERENCE} first; the summary compares with {REFERENCE})")
   p.add_argument("--clients-per-round", type=int, default=100)
   p.add_argument("--ratio", type=float, default=0.005)
   p.add_argument("--rounds-per-call", type=int, default=1,
@@ -298,7 +377,7 @@ def main() -> None:
                       f"{host_devices.DEFAULT_MAX}; XLA_FLAGS="
                       f"{host_devices.FLAG} wins)")
   p.add_argument("--no-torch", action="store_true", help="skip the PyTorch loop")
-  p.add_argument("--json", action="store_true", help="print one JSON line")
+  p.add_argument("--json", action="store_true", help="one JSON line per scheme")
   args = p.parse_args()
 
   if not args.no_torch and importlib.util.find_spec("torch") is None:
@@ -306,43 +385,34 @@ def main() -> None:
           "pip install 'fedjax_dp[bench]' (torch==2.13.0) or pass --no-torch",
           file=sys.stderr)
     sys.exit(2)
+  if args.scheme == "all":
+    names = [REFERENCE] + [n for n in SCHEMES if n != REFERENCE]
+  else:
+    names = [n.strip() for n in args.scheme.split(",") if n.strip()]
   try:
-    get_scheme(args.scheme)  # fail early, in one line, on a bad name
+    names = [get_scheme(n).name for n in names]  # fail early, in one line, on a bad name
   except ValueError as e:
     print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
     sys.exit(2)
-  clients = args.clients_per_round
   data, test_x, _ = load_paper_data()
-  try:
-    rec = measure(paper_cnn(), args.scheme, data, test_x, public_batch(10, seed=0),
-                  clients=clients, ratio=args.ratio, rounds_per_call=args.rounds_per_call,
-                  repeats=args.repeats, devices=args.devices, torch=not args.no_torch)
-  except ValueError as e:
-    print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
-    sys.exit(2)
-  per_round, agree, torch_cps = rec["seconds"]["round"], rec["torch_max_logit_diff"], \
-      rec["torch_loop_clients_per_sec"]
-  compile_s, rss_jax_mb = rec["seconds"]["compile"], rec["peak_rss_mb"]
-  if args.json:
-    print(json.dumps(rec))
-    return
-  s = rec["seconds"]
-  print(f"{args.scheme} r={args.ratio:g}, {clients} clients/round, "
-        f"{args.rounds_per_call} round(s)/call on {rec['machine']}")
-  print(f"  round: {rec['rounds_per_sec']:.3f} rounds/s = {rec['clients_per_sec']:.1f} "
-        f"clients/s ({per_round:.2f} s); compile {compile_s:.1f} s")
-  print(f"  split: local training + encoding {s['local_training']:.2f} s "
-        f"({rec['train_clients_per_sec']:.1f} clients/s), privacy + sum "
-        f"{s['privacy_sum']:.2f} s, server decode {s['server_decode']:.3f} s, "
-        f"evaluation (10,000 images) {s['evaluation']:.2f} s")
-  if torch_cps is not None:
-    print(f"  PyTorch per-client loop: {torch_cps:.1f} clients/s; JAX/PyTorch "
-          f"{rec['ratio_to_torch']:.2f}x (round), {rec['train_ratio_to_torch']:.2f}x "
-          f"(training); max logit difference {agree:.1e}")
-  device_peak = "" if rec["device_peak_mb"] is None else \
-      f", device peak {rec['device_peak_mb']:.0f} MB"
-  print(f"  peak RSS {rss_jax_mb:.0f} MB{device_peak}; "
-        f"load average {rec['load_average'][0]} -> {rec['load_average'][1]}")
+  records = []
+  for name in names:
+    try:
+      rec = measure(paper_cnn(), name, data, test_x, public_batch(10, seed=0),
+                    clients=args.clients_per_round, ratio=args.ratio,
+                    rounds_per_call=args.rounds_per_call, repeats=args.repeats,
+                    devices=args.devices, torch=not args.no_torch)
+    except ValueError as e:
+      print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
+      sys.exit(2)
+    records.append(rec)
+    if args.json:
+      print(json.dumps(rec), flush=True)
+    else:
+      _print(rec)
+    jax.clear_caches()  # each scheme's programs are compiled afresh, memory freed
+  if len(records) > 1 and not args.json:
+    _summary(records)
 
 
 if __name__ == "__main__":

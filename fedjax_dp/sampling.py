@@ -82,6 +82,16 @@ def fixed_cohort_size(num_clients: int, rate: float) -> int:
   return max(1, int(round(rate * num_clients)))
 
 
+def planned_cohort_sizes(round_keys: jax.Array, num_clients: int, rate: float,
+                         sampler: str = "poisson") -> np.ndarray:
+  """(rounds,) every round's cohort size |K_t|, from the keys the run will use."""
+  if sampler == "fixed":
+    return np.full((round_keys.shape[0],), fixed_cohort_size(num_clients, rate), np.int64)
+  sizes = jax.vmap(lambda k: jnp.sum(jax.random.uniform(k, (num_clients,)) < rate)
+                   )(round_keys)
+  return np.asarray(sizes, np.int64)
+
+
 def plan_capacity(round_keys: jax.Array, num_clients: int, rate: float,
                   sampler: str = "poisson", multiple: int = 4) -> int:
   """The smallest capacity that holds every round's cohort untruncated.
@@ -96,12 +106,13 @@ def plan_capacity(round_keys: jax.Array, num_clients: int, rate: float,
   Returns:
     The capacity (never more than ``num_clients``).
   """
-  if sampler == "fixed":
-    largest = fixed_cohort_size(num_clients, rate)
-  else:
-    sizes = jax.vmap(lambda k: jnp.sum(jax.random.uniform(k, (num_clients,)) < rate)
-                     )(round_keys)
-    largest = max(1, int(np.max(np.asarray(sizes))))
+  return capacity_for(planned_cohort_sizes(round_keys, num_clients, rate, sampler),
+                      num_clients, multiple)
+
+
+def capacity_for(sizes: np.ndarray, num_clients: int, multiple: int = 4) -> int:
+  """The largest of ``sizes`` rounded up to ``multiple``, at most N."""
+  largest = max(1, int(np.max(sizes)))
   return int(min(num_clients, -(-largest // multiple) * multiple))
 
 

@@ -189,3 +189,18 @@ def test_rows_jit_vmap_and_keys():
 def test_bad_scales_are_rejected(scales, match):
   with pytest.raises(ValueError, match=match):
     dg_table.discrete_gaussian_table(scales)
+
+
+def test_host_sampler_draws_the_scale_of_its_argument():
+  """``sample_on_host`` (rare scales inside a jitted program): the pmf of the
+  scale its traced argument selects, a 2% wrong scale rejected; same key,
+  same draw."""
+  scale_of = lambda shares: 40.0 / np.sqrt(float(shares))
+  fn = jax.jit(lambda k, a: dg_table.sample_on_host(k, scale_of, (N,), a))
+  x = np.asarray(fn(jax.random.PRNGKey(5), jnp.int32(4)))  # scale 20
+  assert x.dtype == np.int32
+  pvalue = lambda s: chi2_pvalue(x, lambda sup: discrete_gaussian_pmf(sup, 0.0, s), -150, 150)
+  assert pvalue(20.0) > ALPHA
+  assert pvalue(20.4) < ALPHA and pvalue(19.6) < ALPHA
+  np.testing.assert_array_equal(x, np.asarray(fn(jax.random.PRNGKey(5), jnp.int32(4))))
+  assert np.mean(x == np.asarray(fn(jax.random.PRNGKey(6), jnp.int32(4)))) < 0.1

@@ -1,8 +1,7 @@
 """Documented entry points run as a user runs them: the example scheme, the
 throughput benchmark (one scheme of every family, in-process on the tiny
-model; the command line once on the paper CNN) and the decoder benchmark.
-(benchmarks/discrete_gaussian.py is not run here: its sampler compiles for
-about a minute per scale.)"""
+model; the command line once on the paper CNN), the decoder benchmark and
+the discrete Gaussian benchmark (small)."""
 
 import importlib.util
 import json
@@ -49,10 +48,9 @@ def _throughput():
   return module
 
 
-# One scheme of every family, and two Gaussian DP schemes (FL-SIGN-DP's
-# discrete Gaussian privatize runs in tests/test_sign_schemes.py and the
-# golden records; its sampler alone compiles for ~40 s).
-BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + ["FL-TOP-DP", "FL-CS-DP"]
+# One scheme of every family, and the DP schemes of the first three.
+BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + ["FL-TOP-DP", "FL-CS-DP",
+                                                             "FL-SIGN-DP"]
 
 
 @pytest.mark.parametrize("name", BENCH_SCHEMES)
@@ -74,6 +72,32 @@ def test_throughput_command_line_on_the_paper_cnn():
   bad = _script("benchmarks/throughput.py", "--scheme", "FL-NOPE", "--no-torch")
   assert bad.returncode == 2 and "unknown scheme" in bad.stderr
   assert "Traceback" not in bad.stderr
+
+
+def test_throughput_summary_compares_schemes_with_fl_std(capsys):
+  """Several schemes in one run: a record each, then the table against FL-STD."""
+  module = _throughput()
+  fake = lambda model, name, *a, **k: {
+      "scheme": name, "clients_per_sec": 10.0, "clients_per_round": 10,
+      "seconds": {"round": 2.0 if name == "FL-STD" else 3.0, "local_training": 1.0,
+                  "privacy_sum": 0.5, "compile": 4.0}}
+  module._summary([fake(None, "FL-STD"), fake(None, "FL-SIGN-DP")])
+  out = capsys.readouterr().out.splitlines()
+  assert out[-1].split()[:3] == ["FL-SIGN-DP", "3.00", "1.50"]
+
+
+def test_discrete_gaussian_benchmark_runs_small():
+  proc = _script("benchmarks/discrete_gaussian.py", "--size", "20000", "--repeats", "1",
+                 "--scales", "3.5", "--no-paper-vector", "--json")
+  assert proc.returncode == 0, proc.stderr
+  rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+  assert [(r["case"], r["sampler"]) for r in rows] == [
+      ("DG(0, 3.5)", "table"), ("DG(0, 3.5)", "rejection"),
+      ("jax.random.normal", "continuous"), ("threefry uint32 words", "bits")]
+  assert all(r["samples_per_s"] > 0 for r in rows)
+  assert rows[0]["table_build_s"] >= 0 and rows[1]["table_build_s"] is None
+  bad = _script("benchmarks/discrete_gaussian.py", "--scales", "-1")
+  assert bad.returncode == 2 and "--scales" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_cs_decoder_benchmark_runs_small():

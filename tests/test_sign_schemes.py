@@ -12,7 +12,7 @@ from scipy import special, stats
 from fedjax_dp import sampling, simulation
 from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy import secure_aggregation as sa
-from fedjax_dp.schemes import LocalTraining, get_scheme
+from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
 from fedjax_dp.schemes.sign import random_tie_sign
 from tiny_model import tiny_linear
 
@@ -89,16 +89,30 @@ def test_signsgd_round_is_the_majority_vote_of_all_clients_in_chunks(small_feder
   np.testing.assert_allclose(w1, np.asarray(w0) + 0.001 * vote, atol=1e-7)
 
 
-K, DIM = 10, 20_000
-_CONTRIBUTIONS = jax.jit(FL_SIGN_DP.privatize)  # one compilation for all calls
+K, DIM, SIGMA = 10, 20_000, 0.5
 
 
-def _noise_sum(num_shares, dropped, sigma=0.5, seed=0):
+def _bound(fewest, most):
+  """FL-SIGN-DP bound to a run of DIM weights whose rounds have fewest..most shares."""
+  data = SetupData(model=None, w0=jnp.zeros(DIM), public_x=None, public_y=None,
+                   key=jax.random.PRNGKey(0), ratio=1.0, init_steps=0,
+                   local=LocalTraining(1, 10, 0.1), noise_multiplier=SIGMA,
+                   num_shares=(fewest, most))
+  return FL_SIGN_DP.bind(data, math.sqrt(DIM))
+
+
+# One compilation per sampler: the rejection sampler (unbound scheme) and
+# the alias tables of share counts K - 4 .. K (bound).
+_PRIVATIZE = {"rejection": jax.jit(FL_SIGN_DP.privatize),
+              "tables": jax.jit(_bound(K - 4, K).privatize)}
+
+
+def _noise_sum(num_shares, dropped, sampler, seed=0):
   """FL-SIGN-DP's integer sum minus the signs, for all-(+1) messages."""
   messages = jnp.ones((K, DIM), jnp.int8)
   keys = jax.random.split(jax.random.PRNGKey(seed), K)
-  z, _ = _CONTRIBUTIONS(messages, jnp.ones((K,), bool), keys, 1.0, sigma,
-                        jnp.int32(num_shares))
+  z, _ = _PRIVATIZE[sampler](messages, jnp.ones((K,), bool), keys, 1.0, SIGMA,
+                             jnp.int32(num_shares))
   assert z.dtype == jnp.int32
   z = np.asarray(z, np.int64)
   return z[dropped:].sum(0) - (K - dropped), z
@@ -109,10 +123,11 @@ def _var_pvalues(noise, var):
   return stats.chi2.cdf(stat, noise.size), stats.chi2.sf(stat, noise.size)
 
 
-def test_fl_sign_dp_aggregate_noise_has_variance_n_sigma_squared():
+@pytest.mark.parametrize("sampler", ["rejection", "tables"])
+def test_fl_sign_dp_aggregate_noise_has_variance_n_sigma_squared(sampler):
   """Sum of |K| DG(sign, sqrt(n) sigma / sqrt(|K|)) shares: variance n sigma^2."""
-  n, sigma, k = DIM, 0.5, K
-  noise, z = _noise_sum(k, 0, sigma)
+  n, sigma, k = DIM, SIGMA, K
+  noise, z = _noise_sum(k, 0, sampler)
   lo, hi = _var_pvalues(noise, n * sigma ** 2)
   assert min(lo, hi) > 5e-4
   for wrong in (1.05, 0.95):
@@ -122,12 +137,37 @@ def test_fl_sign_dp_aggregate_noise_has_variance_n_sigma_squared():
   assert abs(z.mean() - 1.0) < 5 * math.sqrt(n * sigma ** 2 / k / z.size) * math.sqrt(k)
 
 
-def test_fl_sign_dp_shares_survive_l_failures_only_when_scaled():
-  n, sigma, k, l = DIM, 0.5, K, 3
-  scaled, _ = _noise_sum(k - l, l, sigma, seed=1)
-  unscaled, _ = _noise_sum(k, l, sigma, seed=1)
+@pytest.mark.parametrize("sampler", ["rejection", "tables"])
+def test_fl_sign_dp_shares_survive_l_failures_only_when_scaled(sampler):
+  n, sigma, k, l = DIM, SIGMA, K, 3
+  scaled, _ = _noise_sum(k - l, l, sampler, seed=1)
+  unscaled, _ = _noise_sum(k, l, sampler, seed=1)
   assert _var_pvalues(scaled, n * sigma ** 2)[0] > 1e-3  # not below n sigma^2
   assert _var_pvalues(unscaled, n * sigma ** 2)[0] < 1e-3  # 30% too little
+
+
+def test_a_share_count_below_the_tables_is_drawn_on_the_host():
+  """Fewer shares than any table row (a round the run did not plan): each
+  share is still DG(sign, sqrt(n) sigma / sqrt(shares)), drawn on the host
+  from that scale's table, so the K - 6 arriving shares carry n sigma^2."""
+  noise, _ = _noise_sum(K - 6, 6, "tables", seed=3)
+  lo, hi = _var_pvalues(noise, DIM * SIGMA ** 2)
+  assert min(lo, hi) > 5e-4
+  assert _var_pvalues(noise, DIM * (SIGMA * 0.95) ** 2)[1] < 5e-4
+  bound = _bound(K - 4, K)
+  with pytest.raises(ValueError, match="noise_multiplier 0.4 differs"):
+    bound.privatize(jnp.ones((K, DIM), jnp.int8), jnp.ones((K,), bool),
+                    jax.random.split(jax.random.PRNGKey(0), K), 1.0, 0.4, jnp.int32(K))
+
+
+def test_bound_tables_cover_the_run_share_counts():
+  bound = _bound(7, 12)
+  tables = bound.tables
+  assert tables.fewest_shares == 7 and tables.shares.rows == 6
+  assert tables.shares.scales[0] == pytest.approx(math.sqrt(DIM) * SIGMA / math.sqrt(7))
+  assert tables.shares.scales[-1] == pytest.approx(math.sqrt(DIM) * SIGMA / math.sqrt(12))
+  assert tables.server.scales == pytest.approx((math.sqrt(DIM) * SIGMA,))
+  assert FL_SIGN.bind(None, 1.0) is FL_SIGN  # nothing to bind without noise
 
 
 # --- Accounting: thesis Lemma 1, Theorems 2-3. -------------------------------

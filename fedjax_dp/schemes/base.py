@@ -105,6 +105,10 @@ class SetupData(NamedTuple):
     samples_per_client: |D_k|.
     rounds: T_cl.
     noise_multiplier: sigma (0 for non-DP schemes).
+    num_shares: (fewest, most) noise shares a round of the run can split the
+      aggregate noise into (``privatize``'s ``num_shares``: cohort size minus
+      the tolerated dropouts, thesis 5.2.5): the fewest over the planned
+      rounds' cohorts, the most the cohort capacity allows.
   """
 
   model: FlatModel
@@ -120,6 +124,7 @@ class SetupData(NamedTuple):
   samples_per_client: int = 1
   rounds: int = 1
   noise_multiplier: float = 0.0
+  num_shares: tuple[int, int] = (1, 1)
 
 
 class Scheme(abc.ABC):

@@ -191,9 +191,8 @@ class CSScheme(Scheme):
                      x: jax.Array, y: jax.Array, key: jax.Array,
                      local: LocalTraining) -> jax.Array:
     """T_gd SGD steps, then C(delta) (Alg. 4 lines 16-18, Alg. 11 line 19)."""
-    w_end = client.local_sgd(model.loss, w, x, y, key, steps=local.steps,
-                             batch_size=local.batch_size, lr=local.lr)
-    return plan.encode(w_end - w)
+    return plan.encode(model.local_update(w, x, y, key, steps=local.steps,
+                                          batch_size=local.batch_size, lr=local.lr))
 
   def server_update(self, w: jax.Array, state: CSState, mean: jax.Array,
                     plan: dct_cs.ChunkedDCT) -> tuple[jax.Array, CSState]:

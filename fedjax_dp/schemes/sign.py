@@ -33,8 +33,28 @@ import jax.numpy as jnp
 from fedjax_dp import client
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy.accounting import Mechanism
+from fedjax_dp.privacy.dg_table import (DiscreteGaussianTable, discrete_gaussian_table,
+                                        sample_on_host, sample_table)
 from fedjax_dp.privacy.discrete_gaussian import sample_discrete_gaussian
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NoiseTables:
+  """FL-SIGN-DP's discrete Gaussian tables for one run (built by ``bind``).
+
+  Attributes:
+    noise_multiplier: The run's sigma.
+    fewest_shares: The share count of the first row of ``shares``.
+    shares: Row r is ``DG(0, sqrt(n) sigma / sqrt(fewest_shares + r))``, one
+      client's share for every share count a planned or possible round has.
+    server: ``DG(0, sqrt(n) sigma)``, the server's noise when no share arrives.
+  """
+
+  noise_multiplier: float
+  fewest_shares: int
+  shares: DiscreteGaussianTable
+  server: DiscreteGaussianTable
 
 
 def random_tie_sign(delta: jax.Array, key: jax.Array) -> jax.Array:
@@ -56,6 +76,8 @@ class SignScheme(Scheme):
     gamma: Server step size gamma (thesis Table 8.1: 0.001; Table 8.2:
       0.005 for FL-SIGN-DP).
     reference: Where the scheme is defined.
+    tables: FL-SIGN-DP's noise tables once bound to a run (``bind``);
+      unbound, the noise comes from the rejection sampler.
   """
 
   name: str
@@ -63,6 +85,7 @@ class SignScheme(Scheme):
   single_batch: bool
   gamma: float
   reference: str
+  tables: NoiseTables | None = None
 
   @property
   def traits(self) -> Traits:
@@ -105,8 +128,8 @@ class SignScheme(Scheme):
     if self.single_batch:
       delta = -client.batch_gradient(model.loss, w, x, y, train_key, local.batch_size)
     else:
-      delta = client.local_sgd(model.loss, w, x, y, train_key, steps=local.steps,
-                               batch_size=local.batch_size, lr=local.lr) - w
+      delta = model.local_update(w, x, y, train_key, steps=local.steps,
+                                 batch_size=local.batch_size, lr=local.lr)
     return random_tie_sign(delta, tie_key)
 
   def share_scale(self, num_params: int, noise_multiplier: float,
@@ -115,36 +138,67 @@ class SignScheme(Scheme):
     shares = jnp.maximum(num_shares, 1).astype(jnp.float32)
     return math.sqrt(num_params) * noise_multiplier / jnp.sqrt(shares)
 
+  def bind(self, data: SetupData, clip_norm: float) -> "SignScheme":
+    """FL-SIGN-DP: the alias tables of every share scale the run can use.
+
+    One row per share count from the fewest of the planned rounds to the
+    most the capacity allows (``data.num_shares``), and the server's full
+    noise; built once (``fedjax_dp.privacy.dg_table``).
+    """
+    if not self.private:
+      return self
+    n, sigma = int(data.w0.shape[0]), float(data.noise_multiplier)
+    fewest, most = data.num_shares
+    scale = lambda shares: math.sqrt(n) * sigma / math.sqrt(shares)
+    tables = NoiseTables(
+        sigma, fewest, discrete_gaussian_table([scale(r) for r in range(fewest, most + 1)]),
+        discrete_gaussian_table(scale(1)))
+    return dataclasses.replace(self, tables=tables)
+
   def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
                 num_shares):
     """(capacity, n) int32: the signs, or ``DG(sign, share scale)`` for -DP.
 
     ``clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
-    Clients are sampled one after the other (``lax.scan``) to bound memory,
-    and padding slots draw nothing.
+    Bound to a run, the shares come from the alias table of the round's
+    share count; a count below the tables (a round the run did not plan,
+    with fewer clients than any planned one) draws its shares on the host
+    (``dg_table.sample_on_host``), and an unbound scheme uses the rejection
+    sampler. Clients are sampled one after the other (``lax.scan``) to bound
+    memory, and padding slots draw nothing.
     """
     zero = jnp.zeros((), jnp.int32)
     if not self.private:
       return messages.astype(jnp.int32), zero
     n = messages.shape[1]
-    scale = self.share_scale(n, noise_multiplier, num_shares)
 
-    def one(_, inputs):
-      return None, self._noisy(*inputs, scale)
+    def each_client(noise):
+      def one(_, inputs):
+        message, key, real = inputs
+        return None, jax.lax.cond(real, lambda: message.astype(jnp.int32) + noise(key),
+                                  lambda: jnp.zeros((n,), jnp.int32))
+      return jax.lax.scan(one, None, (messages, noise_keys, slot_mask))[1]
 
-    _, noisy = jax.lax.scan(one, None, (messages, noise_keys, slot_mask))
-    return noisy, zero
-
-  def _noisy(self, message, key, real, scale):
-    """``DG(message, scale)`` for a real client; zeros (not drawn) for padding."""
-    n = message.shape[0]
+    if self.tables is None:
+      scale = self.share_scale(n, noise_multiplier, num_shares)
+      return each_client(lambda key: sample_discrete_gaussian(key, 0.0, scale, (n,))), zero
+    sigma = self.tables.noise_multiplier
+    if isinstance(noise_multiplier, (int, float)) and noise_multiplier != sigma:
+      raise ValueError(f"noise_multiplier {noise_multiplier} differs from the "
+                       f"{sigma} the scheme was bound with")
+    row = num_shares - self.tables.fewest_shares
+    table = self.tables.shares
+    host_scale = lambda shares: math.sqrt(n) * sigma / math.sqrt(max(int(shares), 1))
     return jax.lax.cond(
-        real,
-        lambda: sample_discrete_gaussian(key, message.astype(jnp.float32), scale, (n,)),
-        lambda: jnp.zeros((n,), jnp.int32))
+        (row >= 0) & (row < table.rows),
+        lambda: each_client(lambda key: sample_table(key, table, (n,), row)),
+        lambda: each_client(lambda key: sample_on_host(key, host_scale, (n,), num_shares)),
+    ), zero
 
   def server_noise(self, key, shape, clip_norm, noise_multiplier):
     """``DG(0, sqrt(n) sigma)`` when no client's share arrives."""
+    if self.tables is not None:
+      return sample_table(key, self.tables.server, shape)
     n = int(shape[0])
     return sample_discrete_gaussian(key, 0.0, math.sqrt(n) * noise_multiplier, shape)
 
