@@ -270,7 +270,8 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
                      steps: int, batch_size: int, lr: float,
                      grad_mask: jax.Array | None = None,
                      grad_indices: jax.Array | None = None,
-                     only_indices: bool = False) -> jax.Array:
+                     only_indices: bool = False,
+                     momentum: float | None = None) -> jax.Array:
   """``local_sgd(model.loss, w, ...) - w`` for the paper CNN, computed fast.
 
   Args:
@@ -288,10 +289,19 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
       moving weights are held as a vector on those indices (gather and
       scatter instead of a per-client copy of the layer).
     only_indices: Return the update on ``grad_indices`` only.
+    momentum: Optional heavy-ball momentum beta (``client.sgd``: ``v <- beta
+      v + g; w <- w - lr v``, the buffer starting at zero); without a mask
+      only (Fed-SMP trains the full model, then sparsifies).
 
   Returns:
     (n,) the client's update w_end - w, or its values on ``grad_indices``.
+
+  Raises:
+    ValueError: ``momentum`` with a ``grad_mask``.
   """
+  beta = None if momentum is None or momentum == 0 else momentum
+  if beta is not None and grad_mask is not None:
+    raise ValueError("momentum is supported without grad_mask only")
   params = model.unflatten(w)
   small0 = {k: params[k] for k in SMALL}
   w3 = params["dense1_w"]
@@ -311,38 +321,53 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
 
   if masks is None:
     # Dense layer in factored form: rows [t*take, (t+1)*take) of (a_hist,
-    # d_hist) hold step t's activations and -lr * output gradients.
-    def loss(small, probe, a_hist, d_hist, xb, yb):
+    # d_hist) hold step t's activations and -lr * output gradients. With
+    # momentum beta, step u's gradient has moved the weights of step t > u by
+    # c(t - u) = (1 - beta^(t - u)) / (1 - beta) times its own step, so the
+    # history rows are weighted by c when they enter step t.
+    row_step = jnp.arange(steps * take) // take
+
+    def weight(t):
+      """c(t - u) for every history row u < t, 0 for the rows not yet written."""
+      ahead = (t - row_step).astype(w3.dtype)
+      return jnp.where(row_step < t, (1 - beta ** ahead) / (1 - beta), 0.0)
+
+    def loss(small, probe, a_hist, d_hist, t, xb, yb):
       a3 = features(small, xb)
       z3 = a3 @ w3 + small["dense1_b"] + probe
       if a_hist is not None:
-        z3 = z3 + (a3 @ a_hist.T) @ d_hist
+        mix = a3 @ a_hist.T
+        z3 = z3 + (mix if beta is None else mix * weight(t)) @ d_hist
       return _cross_entropy(_head(small, z3), yb), a3
 
-    def step(small, a_hist, d_hist, step_key):
+    def step(small, vel, a_hist, d_hist, t, step_key):
       xb, yb = batch(step_key)
       probe = jnp.zeros((take, w3.shape[1]), w3.dtype)
       (g, g_z3), a3 = jax.grad(loss, argnums=(0, 1), has_aux=True)(
-          small, probe, a_hist, d_hist, xb, yb)
-      return sgd(small, g), a3, -lr * g_z3
+          small, probe, a_hist, d_hist, t, xb, yb)
+      if beta is not None:  # the small parameters' own momentum buffer
+        vel = {k: beta * vel[k] + g[k] for k in g}
+        g = vel
+      return sgd(small, g), vel, a3, -lr * g_z3
 
-    small, a3, d3 = step(small0, None, None, step_keys[0])
+    vel0 = {k: jnp.zeros_like(v) for k, v in small0.items()}
+    small, vel, a3, d3 = step(small0, vel0, None, None, 0, step_keys[0])
     if steps > 1:
       a_hist = jnp.zeros((steps * take, w3.shape[0]), w3.dtype).at[:take].set(a3)
       d_hist = jnp.zeros((steps * take, w3.shape[1]), w3.dtype).at[:take].set(d3)
 
       def body(carry, inp):
-        small, a_hist, d_hist = carry
+        small, vel, a_hist, d_hist = carry
         t, step_key = inp
-        small, a3, d3 = step(small, a_hist, d_hist, step_key)
+        small, vel, a3, d3 = step(small, vel, a_hist, d_hist, t, step_key)
         a_hist = jax.lax.dynamic_update_slice_in_dim(a_hist, a3, t * take, 0)
         d_hist = jax.lax.dynamic_update_slice_in_dim(d_hist, d3, t * take, 0)
-        return (small, a_hist, d_hist), None
+        return (small, vel, a_hist, d_hist), None
 
-      (small, a3, d3), _ = jax.lax.scan(body, (small, a_hist, d_hist),
-                                        (jnp.arange(1, steps), step_keys[1:]))
+      (small, _, a3, d3), _ = jax.lax.scan(body, (small, vel, a_hist, d_hist),
+                                           (jnp.arange(1, steps), step_keys[1:]))
     delta = {k: small[k] - small0[k] for k in SMALL}
-    delta["dense1_w"] = a3.T @ d3
+    delta["dense1_w"] = a3.T @ (d3 if beta is None else weight(steps)[:, None] * d3)
   elif grad_indices is not None and grad_indices.shape[0] <= SPARSE_MAX:
     # The dense layer moves only on T: x @ W_k = x @ W + scatter(x[:, i_T] v).
     offset = _offset(model, "dense1_w")

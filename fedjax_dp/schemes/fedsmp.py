@@ -243,10 +243,9 @@ class FedSMPScheme(Scheme):
     45-49). Clipping and noise follow in ``aggregate`` / ``contributions``.
     """
     indices, scale = plan
-    w_end = client.local_sgd(model.loss, w, x, y, key, steps=local.steps,
-                             batch_size=local.batch_size, lr=local.lr * scale,
-                             momentum=self.momentum)
-    return self.sparsify(w_end - w, indices)
+    delta = model.local_update(w, x, y, key, steps=local.steps, batch_size=local.batch_size,
+                               lr=local.lr * scale, momentum=self.momentum)
+    return self.sparsify(delta, indices)
 
   def sparsify(self, delta: jax.Array, indices: jax.Array) -> jax.Array:
     """The k values sent: ``delta[mask]``, times d/k for rand_k (Def. 4).
