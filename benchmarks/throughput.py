@@ -99,11 +99,13 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
 
   Returns:
     ``messages(state, data)``: local training and encoding of the cohort;
-    ``privacy(messages)``: ``scheme.privatize`` and the plain sum;
+    ``privacy(messages)``: ``scheme.privatize`` (sharded as in the round) and
+    the plain sum;
     ``decode(state, total)``: ``scheme.server_update`` of the mean.
   """
   cfg, scheme = prep.round_cfg, prep.scheme
   train = simulation.make_train_fn(model, cfg)
+  privatize_fn = simulation.make_privatize_fn(cfg)
 
   def inputs(state):
     return simulation.round_inputs(cfg, state, run_key, t)
@@ -117,8 +119,7 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
   def privacy(state, msgs):
     i = inputs(state)
     num_shares = jnp.maximum(jnp.sum(i.cohort.mask), 1)
-    contribs, _ = scheme.privatize(msgs, i.cohort.mask, i.noise_keys, cfg.clip_norm,
-                                   cfg.noise_multiplier, num_shares)
+    contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys, num_shares)
     if jnp.issubdtype(contribs.dtype, jnp.integer):
       return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
     return noise.masked_sum(contribs, i.cohort.mask)

@@ -117,3 +117,38 @@ def shard_clients(fn: Callable, mesh: jax.sharding.Mesh | None) -> Callable:
     return jax.tree.map(lambda a: a[:slots], out) if pad else out
 
   return wrapped
+
+
+def shard_privatize(fn: Callable, mesh: jax.sharding.Mesh | None) -> Callable:
+  """Runs ``fn(messages, slot_mask, noise_keys, num_shares)`` with the slots sharded.
+
+  ``fn`` returns ``(contributions, count)``: one row per slot and a count
+  over the slots (clipped messages), which is summed over the devices.
+  Each client's privatisation is its own (its message, its noise key), so
+  every device works on its share of the cohort. Padding slots (to a
+  multiple of the device count) are masked out and dropped.
+  """
+  if mesh is None or mesh_size(mesh) == 1:
+    return fn
+  spec, replicated = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
+
+  def per_device(messages, slot_mask, noise_keys, num_shares):
+    contributions, count = fn(messages, slot_mask, noise_keys, num_shares)
+    return contributions, jax.lax.psum(count, AXIS)
+
+  sharded = jax.shard_map(per_device, mesh=mesh,
+                          in_specs=(spec, spec, spec, replicated),
+                          out_specs=(spec, replicated), check_vma=False)
+
+  def wrapped(messages, slot_mask, noise_keys, num_shares):
+    slots = messages.shape[0]
+    pad = (-slots) % mesh_size(mesh)
+    if pad:
+      messages = jnp.concatenate([messages, jnp.zeros((pad,) + messages.shape[1:],
+                                                      messages.dtype)])
+      slot_mask = jnp.concatenate([slot_mask, jnp.zeros((pad,), bool)])
+      noise_keys = jnp.concatenate([noise_keys, jnp.repeat(noise_keys[:1], pad, axis=0)])
+    contributions, count = sharded(messages, slot_mask, noise_keys, num_shares)
+    return (contributions[:slots] if pad else contributions), count
+
+  return wrapped

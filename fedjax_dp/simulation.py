@@ -181,6 +181,19 @@ def make_train_fn(model: FlatModel, cfg: RoundConfig
   return train
 
 
+def make_privatize_fn(cfg: RoundConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
+  """``privatize(messages, slot_mask, noise_keys, num_shares)``: the scheme's
+  ``privatize`` with the round's S and sigma, the slots sharded over
+  ``cfg.mesh`` like local training."""
+  scheme = cfg.scheme
+
+  def privatize(messages, slot_mask, noise_keys, num_shares):
+    return scheme.privatize(messages, slot_mask, noise_keys, cfg.clip_norm,
+                            cfg.noise_multiplier, num_shares)
+
+  return sharding.shard_privatize(privatize, cfg.mesh)
+
+
 class Aggregate(NamedTuple):
   """The round's sum and its counts."""
 
@@ -204,6 +217,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
   scheme = cfg.scheme
   dp = scheme.traits.dp
   train = make_train_fn(model, cfg)
+  privatize = make_privatize_fn(cfg)
   capacity = cfg.capacity
   chunk = min(cfg.client_chunk or capacity, capacity)
   num_chunks = -(-capacity // chunk)
@@ -229,8 +243,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     def contributions(c):
       take = lambda a: jax.lax.dynamic_slice_in_dim(a, c * chunk, chunk)
       messages = train(w, inputs.plan, data, take(ids), take(tkeys))
-      contribs, clipped = scheme.privatize(messages, take(smask), take(nkeys),
-                                           cfg.clip_norm, cfg.noise_multiplier, num_shares)
+      contribs, clipped = privatize(messages, take(smask), take(nkeys), num_shares)
       return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
 
     shape = jax.eval_shape(contributions, 0)[0]

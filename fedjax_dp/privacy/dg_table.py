@@ -11,13 +11,14 @@ arithmetic once per run and samples from them inside the jitted round.
 
 Table (built in numpy, :func:`discrete_gaussian_table`):
 
-* Support ``[-T, T]`` with T the smallest integer whose two tails carry
-  DG mass below ``2^-128`` (about 13.3 xi); K = 2^k slots, ``K >= 2T + 2``,
-  slot i stands for the integer ``i - K/2``.
+* Support ``[-T, T]`` with T the smallest integer for which a bound on the
+  two tails' DG mass is below ``2^-128`` (about 13.3 xi, within 2 of the
+  true smallest); K = 2^k slots, ``K >= 2T + 2``, slot i stands for the
+  integer ``i - K/2``.
 * Probabilities in units of ``2^-128``: the Gaussian function
-  ``exp(-x^2 / (2 xi^2))`` is evaluated in numpy ``longdouble``, converted
-  exactly to integers and normalised exactly (largest-remainder rounding),
-  so the integer weights W_x sum to exactly ``2^128`` and
+  ``g(x) = exp(-x^2 / (2 xi^2))`` is evaluated in numpy ``longdouble``,
+  converted exactly to integers and normalised in integer arithmetic, so the
+  integer weights W_x sum to exactly ``2^128`` and
   ``|W_x 2^-128 - g(x) / sum g| < 2^-127``.
 * The alias table in exact integers (the "sweep" construction of
   Huebschle-Schneider and Sanders 2022, vectorised with prefix sums): slot i
