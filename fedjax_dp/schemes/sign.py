@@ -161,7 +161,7 @@ class SignScheme(Scheme):
 
     ``clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
     Bound to a run, the shares come from the alias table of the round's
-    share count; a count below the tables (a round the run did not plan,
+    share count; a count outside the tables (a round the run did not plan,
     with fewer clients than any planned one) draws its shares on the host
     (``dg_table.sample_on_host``), and an unbound scheme uses the rejection
     sampler. Clients are sampled one after the other (``lax.scan``) to bound
