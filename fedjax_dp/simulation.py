@@ -381,9 +381,9 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
   """Jitted ``fn(w, x) -> (predictions, scores)`` over a test set in batches.
 
   With a ``mesh`` (``fedjax_dp.sharding.client_mesh``) the batches are split
-  over its devices. Batches of 250 images evaluate the paper CNN at about
-  110 GFLOP/s on this project's 2-core CPU, 15% faster than 500 and about
-  its float32 matmul rate (``benchmarks/throughput.py``).
+  over its devices. Batches of 250 images evaluate the paper CNN 15% faster
+  than 500 on this project's 2-core CPU, at 57-86% of the float32 matmul
+  rate measured beside it (``benchmarks/throughput.py``; docs/performance.md).
   """
   devices = sharding.mesh_size(mesh)
 
