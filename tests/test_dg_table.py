@@ -64,9 +64,8 @@ def test_alias_construction_is_exact_for_arbitrary_weights():
       raw[:] = 7  # every slot exactly full
     if raw.sum() == 0:
       raw[0] = 1
-    w = np.array([int(v) for v in raw], dtype=object) * (slots * unit)
-    total = int(w.sum())
-    w = w // total * 1  # scale to sum slots * unit exactly (remainder on slot 0)
+    total = int(raw.sum())  # scale to sum slots * unit exactly (remainder on slot 0)
+    w = np.array([int(v) * slots * unit // total for v in raw], dtype=object)
     w[0] += slots * unit - int(w.sum())
     threshold, alias = dg_table._alias(w, unit)
     assert all(0 <= t < unit for t in threshold)
