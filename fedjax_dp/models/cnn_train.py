@@ -33,6 +33,7 @@ and under nested ``vmap``.
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -303,11 +304,8 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
   if beta is not None and grad_mask is not None:
     raise ValueError("momentum is supported without grad_mask only")
   params = model.unflatten(w)
-  small0 = {k: params[k] for k in SMALL}
-  w3 = params["dense1_w"]
   num = x.shape[0]
   take = min(batch_size, num)
-  step_keys = jax.random.split(key, steps)
   masks = None if grad_mask is None else model.unflatten(grad_mask)
 
   def batch(step_key):
@@ -319,98 +317,146 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
       g = {k: jnp.where(masks[k], g[k], 0.0) for k in g}
     return {k: p[k] - lr * g[k] for k in p}
 
+  c = _Client({k: params[k] for k in SMALL}, params["dense1_w"], batch, sgd, lr, take,
+              jax.random.split(key, steps))
   if masks is None:
-    # Dense layer in factored form: rows [t*take, (t+1)*take) of (a_hist,
-    # d_hist) hold step t's activations and -lr * output gradients. With
-    # momentum beta, step u's gradient has moved the weights of step t > u by
-    # c(t - u) = (1 - beta^(t - u)) / (1 - beta) times its own step, so the
-    # history rows are weighted by c when they enter step t.
-    row_step = jnp.arange(steps * take) // take
-
-    def weight(t):
-      """c(t - u) for every history row u < t, 0 for the rows not yet written."""
-      ahead = (t - row_step).astype(w3.dtype)
-      return jnp.where(row_step < t, (1 - beta ** ahead) / (1 - beta), 0.0)
-
-    def loss(small, probe, a_hist, d_hist, t, xb, yb):
-      a3 = features(small, xb)
-      z3 = a3 @ w3 + small["dense1_b"] + probe
-      if a_hist is not None:
-        mix = a3 @ a_hist.T
-        z3 = z3 + (mix if beta is None else mix * weight(t)) @ d_hist
-      return _cross_entropy(_head(small, z3), yb), a3
-
-    def step(small, vel, a_hist, d_hist, t, step_key):
-      xb, yb = batch(step_key)
-      probe = jnp.zeros((take, w3.shape[1]), w3.dtype)
-      (g, g_z3), a3 = jax.grad(loss, argnums=(0, 1), has_aux=True)(
-          small, probe, a_hist, d_hist, t, xb, yb)
-      if beta is not None:  # the small parameters' own momentum buffer
-        vel = {k: beta * vel[k] + g[k] for k in g}
-        g = vel
-      return sgd(small, g), vel, a3, -lr * g_z3
-
-    vel0 = {k: jnp.zeros_like(v) for k, v in small0.items()}
-    small, vel, a3, d3 = step(small0, vel0, None, None, 0, step_keys[0])
-    if steps > 1:
-      a_hist = jnp.zeros((steps * take, w3.shape[0]), w3.dtype).at[:take].set(a3)
-      d_hist = jnp.zeros((steps * take, w3.shape[1]), w3.dtype).at[:take].set(d3)
-
-      def body(carry, inp):
-        small, vel, a_hist, d_hist = carry
-        t, step_key = inp
-        small, vel, a3, d3 = step(small, vel, a_hist, d_hist, t, step_key)
-        a_hist = jax.lax.dynamic_update_slice_in_dim(a_hist, a3, t * take, 0)
-        d_hist = jax.lax.dynamic_update_slice_in_dim(d_hist, d3, t * take, 0)
-        return (small, vel, a_hist, d_hist), None
-
-      (small, _, a3, d3), _ = jax.lax.scan(body, (small, vel, a_hist, d_hist),
-                                           (jnp.arange(1, steps), step_keys[1:]))
-    delta = {k: small[k] - small0[k] for k in SMALL}
-    delta["dense1_w"] = a3.T @ (d3 if beta is None else weight(steps)[:, None] * d3)
+    delta = _factored_update(c, beta)
   elif grad_indices is not None and grad_indices.shape[0] <= SPARSE_MAX:
-    # The dense layer moves only on T: x @ W_k = x @ W + scatter(x[:, i_T] v).
-    offset = _offset(model, "dense1_w")
-    size = w3.shape[0] * w3.shape[1]
-    inside = (grad_indices >= offset) & (grad_indices < offset + size)
-    local = jnp.where(inside, grad_indices - offset, 0)
-    rows, cols = local // w3.shape[1], local % w3.shape[1]
-    keep = inside.astype(w3.dtype)
-    product = _sparse_product(w3.shape[1])
-
-    def loss(small, v, xb, yb):
-      a3 = features(small, xb)
-      z3 = a3 @ w3 + small["dense1_b"] + product(a3, keep * v, rows, cols)
-      return _cross_entropy(_head(small, z3), yb)
-
-    def step(carry, step_key):
-      small, v = carry
-      xb, yb = batch(step_key)
-      g, g_v = jax.grad(loss, argnums=(0, 1))(small, v, xb, yb)
-      return (sgd(small, g), v - lr * keep * g_v), None
-
-    v0 = jnp.zeros(grad_indices.shape, w3.dtype)
-    (small, v), _ = jax.lax.scan(step, (small0, v0), step_keys)
-    if only_indices:  # the update on T, without the n-vector
-      rest = jnp.concatenate([jnp.ravel(small[k] - small0[k]) for k, _ in model.shapes
-                              if k != "dense1_w"])
-      at = jnp.where(grad_indices < offset, grad_indices, grad_indices - size)
-      return jnp.where(inside, v, rest[jnp.clip(at, 0, rest.shape[0] - 1)])
-    delta = {k: small[k] - small0[k] for k in SMALL}
-    delta["dense1_w"] = jnp.zeros((size,), w3.dtype).at[local].add(keep * v).reshape(w3.shape)
+    return _sparse_masked_update(c, model, grad_indices, only_indices)
   else:
-    def loss(p, xb, yb):
-      z3 = features(p, xb) @ p["dense1_w"] + p["dense1_b"]
-      return _cross_entropy(_head(p, z3), yb)
-
-    def step(p, step_key):
-      xb, yb = batch(step_key)
-      return sgd(p, jax.grad(loss)(p, xb, yb)), None
-
-    start = dict(small0, dense1_w=w3)
-    p, _ = step(start, step_keys[0])  # shared dense weights in the first step
-    if steps > 1:
-      p, _ = jax.lax.scan(step, p, step_keys[1:])
-    delta = {k: p[k] - start[k] for k in start}
+    delta = _per_client_update(c)
   flat = model.flatten(delta)
   return flat[grad_indices] if only_indices else flat
+
+
+class _Client(NamedTuple):
+  """One client's local training, shared by the three dense-layer forms.
+
+  Attributes:
+    small0: The starting small parameters (``SMALL``).
+    w3: The global dense layer (1,605,632 weights).
+    batch: ``batch(step_key) -> (x, y)``, the step's mini-batch.
+    sgd: ``sgd(params, grads) -> params`` (masked where the scheme masks).
+    lr: eta.
+    take: Batch size.
+    step_keys: (steps, 2) the steps' keys.
+  """
+
+  small0: dict
+  w3: jax.Array
+  batch: Callable
+  sgd: Callable
+  lr: float | jax.Array
+  take: int
+  step_keys: jax.Array
+
+
+def _factored_update(c: _Client, beta: float | None) -> dict:
+  """No mask: the dense layer in factored form (module docstring).
+
+  Rows [t*take, (t+1)*take) of (a_hist, d_hist) hold step t's activations
+  and -lr * output gradients. With momentum beta, step u's gradient has moved
+  the weights of step t > u by c(t - u) = (1 - beta^(t - u)) / (1 - beta)
+  times its own step, so the history rows are weighted by c when they enter
+  step t.
+  """
+  steps, take, w3 = c.step_keys.shape[0], c.take, c.w3
+  row_step = jnp.arange(steps * take) // take
+
+  def weight(t):
+    """c(t - u) for every history row u < t, 0 for the rows not yet written."""
+    ahead = (t - row_step).astype(w3.dtype)
+    return jnp.where(row_step < t, (1 - beta ** ahead) / (1 - beta), 0.0)
+
+  def loss(small, probe, a_hist, d_hist, t, xb, yb):
+    a3 = features(small, xb)
+    z3 = a3 @ w3 + small["dense1_b"] + probe
+    if a_hist is not None:
+      mix = a3 @ a_hist.T
+      z3 = z3 + (mix if beta is None else mix * weight(t)) @ d_hist
+    return _cross_entropy(_head(small, z3), yb), a3
+
+  def step(small, vel, a_hist, d_hist, t, step_key):
+    xb, yb = c.batch(step_key)
+    probe = jnp.zeros((take, w3.shape[1]), w3.dtype)
+    (g, g_z3), a3 = jax.grad(loss, argnums=(0, 1), has_aux=True)(
+        small, probe, a_hist, d_hist, t, xb, yb)
+    if beta is not None:  # the small parameters' own momentum buffer
+      vel = {k: beta * vel[k] + g[k] for k in g}
+      g = vel
+    return c.sgd(small, g), vel, a3, -c.lr * g_z3
+
+  vel0 = {k: jnp.zeros_like(v) for k, v in c.small0.items()}
+  small, vel, a3, d3 = step(c.small0, vel0, None, None, 0, c.step_keys[0])
+  if steps > 1:
+    a_hist = jnp.zeros((steps * take, w3.shape[0]), w3.dtype).at[:take].set(a3)
+    d_hist = jnp.zeros((steps * take, w3.shape[1]), w3.dtype).at[:take].set(d3)
+
+    def body(carry, inp):
+      small, vel, a_hist, d_hist = carry
+      t, step_key = inp
+      small, vel, a3, d3 = step(small, vel, a_hist, d_hist, t, step_key)
+      a_hist = jax.lax.dynamic_update_slice_in_dim(a_hist, a3, t * take, 0)
+      d_hist = jax.lax.dynamic_update_slice_in_dim(d_hist, d3, t * take, 0)
+      return (small, vel, a_hist, d_hist), None
+
+    (small, _, a3, d3), _ = jax.lax.scan(body, (small, vel, a_hist, d_hist),
+                                         (jnp.arange(1, steps), c.step_keys[1:]))
+  delta = {k: small[k] - c.small0[k] for k in SMALL}
+  delta["dense1_w"] = a3.T @ (d3 if beta is None else weight(steps)[:, None] * d3)
+  return delta
+
+
+def _sparse_masked_update(c: _Client, model, grad_indices: jax.Array,
+                          only_indices: bool) -> jax.Array:
+  """A small mask T: the dense layer moves only on T,
+  ``x @ W_k = x @ W + scatter(x[:, i_T] v)``; returns the flat update (or
+  its values on T)."""
+  w3 = c.w3
+  offset = _offset(model, "dense1_w")
+  size = w3.shape[0] * w3.shape[1]
+  inside = (grad_indices >= offset) & (grad_indices < offset + size)
+  local = jnp.where(inside, grad_indices - offset, 0)
+  rows, cols = local // w3.shape[1], local % w3.shape[1]
+  keep = inside.astype(w3.dtype)
+  product = _sparse_product(w3.shape[1])
+
+  def loss(small, v, xb, yb):
+    a3 = features(small, xb)
+    z3 = a3 @ w3 + small["dense1_b"] + product(a3, keep * v, rows, cols)
+    return _cross_entropy(_head(small, z3), yb)
+
+  def step(carry, step_key):
+    small, v = carry
+    xb, yb = c.batch(step_key)
+    g, g_v = jax.grad(loss, argnums=(0, 1))(small, v, xb, yb)
+    return (c.sgd(small, g), v - c.lr * keep * g_v), None
+
+  v0 = jnp.zeros(grad_indices.shape, w3.dtype)
+  (small, v), _ = jax.lax.scan(step, (c.small0, v0), c.step_keys)
+  if only_indices:  # the update on T, without the n-vector
+    rest = jnp.concatenate([jnp.ravel(small[k] - c.small0[k]) for k, _ in model.shapes
+                            if k != "dense1_w"])
+    at = jnp.where(grad_indices < offset, grad_indices, grad_indices - size)
+    return jnp.where(inside, v, rest[jnp.clip(at, 0, rest.shape[0] - 1)])
+  delta = {k: small[k] - c.small0[k] for k in SMALL}
+  delta["dense1_w"] = jnp.zeros((size,), w3.dtype).at[local].add(keep * v).reshape(w3.shape)
+  return model.flatten(delta)
+
+
+def _per_client_update(c: _Client) -> dict:
+  """A large mask: the dense layer is the client's own after the first step
+  (which still uses the shared weights)."""
+  def loss(p, xb, yb):
+    z3 = features(p, xb) @ p["dense1_w"] + p["dense1_b"]
+    return _cross_entropy(_head(p, z3), yb)
+
+  def step(p, step_key):
+    xb, yb = c.batch(step_key)
+    return c.sgd(p, jax.grad(loss)(p, xb, yb)), None
+
+  start = dict(c.small0, dense1_w=c.w3)
+  p, _ = step(start, c.step_keys[0])
+  if c.step_keys.shape[0] > 1:
+    p, _ = jax.lax.scan(step, p, c.step_keys[1:])
+  return {k: p[k] - start[k] for k in start}
