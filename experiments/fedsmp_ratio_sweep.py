@@ -47,9 +47,8 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import experiment, simulation  # noqa: E402
+from fedjax_dp import datasets, experiment, simulation  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
-from fedjax_dp.models import paper_cnn  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
 from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
 
@@ -96,16 +95,16 @@ def _clip_at(value: str) -> float | None:
 def sweep_args(forward: list[str], name: str, **overrides) -> argparse.Namespace:
   """sweep.py's arguments for one scheme, with some replaced."""
   args = experiment.build_parser().parse_args(forward + ["--schemes", name])
-  args = copy.copy(args)
+  args = experiment.apply_dataset_defaults(copy.copy(args))
   for key, value in overrides.items():
     setattr(args, key, value)
   return args
 
 
 def held_out_public(args: argparse.Namespace) -> tuple:
-  """The Fashion-MNIST public set held out for top_k (the same whatever N)."""
+  """The image data set's public set held out for top_k (the same whatever N)."""
   size = args.public_holdout or fedsmp.PUBLIC_HOLDOUT
-  images, labels = load_dataset("fashion-mnist", "train", as_uint8=True)
+  images, labels = load_dataset(args.dataset, "train", as_uint8=True)
   held = holdout_indices(len(images), size, args.seed)[0]
   return images[held].astype("float32") / 255.0, labels[held].astype("int32")
 
@@ -118,9 +117,12 @@ def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
   """
   args = sweep_args(forward, name, ratio=[ratio])
   run = experiment.plan(args)[0]
-  data, _, _ = experiment.load_data(args, [run]).of(run)
+  fed = experiment.load_data(args, [run]).of(run)
   config = dataclasses.replace(run.config, clip_norm=None)
-  return simulation.prepare(paper_cnn(), run.scheme, data, held_out_public(args),
+  # medical-synth's public data is the public hospital, whatever the scheme.
+  medical = datasets.get_dataset(args.dataset).split_by == "hospital"
+  public = fed.public if medical else held_out_public(args)
+  return simulation.prepare(experiment.model_for(args), run.scheme, fed.data, public,
                             config).clip_norm
 
 
@@ -202,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
   rows = []
   for sub_args, runs in sweeps:
-    records = experiment.execute(runs, experiment.load_data(sub_args, runs))
+    records = experiment.execute(sub_args, runs, experiment.load_data(sub_args, runs))
     experiment.write(sub_args, records)
     for run in records:
       rows.append({k: v for k, v in run.items() if k != "history"})

@@ -52,22 +52,41 @@ def mask_updates(mask: jax.Array) -> optax.GradientTransformation:
   return optax.GradientTransformation(init, update)
 
 
-def sample_batch(key: jax.Array, num: int, batch_size: int) -> jax.Array:
-  """|B| distinct example indices of ``num`` (all of them, shuffled, if |B| >= num)."""
-  return jax.random.permutation(key, num)[:min(batch_size, num)]
+def sample_batch(key: jax.Array, num: int, batch_size: int,
+                 count: jax.Array | None = None) -> jax.Array:
+  """|B| distinct example indices of ``num`` (all of them, shuffled, if |B| >= num).
+
+  With ``count`` (possibly traced), a client of ``count`` examples padded to
+  ``num`` rows (``fedjax_dp.data.partitioning``): the indices below
+  ``count`` come first, in the permutation's order, so the batch is drawn
+  from the real examples and holds padding only when ``count < |B|`` (the
+  loss ignores it). With ``count == num`` the batch is the one drawn without
+  ``count``.
+  """
+  perm = jax.random.permutation(key, num)
+  if count is not None:
+    perm = perm[jnp.argsort(perm >= count, stable=True)]
+  return perm[:min(batch_size, num)]
+
+
+def num_examples(y: jax.Array) -> jax.Array:
+  """A client's number of real (non-padding, label >= 0) examples."""
+  return jnp.sum(y >= 0)
 
 
 def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
                 key: jax.Array, *, steps: int, batch_size: int,
                 optimizer: optax.GradientTransformation,
-                grad_mask: jax.Array | None = None) -> jax.Array:
+                grad_mask: jax.Array | None = None,
+                loss_takes_key: bool = False) -> jax.Array:
   """Runs ``steps`` optimiser steps on one client's data.
 
   Args:
     loss_fn: ``loss_fn(w, xb, yb)``, mean loss of a batch at flat weights w.
     w_start: (n,) starting weights.
     x: (samples, ...) the client's examples.
-    y: (samples,) labels.
+    y: (samples,) labels; -1 marks padding rows (never in a batch unless the
+      client holds fewer than |B| examples; the loss ignores them).
     key: The client's training key for this round (one sub-key per step).
     steps: T_gd.
     batch_size: |B| (:func:`sample_batch`).
@@ -75,18 +94,22 @@ def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
       fresh (a client's momentum is reset every round).
     grad_mask: Optional (n,) bool; coordinates outside it stay exactly at
       ``w_start`` (UAI Algorithm 2).
+    loss_takes_key: ``loss_fn(w, xb, yb, key)`` draws randomness (dropout):
+      each step passes ``fold_in(step_key, 1)``, the batch still coming
+      from ``step_key``.
 
   Returns:
     (n,) weights after local training.
   """
   if grad_mask is not None:
     optimizer = optax.chain(mask_updates(grad_mask), optimizer)
-  num = x.shape[0]
+  num, count = x.shape[0], num_examples(y)
 
   def step(carry, step_key):
     w, opt_state = carry
-    batch = sample_batch(step_key, num, batch_size)
-    g = jax.grad(loss_fn)(w, x[batch], y[batch])
+    batch = sample_batch(step_key, num, batch_size, count)
+    extra = (jax.random.fold_in(step_key, 1),) if loss_takes_key else ()
+    g = jax.grad(loss_fn)(w, x[batch], y[batch], *extra)
     updates, opt_state = optimizer.update(g, opt_state, w)
     return (optax.apply_updates(w, updates), opt_state), None
 
@@ -98,16 +121,18 @@ def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
 def local_sgd(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
               key: jax.Array, *, steps: int, batch_size: int, lr: float | jax.Array,
               momentum: float | None = None,
-              grad_mask: jax.Array | None = None) -> jax.Array:
+              grad_mask: jax.Array | None = None,
+              loss_takes_key: bool = False) -> jax.Array:
   """:func:`local_train` with :func:`sgd` (momentum SGD for ``momentum > 0``)."""
   return local_train(loss_fn, w_start, x, y, key, steps=steps, batch_size=batch_size,
-                     optimizer=sgd(lr, momentum), grad_mask=grad_mask)
+                     optimizer=sgd(lr, momentum), grad_mask=grad_mask,
+                     loss_takes_key=loss_takes_key)
 
 
 def batch_gradient(loss_fn: LossFn, w: jax.Array, x: jax.Array, y: jax.Array,
                    key: jax.Array, batch_size: int) -> jax.Array:
   """The gradient of one random mini-batch (signSGD, thesis Sec. 4.1.1)."""
-  batch = sample_batch(key, x.shape[0], batch_size)
+  batch = sample_batch(key, x.shape[0], batch_size, num_examples(y))
   return jax.grad(loss_fn)(w, x[batch], y[batch])
 
 

@@ -1,6 +1,8 @@
 """The sweep behind ``experiments/sweep.py``: arguments, runs, report.
 
-Defaults are the UAI 2021 Fashion-MNIST setting (Table 5). Schemes whose
+Defaults are the UAI 2021 Fashion-MNIST setting (Table 5); ``--dataset``
+picks MNIST or the medical-synth stand-in, whose base setting, model, clip
+norms and selection metric follow it (``fedjax_dp.datasets``). Schemes whose
 papers used another setting (FL-SIGN: thesis Table 8.1; FL-SIGN-DP: Table
 8.2; signSGD: all clients, one batch; CDP-LQ; Fed-SMP) get it as a preset of
 their family (``Family.presets``): for each of --rounds, --num-clients,
@@ -21,12 +23,12 @@ import argparse
 import sys
 from typing import Callable, NamedTuple
 
-import jax.numpy as jnp
 from tqdm import tqdm
 
-from fedjax_dp import flags, host_devices, presets, report, sharding, simulation
-from fedjax_dp.data import DataError, load_federated, load_federated_with_public, public_batch
-from fedjax_dp.models import get_model
+from fedjax_dp import datasets, flags, host_devices, presets, report, sharding, simulation
+from fedjax_dp.data import DataError
+from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
+from fedjax_dp.models import FlatModel, get_model, medical_mlp
 from fedjax_dp.privacy import accounting
 from fedjax_dp.sampling import SAMPLERS
 from fedjax_dp.schemes import FAMILIES, SCHEMES, Scheme, family_of, get_scheme
@@ -64,6 +66,11 @@ def _presets_epilog() -> str:
     for scheme, setting in family.presets.items():
       values = ", ".join(f"{names[k]}={v}" for k, v in setting.items())
       lines.append(f"  {scheme}: {values} ({family.preset_sources[scheme]})")
+  medical = datasets.DATASETS["medical-synth"]
+  lines.append(f"--dataset medical-synth: {medical.setting_source} for every scheme "
+               "(N=5010, |K|=100, |D_k|=203, T_gd=40, T_cl=100, eta=0.1, sigma=1.49, "
+               "T_init=40; |B|=10 this simulator's choice); FL-CS/RND/FREQ(-DP): T_gd=5 "
+               "(thesis Table 8.5)")
   return "\n".join(lines)
 
 
@@ -94,6 +101,31 @@ def _add_secure_flags(sec: argparse._ArgumentGroup) -> None:
                         f"{simulation.AUTO_CHUNK_ABOVE} slots)")
 
 
+def _add_data_flags(data: argparse._ArgumentGroup) -> None:
+  """The data set, its split over clients, the medical model's dropout."""
+  data.add_argument("--dataset", choices=datasets.DATASETS, default="fashion-mnist",
+                    help="fashion-mnist (default), mnist (paper CNN for both), or "
+                         "medical-synth: a synthetic stand-in with the shape of the "
+                         "thesis' medical data (medical MLP; presets, clip norms and "
+                         "metrics follow the data set)")
+  data.add_argument("--partition", choices=PARTITION_METHODS, default="iid",
+                    help="split of the image data over clients: iid (default, the "
+                         "papers'), dirichlet (label skew, Hsu et al. 2019) or shards "
+                         "(label shards, McMahan et al. 2017)")
+  data.add_argument("--dirichlet-alpha", type=flags.positive("--dirichlet-alpha"),
+                    default=None, help="alpha of --partition dirichlet (small: few "
+                                       "labels per client; large: close to IID)")
+  data.add_argument("--shards-per-client", type=flags.positive("--shards-per-client", int),
+                    default=None, help="label shards per client of --partition shards "
+                                       "(it must divide --samples-per-client)")
+  data.add_argument("--dropout", type=flags.unit_interval("--dropout"), default=0.0,
+                    help="medical-synth: dropout rate after each hidden layer of the MLP "
+                         "in local training (thesis Sec. 8.3.1 uses 0.5; default 0)")
+  data.add_argument("--test-size", type=flags.positive("--test-size", int), default=None,
+                    help="medical-synth: patients in the generated test set "
+                         "(default 20000)")
+
+
 def _add_device_flags(dev: argparse._ArgumentGroup) -> None:
   """Sharding the cohort over devices."""
   dev.add_argument("--devices", type=flags.positive("--devices", int), default=None,
@@ -113,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
       "Run DP / compressed federated learning schemes and report best accuracy, "
       "its round, bandwidth and epsilon like UAI 2021 Table 1."), epilog=_presets_epilog(),
       formatter_class=argparse.RawDescriptionHelpFormatter)
+  _add_data_flags(p.add_argument_group("data (docs/datasets.md)"))
   p.add_argument("--ratio", type=float, nargs="+", default=[0.005],
                  help="compression ratio(s) r in (0, 1] (default 0.005)")
   p.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES),
@@ -133,12 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
                  help="|B|" + _PRESET_HELP.format(P["batch_size"]))
   p.add_argument("--lr", type=float, default=None,
                  help="client SGD rate" + _PRESET_HELP.format(P["lr"]))
-  p.add_argument("--noise-multiplier", type=float, default=P["noise_multiplier"],
-                 help="sigma of DP schemes (default 1.54)")
+  p.add_argument("--noise-multiplier", type=float, default=None,
+                 help="sigma of DP schemes (default: the data set's, 1.54; "
+                      "medical-synth 1.49)")
   p.add_argument("--clip", type=flags.clip, default="calibrate",
                  help="clip norm S: a number, 'calibrate' (public-data round, UAI Sec. 4; "
                       "default) or 'paper' (UAI Table 6, calibrating where it has none)")
-  p.add_argument("--delta", type=float, default=P["delta"], help="delta (default 1e-5)")
+  p.add_argument("--delta", type=float, default=None, help="delta (default 1e-5)")
   p.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="moments",
                  help="moments (papers' method, default), rdp or pld (dp-accounting)")
   p.add_argument("--sampling", choices=SAMPLERS, default="poisson",
@@ -147,10 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--max-cohort", type=int, default=None,
                  help="cap the Poisson cohort at B clients (truncated Poisson sampling: a "
                       "random B of the sampled clients; accounted with --accountant pld)")
-  p.add_argument("--init-steps", type=int, default=P["init_steps"],
-                 help="T_init public-data steps for Top-K (default 5)")
-  p.add_argument("--public-size", type=int, default=P["public_batch"],
-                 help="public MNIST batch size (default 10)")
+  p.add_argument("--init-steps", type=int, default=None,
+                 help="T_init public-data steps for Top-K (default 5; medical-synth 40)")
+  p.add_argument("--public-size", type=int, default=None,
+                 help="the server's public batch size (default 10 images of the other "
+                      "image data set; medical-synth: 24, the public hospital's 12 + 12)")
   p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
   p.add_argument("--eval-every", type=int, default=1,
                  help="evaluate test accuracy every k rounds (default 1)")
@@ -164,15 +199,30 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-def scheme_setting(name: str) -> dict:
-  """The UAI 2021 setting (``presets.FASHION_MNIST``) updated by the scheme's preset."""
-  scheme = get_scheme(name)
-  return {**P, **family_of(scheme).presets.get(scheme.name, {})}
+def _scheme_presets(scheme: Scheme, dataset: datasets.Dataset) -> tuple[dict, str]:
+  """The scheme's own preset on a data set and its source."""
+  if dataset.scheme_presets is None:  # the families' presets (image data)
+    family = family_of(scheme)
+    return (dict(family.presets.get(scheme.name, {})),
+            family.preset_sources.get(scheme.name, dataset.setting_source))
+  return (dict(dataset.scheme_presets.get(scheme.name, {})),
+          dataset.preset_sources.get(scheme.name, dataset.setting_source))
+
+
+def scheme_setting(name: str, dataset: str = "fashion-mnist") -> dict:
+  """The data set's base setting (UAI Table 5) updated by the scheme's preset."""
+  data = datasets.get_dataset(dataset)
+  return {**data.setting, **_scheme_presets(get_scheme(name), data)[0]}
+
+
+def setting_source(scheme: Scheme, dataset: str) -> str:
+  """Where a scheme's setting on a data set comes from."""
+  return _scheme_presets(scheme, datasets.get_dataset(dataset))[1]
 
 
 def settings(args: argparse.Namespace, scheme: Scheme) -> dict:
-  """The preset-able settings of one scheme: flag, else preset, else UAI default."""
-  setting = scheme_setting(scheme.name)
+  """The preset-able settings of one scheme: flag, else preset, else the data set's."""
+  setting = scheme_setting(scheme.name, args.dataset)
   for flag in PRESET_FLAGS:
     value = getattr(args, flag)
     if value is not None:
@@ -213,9 +263,9 @@ def _clip_for(args, scheme: Scheme, ratio: float) -> tuple[float | None, str]:
   if isinstance(args.clip, float):
     return args.clip, "user"
   if args.clip == "paper":
-    s = presets.paper_clip_norm(scheme.name, ratio)
+    s = presets.paper_clip_norm(scheme.name, ratio, args.dataset)
     if s is not None:
-      return s, f"paper ({presets.paper_clip_source(scheme.name, ratio)})"
+      return s, f"paper ({presets.paper_clip_source(scheme.name, ratio, args.dataset)})"
   return None, "calibrated (UAI Sec. 4)"
 
 
@@ -230,20 +280,64 @@ def _run_config(args, scheme: Scheme, ratio: float, setting: dict,
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,
       secure_bits=args.secure_bits, secure_frac_bits=args.secure_frac_bits,
       secure_neighbours=args.secure_neighbours, max_dropouts=args.max_dropouts,
-      dropout_rate=args.dropout_rate, client_chunk=args.client_chunk, devices=args.devices)
+      dropout_rate=args.dropout_rate, client_chunk=args.client_chunk, devices=args.devices,
+      selection_metric=datasets.get_dataset(args.dataset).selection_metric)
+
+
+# Flags whose default is the data set's setting.
+_DATASET_FLAGS = {"noise_multiplier": "noise_multiplier", "delta": "delta",
+                  "init_steps": "init_steps", "public_size": "public_batch"}
+
+
+def apply_dataset_defaults(args: argparse.Namespace) -> argparse.Namespace:
+  """Fills the flags left at None with the data set's setting; checks the data flags.
+
+  Raises:
+    ValueError: A data flag that does not apply, one line naming it.
+  """
+  dataset = datasets.get_dataset(args.dataset)
+  for flag, key in _DATASET_FLAGS.items():
+    if getattr(args, flag) is None:
+      setattr(args, flag, dataset.setting[key])
+  if args.dirichlet_alpha is not None and args.partition != "dirichlet":
+    raise ValueError("--dirichlet-alpha needs --partition dirichlet")
+  if args.shards_per_client is not None and args.partition != "shards":
+    raise ValueError("--shards-per-client needs --partition shards")
+  if args.partition == "dirichlet" and args.dirichlet_alpha is None:
+    raise ValueError("--partition dirichlet needs --dirichlet-alpha")
+  if args.partition == "shards" and args.shards_per_client is None:
+    raise ValueError("--partition shards needs --shards-per-client")
+  if dataset.split_by == "hospital" and args.partition != "iid":
+    raise ValueError(f"--dataset {dataset.name} is split by hospital; --partition "
+                     "applies to the image data sets")
+  if dataset.model != "mlp" and args.dropout:
+    raise ValueError(f"--dropout applies to the medical MLP; --dataset {dataset.name} "
+                     "uses the paper CNN")
+  if dataset.split_by != "hospital" and args.test_size is not None:
+    raise ValueError(f"--test-size applies to medical-synth; --dataset {dataset.name} "
+                     "has its own test set")
+  return args
+
+
+def model_for(args: argparse.Namespace) -> FlatModel:
+  """The data set's model (the medical MLP with --dropout)."""
+  name = datasets.get_dataset(args.dataset).model
+  return medical_mlp(args.dropout) if name == "mlp" else get_model(name)
 
 
 def plan(args: argparse.Namespace, num_params: int | None = None) -> list[PlannedRun]:
   """The sweep's runs in Table 1 order (FL-STD(-DP) once, at r = 100%), validated.
 
   Args:
-    args: Parsed arguments (:func:`build_parser`).
-    num_params: n of the model (default: the paper CNN's).
+    args: Parsed arguments (:func:`build_parser`); flags left at None take
+      the data set's setting (:func:`apply_dataset_defaults`).
+    num_params: n of the model (default: the data set's model's).
 
   Raises:
     ValueError: A bad setting, one line naming the flag.
   """
-  num_params = num_params or get_model("cnn").num_params
+  apply_dataset_defaults(args)
+  num_params = num_params or model_for(args).num_params
   schemes = [configure(get_scheme(s), args) for s in args.schemes]
   pairs = [(s, r) for r in args.ratio for s in schemes if s.uses_ratio]
   pairs += [(s, 1.0) for s in schemes if not s.uses_ratio]
@@ -268,20 +362,21 @@ def plan(args: argparse.Namespace, num_params: int | None = None) -> list[Planne
                            source if scheme.dp else None))
   if args.public_size < 1:
     raise ValueError(f"--public-size must be >= 1, got {args.public_size}")
+  if args.dataset == "medical-synth" and args.public_size % 2:
+    raise ValueError("--public-size must be even on medical-synth (as many positives "
+                     f"as negatives), got {args.public_size}")
   sharding.client_mesh(args.devices)  # no more devices than JAX sees
   return runs
 
 
 class Data(NamedTuple):
-  """The data of a sweep's runs: federations by shape, and the public batch."""
+  """The data of a sweep's runs: one federation (``datasets.Federation``) per shape."""
 
   federations: dict
-  public: tuple
 
-  def of(self, run: PlannedRun):
-    """(client data, test set, public set) of one run."""
-    data, test_x, test_y, held_out = self.federations[_shape(run)]
-    return data, (test_x, test_y), self.public if held_out is None else held_out
+  def of(self, run: PlannedRun) -> datasets.Federation:
+    """The federation of one run."""
+    return self.federations[_shape(run)]
 
 
 def _shape(run: PlannedRun) -> tuple[int, int, int]:
@@ -290,41 +385,45 @@ def _shape(run: PlannedRun) -> tuple[int, int, int]:
 
 
 def load_data(args: argparse.Namespace, runs: list[PlannedRun]) -> Data:
-  """Loads (once per shape) the Fashion-MNIST federations the runs need.
+  """Loads (once per shape) the federations the runs need.
 
   Raises:
+    ValueError: A split the data does not allow (one line).
     DataError: Missing or corrupt data files.
   """
-  federations = {}  # (N, |D_k|, hold-out) -> (data, test_x, test_y, public or None)
+  partition = datasets.PartitionConfig(args.partition, args.dirichlet_alpha,
+                                       args.shards_per_client)
+  medical = datasets.get_dataset(args.dataset).split_by == "hospital"
+  federations = {}
   for run in runs:
     shape = _shape(run)
-    if shape in federations:
-      continue
-    if shape[2]:  # Fed-SMP Sec. 6.1: a public set held out of the clients' data
-      fed, test_x, test_y, held_out = load_federated_with_public(
-          "fashion-mnist", *shape, args.seed)
-    else:
-      (fed, test_x, test_y), held_out = load_federated(
-          "fashion-mnist", *shape[:2], args.seed), None
-    federations[shape] = (simulation.ClientData(jnp.asarray(fed.x), jnp.asarray(fed.y)),
-                          test_x, test_y, held_out)
-  return Data(federations, public_batch(args.public_size, seed=args.seed))
+    if shape not in federations:
+      try:
+        federations[shape] = datasets.load(
+            args.dataset, shape[0], shape[1], args.seed, partition=partition,
+            public_size=args.public_size, holdout=0 if medical else shape[2],
+            test_size=args.test_size)
+      except ValueError as e:  # the library names parameters; the user typed flags
+        raise ValueError(flags.as_flags(str(e), flags.DATA_FLAGS)) from None
+  return Data(federations)
 
 
-def execute(runs: list[PlannedRun], data: Data,
+def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
             progress: Callable[[int], None] | None = None) -> list[dict]:
   """Runs every planned run; returns their records (with the sweep's fields)."""
-  model = get_model("cnn")
+  model = model_for(args)
+  dataset = datasets.get_dataset(args.dataset)
   records = []
   for run in runs:
-    client_data, test, public = data.of(run)
-    record = simulation.run(model, run.scheme, client_data, test, public, run.config,
+    fed = data.of(run)
+    record = simulation.run(model, run.scheme, fed.data, fed.test, fed.public, run.config,
                             progress=progress)
+    record["dataset"] = dataset.label
+    record["data_summary"] = fed.summary
     record["clip_source"] = run.clip_source
-    record["paper_source"] = presets.paper_source(run.scheme.name, run.ratio)
+    record["paper_source"] = presets.paper_source(run.scheme.name, run.ratio, dataset.name)
     record["paper_upstream_bits"] = presets.PAPER_UPSTREAM_BITS.get(run.scheme.name)
-    record["setting_source"] = family_of(run.scheme).preset_sources.get(
-        run.scheme.name, "UAI Table 5")
+    record["setting_source"] = setting_source(run.scheme, dataset.name)
     record.update({k: run.setting[k] for k in ("samples_per_client", "local_steps",
                                                 "batch_size", "lr")})
     records.append(record)
@@ -333,7 +432,7 @@ def execute(runs: list[PlannedRun], data: Data,
 
 def write(args: argparse.Namespace, records: list[dict], out: str | None = None) -> None:
   """results.json, results.csv and results.md in ``out`` (default ``args.out``)."""
-  config = dict(vars(args), dataset="fashion-mnist")
+  config = dict(vars(args), dataset=datasets.get_dataset(args.dataset).label)
   report.write_results(out or args.out, records, config)
 
 
@@ -356,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for run in runs:
       bar.set_description(f"{run.scheme.name} r={run.ratio:g}")
-      records += execute([run], data, progress)
+      records += execute(args, [run], data, progress)
   except KeyboardInterrupt:
     bar.close()
     print("sweep.py: interrupted; nothing written", file=sys.stderr)

@@ -24,18 +24,30 @@ RUN_FLAGS = {
 }
 
 
+# Data-loading parameters (``fedjax_dp.datasets.load``) and their flags.
+DATA_FLAGS = {
+    "alpha": "--dirichlet-alpha", "shards_per_client": "--shards-per-client",
+    "num_clients": "--num-clients", "samples_per_client": "--samples-per-client",
+    "hospitals": "--num-clients", "patients_per_hospital": "--samples-per-client",
+    "test_size": "--test-size", "public_size": "--public-size",
+}
+
+
 def as_flags(message: str, names: Mapping[str, str]) -> str:
   """A library error with its parameter names turned into flags.
 
   The parameter that starts the message (``"clip_norm must be > 0"`` becomes
   ``"--clip must be > 0"``) and any name followed by a quoted value
-  (``sampler 'fixed'`` becomes ``--sampling fixed``).
+  (``sampler 'fixed'`` becomes ``--sampling fixed``) or by a parenthesis
+  (``shards_per_client (3)`` becomes ``--shards-per-client (3)``).
   """
   def quoted(match: re.Match) -> str:
     name = match.group(1)
     return f"{names[name]} {match.group(2)}" if name in names else match.group(0)
 
   message = re.sub(r"(?<![-\w])([a-z][a-z_]*) '([^']*)'", quoted, message)
+  message = re.sub(r"(?<![-\w])([a-z][a-z_]*)(?= \()",
+                   lambda m: names.get(m.group(1), m.group(1)), message)
   first = re.match(r"([a-z][a-z_]*)\b", message)
   if first and first.group(1) in names:
     message = names[first.group(1)] + message[first.end():]

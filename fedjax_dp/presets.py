@@ -40,6 +40,42 @@ FASHION_MNIST = {
 
 PAPER_RATIOS = (0.001, 0.005, 0.01, 0.05, 0.1)
 
+# UAI 2021 Table 5, medical row (thesis Table 8.8): N = 5010 hospitals,
+# C = 100/5010, T_cl = 100, T_gd = 40, eta = 0.1, delta = 1e-5, sigma = 1.49,
+# T_init = 40. |D_k| = 203 patients per hospital (thesis Sec. 8.4.1); |B| is
+# not given: 10 is this simulator's choice (as on Fashion-MNIST). The public
+# batch is the public hospital downsampled to 12 + 12 patients (UAI l.1002).
+MEDICAL = {
+    "num_clients": 5010,
+    "samples_per_client": 203,
+    "clients_per_round": 100,
+    "rounds": 100,
+    "local_steps": 40,
+    "batch_size": 10,
+    "lr": 0.1,
+    "delta": 1e-5,
+    "noise_multiplier": 1.49,
+    "init_steps": 40,
+    "public_batch": 24,
+}
+
+# The CS family on the medical data (thesis Table 8.5): T_gd = 5, the rest
+# as above; eta_G = 1.0 (UAI Table 5, medical row).
+MEDICAL_SCHEME_PRESETS = {
+    name: {"local_steps": 5}
+    for name in ("FL-CS", "FL-CS-DP", "FL-RND", "FL-RND-DP", "FL-FREQ", "FL-FREQ-DP")}
+MEDICAL_PRESET_SOURCES = {name: "thesis Table 8.5" for name in MEDICAL_SCHEME_PRESETS}
+MEDICAL_SERVER_LR = 1.0
+
+# UAI Table 7 = thesis Table 8.10: S on the medical data per ratio.
+_MEDICAL_RATIOS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1)
+_MEDICAL_CLIP = {
+    "FL-BASIC-DP": (.01, .03, .05, .11, .16, .34, .46),
+    "FL-CS-DP": (.002, .005, .006, .01, .02, .04, .06),
+    "FL-TOP-DP": (.23, .46, .59, 1.03, 1.18, 1.31, 1.32),
+}
+_MEDICAL_STD_DP_CLIP = 1.40
+
 # Table 8 row order within one ratio.
 _ORDER = ("FL-BASIC", "FL-BAS-2", "FL-BAS-3", "FL-BAS-4", "FL-CS", "FL-TOP-BIS", "FL-TOP")
 
@@ -149,47 +185,77 @@ def _thesis_cs_ratio(scheme: str, ratio: float) -> float | None:
   return next((r for r in _THESIS_CS_RATIOS if abs(r - ratio) < 1e-12), None)
 
 
-def paper_result(scheme: str, ratio: float) -> PaperResult | None:
-  """The published figure for a scheme at a ratio (FL-STD: ratio 1.0), if any."""
+# Thesis Table 4.1, MNIST column (Table 8.1 setting): best accuracy over 100
+# rounds and its round.
+MNIST_RESULTS = {
+    ("FL-SIGN", 1.0): PaperResult(.98, 48, None),
+    ("FL-STD", 1.0): PaperResult(.99, 88, None),
+}
+_MNIST_SOURCES = {"FL-SIGN": "thesis Table 4.1 (MNIST)", "FL-STD": "thesis Table 4.1 (MNIST)"}
+
+
+def paper_result(scheme: str, ratio: float,
+                 dataset: str = "fashion-mnist") -> PaperResult | None:
+  """The published figure for a scheme at a ratio (FL-STD: ratio 1.0), if any.
+
+  Fashion-MNIST: UAI Tables 1/8 and the thesis' tables; MNIST: thesis Table
+  4.1. None on any other data set: medical-synth is a synthetic stand-in,
+  never compared with the thesis' medical figures.
+  """
+  if dataset == "mnist":
+    return MNIST_RESULTS.get((scheme, round(ratio, 6)))
+  if dataset != "fashion-mnist":
+    return None
   return PAPER_RESULTS.get((scheme, round(ratio, 6)))
 
 
-def paper_source(scheme: str, ratio: float) -> str | None:
+def paper_source(scheme: str, ratio: float, dataset: str = "fashion-mnist") -> str | None:
   """Which table :func:`paper_result` comes from, if any."""
+  if paper_result(scheme, ratio, dataset) is None:
+    return None
+  if dataset == "mnist":
+    return _MNIST_SOURCES[scheme]
   if (scheme, round(ratio, 6)) in SIGN_RESULTS:
     return _SIGN_SOURCES[scheme]
   if (scheme, round(ratio, 6)) in THESIS_RESULTS:
     return "thesis Table 5.3" if scheme.endswith("-DP") else "thesis Table 4.2"
-  if paper_result(scheme, ratio) is not None:
-    return "UAI Table 8" if ratio < 1.0 else "UAI Table 1"
-  return None
+  return "UAI Table 8" if ratio < 1.0 else "UAI Table 1"
 
 
-def paper_clip_source(scheme: str, ratio: float) -> str | None:
+def paper_clip_source(scheme: str, ratio: float, dataset: str = "fashion-mnist") -> str | None:
   """Which table :func:`paper_clip_norm` comes from, if any."""
-  if paper_clip_norm(scheme, ratio) is None:
+  if paper_clip_norm(scheme, ratio, dataset) is None:
     return None
+  if dataset == "medical-synth":
+    return "UAI Table 7 (medical data)"
   return "thesis Table 8.4" if _thesis_cs_ratio(scheme, ratio) is not None else "UAI Table 6"
 
 
-def paper_clip_norm(scheme: str, ratio: float) -> float | None:
+def _at_ratio(ratios: tuple[float, ...], row: tuple[float, ...] | None,
+              ratio: float) -> float | None:
+  if row is None:
+    return None
+  return next((s for r, s in zip(ratios, row) if abs(r - ratio) < 1e-12), None)
+
+
+def paper_clip_norm(scheme: str, ratio: float, dataset: str = "fashion-mnist") -> float | None:
   """The published clip norm S for a DP scheme at a ratio, if any.
 
-  Thesis Table 8.4 for FL-CS-DP, FL-RND-DP and FL-FREQ-DP at 5%, 10% and
-  20%; UAI Table 6 otherwise (FL-STD-DP: 2.40).
+  Image data: thesis Table 8.4 for FL-CS-DP, FL-RND-DP and FL-FREQ-DP at 5%,
+  10% and 20%; UAI Table 6 otherwise (FL-STD-DP: 2.40). medical-synth: UAI
+  Table 7, the medical data's S (FL-STD-DP: 1.40) -- tuned on the real data,
+  so only a starting point on the stand-in.
   """
+  if dataset == "medical-synth":
+    if scheme == "FL-STD-DP":
+      return _MEDICAL_STD_DP_CLIP
+    return _at_ratio(_MEDICAL_RATIOS, _MEDICAL_CLIP.get(scheme), ratio)
   thesis = _thesis_cs_ratio(scheme, ratio) if scheme.endswith("-DP") else None
   if thesis is not None:
     return _THESIS_CS_CLIP[_THESIS_CS_RATIOS.index(thesis)]
   if scheme == "FL-STD-DP":
     return _STD_DP_CLIP
-  row = _TABLE6.get(scheme)
-  if row is None:
-    return None
-  for r, s in zip(PAPER_RATIOS, row):
-    if abs(r - ratio) < 1e-12:
-      return s
-  return None
+  return _at_ratio(PAPER_RATIOS, _TABLE6.get(scheme), ratio)
 
 
 # CDP-LQ, the compressive-DP poster (seed 001), "Results": EMNIST, 25

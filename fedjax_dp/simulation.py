@@ -407,6 +407,25 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
   return jax.jit(evaluate)
 
 
+# Metrics that can pick a run's best round: accuracy (UAI Table 1) or, for
+# a binary task, balanced accuracy (thesis Sec. 8.4.2-8.4.3).
+SELECTION_METRICS = ("accuracy", "balanced_accuracy")
+
+
+def evaluation_metrics(model: FlatModel, labels: np.ndarray, predictions: np.ndarray,
+                       scores: np.ndarray) -> dict:
+  """Accuracy; for a binary model also balanced accuracy and AUROC.
+
+  Thesis Sec. 8.4.2: balanced accuracy (TPR + TNR) / 2 at the model's
+  threshold (logit 0), AUROC of the logits.
+  """
+  result = {"accuracy": metrics.accuracy(labels, predictions)}
+  if model.loss_name == "sigmoid_ce":
+    result["balanced_accuracy"] = metrics.balanced_accuracy(labels, predictions)
+    result["auroc"] = metrics.auroc(labels, scores)
+  return result
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
   """A run's hyper-parameters; defaults are the UAI 2021 Fashion-MNIST setting.
@@ -440,6 +459,7 @@ class RunConfig:
   dropout_rate: float = 0.0
   client_chunk: int | None = None  # None: all slots at once up to AUTO_CHUNK
   devices: int | None = None  # shard the cohort over this many devices; None: all
+  selection_metric: str = "accuracy"  # picks the best round (SELECTION_METRICS)
 
   def validate(self, num_clients: int) -> None:
     """Raises ValueError with a one-line message naming the parameter.
@@ -482,6 +502,9 @@ class RunConfig:
          f"dropout_rate must be in [0, 1), got {self.dropout_rate}"),
         (self.client_chunk is None or self.client_chunk >= 1,
          f"client_chunk must be >= 1, got {self.client_chunk}"),
+        (self.selection_metric in SELECTION_METRICS,
+         f"unknown selection_metric {self.selection_metric!r}; choose one of "
+         f"{', '.join(SELECTION_METRICS)}"),
     ]
     for ok, message in checks:
       if not ok:
@@ -595,6 +618,22 @@ class Prepared(NamedTuple):
   run_key: jax.Array
 
 
+def _check_clients(data: ClientData) -> None:
+  """Rejects a client without examples (every row the padding label -1).
+
+  Padded clients of unequal size (``fedjax_dp.data.partitioning``) are
+  otherwise fine: local training draws only real rows and the losses ignore
+  padding; client-level DP clips a client's whole update whatever its size;
+  and record-level DP (CDP-LQ) samples every row with the accounted rate
+  q = |B| / width, a padding row adding a zero gradient, so each real record
+  is sampled at the rate the accountant assumes.
+  """
+  sizes = np.asarray(jnp.sum(data.y >= 0, axis=1))
+  if sizes.min() < 1:
+    raise ValueError(f"client {int(np.argmin(sizes))} holds no examples (all its labels "
+                     "are the padding label -1)")
+
+
 def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
             public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
   """Validates, then runs the server's work before round 1.
@@ -609,7 +648,11 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   num_clients, samples = int(data.x.shape[0]), int(data.x.shape[1])
   n = model.num_params
   cfg.validate_scheme(scheme, num_clients, n, samples)
+  if cfg.selection_metric != "accuracy" and model.loss_name != "sigmoid_ce":
+    raise ValueError(f"selection_metric {cfg.selection_metric!r} needs a binary model; "
+                     f"{model.name} is evaluated by accuracy")
   traits = scheme.traits
+  _check_clients(data)
   root = keys.run_key(cfg.seed)
   k = scheme.num_values(n, cfg.ratio)
   sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
@@ -719,8 +762,9 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
     state, infos = compiled[chunk](state, data, root, jnp.int32(t))
     t += chunk
     counters = counters.add(infos, cfg.capacity, cfg.max_dropouts)
-    preds, _ = eval_fn(state.weights, test_x)
-    history.append({"round": t - 1, "accuracy": metrics.accuracy(test_y, np.asarray(preds)),
+    preds, scores = eval_fn(state.weights, test_x)
+    history.append({"round": t - 1,
+                    **evaluation_metrics(model, test_y, np.asarray(preds), np.asarray(scores)),
                     **scheme.diagnostics(state.scheme_state, t - 1)})
     if progress is not None:
       progress(chunk)
@@ -748,7 +792,8 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
   scheme, rc, comm, counters = prep.scheme, prep.round_cfg, prep.comm, trained.counters
   dp, n, k = scheme.traits.dp, model.num_params, prep.num_values
   history = trained.history
-  best = max(history, key=lambda h: (h["accuracy"], -h["round"]))
+  metric = cfg.selection_metric
+  best = max(history, key=lambda h: (h[metric], -h["round"]))
   if counters.overflows:
     warnings.warn(f"{scheme.name}: {counters.overflows} coordinate sums overflowed the "
                   f"{comm.secure_bits}-bit secure-aggregation modulus")
@@ -770,6 +815,8 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       "ratio": cfg.ratio if scheme.traits.uses_ratio else 1.0,
       "best_accuracy": best["accuracy"],
       "best_round": best["round"],
+      "selection_metric": metric,
+      **{m: best[m] for m in ("balanced_accuracy", "auroc") if m in best},
       "final_accuracy": history[-1]["accuracy"],
       "downstream_kb": bandwidth.cost_kb(down_values, best["round"], rc.rate,
                                          comm.downstream_bits),

@@ -107,6 +107,23 @@ def test_clipped_gradient_sum_matches_a_loop(tiny):
   assert int(got[1]) == int(want[1])
 
 
+def test_padding_rows_add_nothing_to_the_clipped_sum(tiny):
+  """Record-level DP on padded clients: a sampled padding row (label -1)
+  has a zero gradient, so the clipped sum is that of the real rows alone and
+  each real record enters at the Poisson rate the accountant assumes."""
+  model, w, x, y = tiny
+  y_pad = y.at[20:].set(-1)
+  indices = jnp.array([3, 25, 7, 28, 12])
+  mask = jnp.ones(5, bool)
+  clip = 0.5
+  total, clipped = per_sample.clipped_gradient_sum(model.loss, w, x, y_pad, indices, mask,
+                                                   clip, 2)
+  real = jnp.array([True, False, True, False, True])
+  want, want_clipped = per_sample.clipped_gradient_sum(model.loss, w, x, y_pad, indices,
+                                                       real, clip, 2)
+  np.testing.assert_array_equal(total, want)
+  assert int(clipped) == int(want_clipped) and float(jnp.abs(total).max()) > 0
+
 def test_poisson_batches_and_an_untruncated_planned_capacity():
   num, q = 200, 0.1
   ks = jax.random.split(jax.random.PRNGKey(3), 3000)

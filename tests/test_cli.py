@@ -42,6 +42,32 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
   assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--dataset", "cifar"], "invalid choice: 'cifar'"),
+    (["--partition", "dirichlet", "--dirichlet-alpha", "0"], "--dirichlet-alpha must be > 0"),
+    (["--partition", "dirichlet"], "--partition dirichlet needs --dirichlet-alpha"),
+    (["--dirichlet-alpha", "1"], "--dirichlet-alpha needs --partition dirichlet"),
+    (["--partition", "shards", "--shards-per-client", "3"],
+     "--samples-per-client (10) must be a multiple of --shards-per-client (3)"),
+    (["--dataset", "mnist", "--partition", "shards", "--shards-per-client", "2",
+      "--num-clients", "5000", "--samples-per-client", "12"], "the data allows"),
+    (["--dataset", "medical-synth", "--partition", "dirichlet", "--dirichlet-alpha", "1"],
+     "split by hospital"),
+    (["--dropout", "0.5"], "--dropout applies to the medical MLP"),
+    (["--dataset", "medical-synth", "--dropout", "1.5"], "--dropout must be in [0, 1)"),
+    (["--test-size", "100"], "--test-size applies to medical-synth"),
+    (["--dataset", "medical-synth", "--public-size", "5"], "--public-size must be even"),
+])
+def test_bad_data_flags_are_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
+  """The data flags' errors, through ``experiment.main`` (the subprocess
+  tests above show that main's exit code and message are the script's)."""
+  out = tmp_path / "out"
+  assert experiment.main([*args, "--out", str(out)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and needle in err[0] and err[0].startswith("sweep.py: error: ")
+  assert not out.exists()
+
+
 def test_missing_data_is_one_line_exit_2(tmp_path):
   proc = _run(["--rounds", "1"], tmp_path, {
       "FEDJAX_DP_DATA": str(tmp_path / "nowhere"), "FEDJAX_DP_CACHE": str(tmp_path / "cache"),
@@ -74,4 +100,49 @@ def test_small_sweep_writes_table_json_and_csv(tmp_path, capsys):
   assert dp["clip_source"].startswith("calibrated") and dp["clip_norm"] > 0
   assert runs["FL-STD"]["epsilon"] is None
   csv_lines = (out / "results.csv").read_text().strip().splitlines()
-  assert len(csv_lines) == 3 and csv_lines[0].startswith("scheme,ratio,best_accuracy")
+  assert len(csv_lines) == 3 and csv_lines[0].startswith("dataset,scheme,ratio,best_accuracy")
+
+
+def test_medical_synth_sweep_reports_balanced_accuracy_and_auroc(tmp_path, capsys,
+                                                                 monkeypatch):
+  """--dataset medical-synth: the medical MLP on the stand-in, selected by
+  balanced accuracy with the AUROC of that round, labelled a synthetic
+  stand-in and never set beside the thesis' medical figures."""
+  monkeypatch.setenv("FEDJAX_DP_CACHE", str(tmp_path / "cache"))
+  out = tmp_path / "res"
+  code = experiment.main([
+      "--dataset", "medical-synth", "--schemes", "FL-TOP-DP", "FL-STD-DP", "--ratio", "0.01",
+      "--num-clients", "40", "--clients-per-round", "6", "--rounds", "2", "--local-steps", "3",
+      "--test-size", "1000", "--dropout", "0.5", "--out", str(out), "--quiet"])
+  assert code == 0
+  table = capsys.readouterr().out
+  assert "synthetic stand-in" in table and "Balanced accuracy | AUROC" in table
+  assert "(0." not in table  # no paper figure beside the stand-in's
+  results = json.loads((out / "results.json").read_text())
+  assert results["config"]["dataset"] == "medical-synth (synthetic stand-in)"
+  for run in results["runs"]:
+    assert run["num_params"] == 1_496_601 and run["selection_metric"] == "balanced_accuracy"
+    best = max(run["history"], key=lambda h: (h["balanced_accuracy"], -h["round"]))
+    assert run["best_round"] == best["round"] and run["auroc"] == best["auroc"]
+    assert 0.0 <= run["balanced_accuracy"] <= 1.0 and 0.0 <= run["auroc"] <= 1.0
+    assert run["setting_source"] == "UAI Table 5, medical row"
+    assert run["noise_multiplier"] == 1.49 and run["data_summary"]["size_min"] >= 2
+    assert run["paper_source"] is None
+
+
+def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
+  """--dataset mnist with a Dirichlet split: the thesis' MNIST figure beside
+  FL-STD's, the partition's label statistics in the record."""
+  out = tmp_path / "res"
+  code = experiment.main([
+      "--dataset", "mnist", "--partition", "dirichlet", "--dirichlet-alpha", "0.1",
+      "--schemes", "FL-STD", "--rounds", "1", "--num-clients", "100",
+      "--clients-per-round", "4", "--out", str(out), "--quiet"])
+  assert code == 0
+  assert "| 100% | FL-STD |" in capsys.readouterr().out
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  assert run["paper_source"] == "thesis Table 4.1 (MNIST)"
+  assert "(0.99)" in (out / "results.md").read_text()
+  summary = run["data_summary"]
+  assert summary["partition"] == "dirichlet" and summary["dirichlet_alpha"] == 0.1
+  assert summary["tv_distance_mean"] > 0.4 and "balanced_accuracy" not in run

@@ -52,3 +52,23 @@ def test_accumulated_gradients_match_a_manual_loop(small_federation):
   np.testing.assert_allclose(ours, acc, rtol=1e-4, atol=1e-7)
   top = set(np.asarray(masks.topk_indices(ours, 100)).tolist())
   assert top == set(np.argsort(-np.asarray(acc))[:100].tolist())
+
+
+def test_sample_batch_draws_real_rows_first():
+  """A client of `count` real rows padded to `num`: batches hold real rows
+  only while count >= |B|, all of them otherwise; count == num is the
+  unpadded draw."""
+  client_lib = client
+  keys = jax.random.split(jax.random.PRNGKey(0), 200)
+  for key in keys[:50]:
+    idx = np.asarray(client_lib.sample_batch(key, 20, 5, jnp.int32(8)))
+    assert len(set(idx)) == 5 and idx.max() < 8
+    small = np.asarray(client_lib.sample_batch(key, 20, 5, jnp.int32(3)))
+    assert set(range(3)) <= set(small) and len(set(small)) == 5
+    np.testing.assert_array_equal(client_lib.sample_batch(key, 20, 5, jnp.int32(20)),
+                                  client_lib.sample_batch(key, 20, 5))
+  # Every real row is drawn about equally often (uniform over the 8).
+  counts = np.bincount(np.concatenate([
+      np.asarray(client_lib.sample_batch(k, 20, 5, jnp.int32(8))) for k in keys]),
+      minlength=20)
+  assert counts[8:].sum() == 0 and counts[:8].min() > 0.6 * counts[:8].mean()

@@ -115,3 +115,28 @@ def test_conv_gradients_match_autodiff_of_lax_conv():
   xs, ws = jnp.stack([x, 2 * x]), jnp.stack([w, -w])
   batched = jax.vmap(cnn_train.conv5x5)(xs, ws)
   np.testing.assert_allclose(batched[1], reference(2 * x, -w), rtol=1e-5, atol=1e-4)
+
+
+def test_fast_update_on_padded_clients_equals_local_sgd_and_ignores_padding(
+    small_federation, cnn):
+  """Clients padded with label -1 rows (unequal sizes): the fast path trains
+  as generic local SGD does; the padding never moves the weights (replacing
+  its pixels changes nothing), and a client smaller than |B| trains on its
+  real rows only."""
+  x, y, k = _clients(small_federation)
+  sizes = jnp.array([10, 7, 4])  # client 2 holds fewer than |B| = 10
+  real = jnp.arange(x.shape[1])[None, :] < sizes[:, None]
+  y_pad = jnp.where(real, y, -1)
+  x_pad = jnp.where(real[..., None, None, None], x, 0.0)
+  w = cnn.init(jax.random.PRNGKey(0))
+  fast = _fast(cnn, w, 3, 0.215)  # one compilation for the three calls
+  ref = np.asarray(_generic(cnn, w, 3, 0.215)(x_pad, y_pad, k))
+  new = np.asarray(fast(x_pad, y_pad, k))
+  np.testing.assert_allclose(new, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+  noisy = jnp.where(real[..., None, None, None], x, 0.7)
+  other = np.asarray(fast(noisy, y_pad, k))
+  np.testing.assert_array_equal(other, new)
+  # Client 0 holds all its rows: the same update as without padding labels.
+  plain = np.asarray(fast(x, y, k))
+  np.testing.assert_array_equal(new[0], plain[0])
+  assert np.abs(new[1] - plain[1]).max() > 1e-3 * np.abs(plain).max()

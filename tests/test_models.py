@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp.models import MedicalMLP, PaperCNN, from_flax, get_model, medical_mlp, paper_cnn
+from fedjax_dp.models import MedicalMLP, PaperCNN, flat, from_flax, get_model, medical_mlp, paper_cnn
 from fedjax_dp.models.cnn import CNN_SHAPES, cnn_apply, cnn_apply_conv, cnn_from_flax, cnn_to_flax
 from fedjax_dp.models.mlp import MLP_SHAPES, MLP_SIZES, mlp_from_flax, mlp_to_flax
 
@@ -186,3 +186,48 @@ class _WithBatchNorm(nn.Module):
 def test_from_flax_rejects_what_it_cannot_wrap(module, loss, match):
   with pytest.raises(ValueError, match=match):
     from_flax(module, jnp.zeros((2, 5)), loss=loss)
+
+
+def test_loss_ignores_padding_rows_and_both_losses_match_references():
+  """Rows labelled -1 count for nothing in either cross-entropy; the real
+  rows' loss is the textbook formula (log-softmax, log-sigmoid)."""
+  logits = jnp.array([[2.0, -1.0, 0.5], [0.1, 0.2, 0.3], [5.0, 5.0, -9.0]])
+  y = jnp.array([0, 2, -1])
+  ce = float(flat.cross_entropy(logits, y, "softmax_ce"))
+  ref = -np.mean([np.log(np.exp(2.0) / np.exp([2.0, -1.0, 0.5]).sum()),
+                  np.log(np.exp(0.3) / np.exp([0.1, 0.2, 0.3]).sum())])
+  assert abs(ce - ref) < 1e-6
+  z = jnp.array([[1.5], [-0.3], [40.0]])
+  yb = jnp.array([1, 0, -1])
+  bce = float(flat.cross_entropy(z, yb, "sigmoid_ce"))
+  ref_b = -np.mean([np.log(1 / (1 + np.exp(-1.5))), np.log(1 - 1 / (1 + np.exp(0.3)))])
+  assert abs(bce - ref_b) < 1e-6
+  assert float(flat.cross_entropy(z, jnp.array([-1, -1, -1]), "sigmoid_ce")) == 0.0
+
+
+def test_medical_mlp_dropout_trains_differently_and_evaluates_deterministically():
+  """--dropout: local training draws dropout masks (the update changes with
+  the rate and with the key), evaluation does not (the same logits)."""
+  plain, dropped = medical_mlp(), medical_mlp(0.5)
+  assert dropped.num_params == plain.num_params == 1_496_601
+  w = plain.init(jax.random.PRNGKey(0))
+  x = jax.random.bernoulli(jax.random.PRNGKey(1), 0.05, (12, 7280)).astype(jnp.float32)
+  y = jnp.arange(12) % 2
+  np.testing.assert_array_equal(plain.logits(w, x), dropped.logits(w, x))
+  kw = dict(steps=3, batch_size=6, lr=0.1)
+  u0 = plain.local_update(w, x, y, jax.random.PRNGKey(2), **kw)
+  u1 = dropped.local_update(w, x, y, jax.random.PRNGKey(2), **kw)
+  u2 = dropped.local_update(w, x, y, jax.random.PRNGKey(3), **kw)
+  assert float(jnp.abs(u1 - u0).max()) > 1e-4 and float(jnp.abs(u2 - u1).max()) > 1e-4
+  # One step on one example (dropout masks are drawn per example): the
+  # dropped half of the first hidden layer gets no gradient, so about half as
+  # many units move as without dropout.
+  one = dict(steps=1, batch_size=1, lr=0.1)
+
+  def moved(model):
+    u = model.local_update(w, x, y, jax.random.PRNGKey(2), **one)
+    return np.asarray(jnp.any(model.unflatten(u)["dense1_w"] != 0, axis=0)).mean()
+
+  assert moved(plain) > 0.2 and 0.3 < moved(dropped) / moved(plain) < 0.7
+  with pytest.raises(ValueError, match="dropout must be in"):
+    medical_mlp(1.0)

@@ -71,3 +71,27 @@ def test_truncated_poisson_run_is_accounted_with_pld(small_federation, cnn):
   assert 0 < rec["epsilon"] < np.inf
   with pytest.raises(ValueError, match="max_cohort"):
     simulation.RunConfig(max_cohort=6, accountant="moments").validate(600)
+
+
+def test_padded_clients_train_and_bad_runs_are_refused(small_federation):
+  """Clients of unequal size (padding label -1) run through the round; a
+  client without examples and a balanced-accuracy selection on a 10-class
+  model are refused before any work."""
+  import jax.numpy as jnp
+  data, test, public = small_federation
+  sizes = 3 + jnp.arange(data.y.shape[0]) % 8  # 3..10 examples
+  real = jnp.arange(data.y.shape[1])[None, :] < sizes[:, None]
+  padded = simulation.ClientData(jnp.where(real[..., None, None, None], data.x, 0),
+                                 jnp.where(real, data.y, -1))
+  model = tiny_linear()
+  cfg = simulation.RunConfig(rounds=2, clients_per_round=20, clip_norm=1.0, eval_every=2)
+  record = simulation.run(model, get_scheme("FL-STD-DP"), padded, test, public, cfg)
+  assert record["best_accuracy"] > CHANCE_PLUS and record["selection_metric"] == "accuracy"
+  empty = simulation.ClientData(padded.x, padded.y.at[5].set(-1))
+  with pytest.raises(ValueError, match="client 5 holds no examples"):
+    simulation.prepare(model, get_scheme("FL-STD"), empty, public, cfg)
+  with pytest.raises(ValueError, match="needs a binary model"):
+    simulation.prepare(model, get_scheme("FL-STD"), data, public,
+                       simulation.RunConfig(selection_metric="balanced_accuracy"))
+  with pytest.raises(ValueError, match="unknown selection_metric"):
+    simulation.RunConfig(selection_metric="auroc").validate(600)

@@ -1,6 +1,10 @@
 """Data loading: verified MNIST / Fashion-MNIST idx files and federated splits.
 
-:func:`partition` splits any in-memory data set over clients.
+:func:`partition` splits any in-memory data set over clients (IID, Dirichlet
+label skew or class-pure shards); :func:`from_client_indices` builds padded
+client data from any grouping (padding rows are labelled ``PADDING_LABEL``).
+:func:`load_medical_synth` generates (and caches) a synthetic stand-in for the
+thesis' proprietary medical data (:mod:`fedjax_dp.data.medical`).
 """
 
 from fedjax_dp.data.federated import (ClientData, FederatedData, holdout_indices, load_federated,
@@ -15,7 +19,10 @@ from fedjax_dp.data.idx import (
     locate,
     parse_idx,
 )
-from fedjax_dp.data.partitioning import partition
+from fedjax_dp.data.medical import (MedicalSynth, MedicalSynthConfig, bayes_log_odds,
+                                    load_medical_synth)
+from fedjax_dp.data.partitioning import (PADDING_LABEL, client_sizes, from_client_indices,
+                                         label_summary, partition, partition_indices)
 
 __all__ = [
     "CHECKSUMS",
@@ -23,15 +30,24 @@ __all__ = [
     "DATASETS",
     "SPLITS",
     "DataError",
+    "PADDING_LABEL",
     "FederatedData",
+    "MedicalSynth",
+    "MedicalSynthConfig",
+    "bayes_log_odds",
+    "client_sizes",
     "data_dirs",
+    "from_client_indices",
     "holdout_indices",
+    "label_summary",
     "load_dataset",
     "load_federated",
     "load_federated_with_public",
+    "load_medical_synth",
     "locate",
     "parse_idx",
     "partition",
+    "partition_indices",
     "partition_iid",
     "public_batch",
 ]

@@ -39,6 +39,9 @@ import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
+from fedjax_dp import client
+from fedjax_dp.models.flat import cross_entropy
+
 _DN = ("NHWC", "HWIO", "NHWC")
 _PAD = ((0, 0), (2, 2), (2, 2), (0, 0))
 
@@ -264,7 +267,7 @@ def _head(small: dict, z3: jax.Array) -> jax.Array:
 
 
 def _cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
-  return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=-1))
+  return cross_entropy(logits, y, "softmax_ce")
 
 
 def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array, *,
@@ -308,8 +311,10 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
   take = min(batch_size, num)
   masks = None if grad_mask is None else model.unflatten(grad_mask)
 
-  def batch(step_key):
-    idx = jax.random.permutation(step_key, num)[:take]
+  count = client.num_examples(y)
+
+  def batch(step_key):  # as client.local_train's batches
+    idx = client.sample_batch(step_key, num, take, count)
     return x[idx], y[idx]
 
   def sgd(p, g):

@@ -37,6 +37,10 @@ class FlatModel:
       grad_mask, grad_indices, only_indices, momentum) -> w_end - w``; must
       compute what :meth:`local_update` computes without it (see
       ``fedjax_dp.models.cnn_train``).
+    train_apply_fn: Optional training-mode forward pass
+      ``train_apply_fn(params, x, key) -> logits`` (dropout); local training
+      through :meth:`local_update` uses it, evaluation and the server's
+      public-data steps use ``apply_fn``.
   """
 
   name: str
@@ -46,6 +50,7 @@ class FlatModel:
   loss_name: str = "softmax_ce"
   eval_apply_fn: Callable[[Params, jax.Array], jax.Array] | None = None
   local_update_fn: Callable[..., jax.Array] | None = None
+  train_apply_fn: Callable[[Params, jax.Array, jax.Array], jax.Array] | None = None
 
   @property
   def num_params(self) -> int:
@@ -75,15 +80,16 @@ class FlatModel:
     return self.apply_fn(self.unflatten(flat), x)
 
   def loss(self, flat: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
-    """Mean cross-entropy of the batch (softmax or sigmoid)."""
-    logits = self.logits(flat, x)
-    if self.loss_name == "sigmoid_ce":
-      logits = logits[..., 0]
-      yf = y.astype(logits.dtype)
-      return jnp.mean(jnp.maximum(logits, 0) - logits * yf +
-                      jnp.log1p(jnp.exp(-jnp.abs(logits))))
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
+    """Mean cross-entropy of the batch (softmax or sigmoid), padding ignored."""
+    return cross_entropy(self.logits(flat, x), y, self.loss_name)
+
+  def train_loss(self, flat: jax.Array, x: jax.Array, y: jax.Array,
+                 key: jax.Array) -> jax.Array:
+    """:meth:`loss` of the training-mode forward pass (``train_apply_fn``)."""
+    fn = self.train_apply_fn
+    logits = (self.apply_fn(self.unflatten(flat), x) if fn is None
+              else fn(self.unflatten(flat), x, key))
+    return cross_entropy(logits, y, self.loss_name)
 
   def eval_logits(self, flat: jax.Array, x: jax.Array) -> jax.Array:
     """Model output through ``eval_apply_fn`` when the model has one."""
@@ -114,8 +120,10 @@ class FlatModel:
                                   lr=lr, grad_mask=grad_mask, grad_indices=grad_indices,
                                   only_indices=only_indices, momentum=momentum)
     from fedjax_dp import client  # pylint: disable=import-outside-toplevel
-    update = client.local_sgd(self.loss, w, x, y, key, steps=steps, batch_size=batch_size,
-                              lr=lr, momentum=momentum, grad_mask=grad_mask) - w
+    keyed = self.train_apply_fn is not None
+    update = client.local_sgd(self.train_loss if keyed else self.loss, w, x, y, key,
+                              steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
+                              grad_mask=grad_mask, loss_takes_key=keyed) - w
     return update[grad_indices] if only_indices else update
 
   def predict(self, flat: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -129,6 +137,30 @@ class FlatModel:
     if self.loss_name == "sigmoid_ce":
       return (logits[..., 0] > 0).astype(jnp.int32), logits[..., 0]
     return jnp.argmax(logits, axis=-1).astype(jnp.int32), jax.nn.softmax(logits)
+
+
+def cross_entropy(logits: jax.Array, y: jax.Array, loss_name: str) -> jax.Array:
+  """Mean cross-entropy over a batch's real rows.
+
+  Rows labelled -1 are padding (``fedjax_dp.data.partitioning``) and count
+  for nothing; a batch without real rows has loss 0.
+
+  Args:
+    logits: (batch, classes) logits, or (batch, 1) for ``"sigmoid_ce"``.
+    y: (batch,) integer labels, -1 for padding.
+    loss_name: ``"softmax_ce"`` or ``"sigmoid_ce"`` (binary).
+  """
+  real = y >= 0
+  label = jnp.maximum(y, 0)
+  if loss_name == "sigmoid_ce":
+    z = logits[..., 0]
+    per_example = (jnp.maximum(z, 0) - z * label.astype(z.dtype) +
+                   jnp.log1p(jnp.exp(-jnp.abs(z))))
+  else:
+    per_example = -jnp.take_along_axis(jax.nn.log_softmax(logits), label[:, None],
+                                       axis=-1)[:, 0]
+  return (jnp.sum(jnp.where(real, per_example, 0.0)) /
+          jnp.maximum(jnp.sum(real), 1).astype(per_example.dtype))
 
 
 def glorot_uniform(key: jax.Array, shape: tuple[int, ...], fan_in: int,

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, client, keys
+from fedjax_dp import calibration, client, keys, presets
 from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
@@ -250,8 +250,9 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
                      help="lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)")
   group.add_argument("--server-momentum", type=float, default=_PAPER.momentum,
                      help="FL-CS server momentum rho (default 0.9)")
-  group.add_argument("--server-lr", type=float, default=_PAPER.server_lr,
-                     help="FL-CS global learning rate eta_G (default 0.35)")
+  group.add_argument("--server-lr", type=float, default=None,
+                     help="FL-CS global learning rate eta_G (default 0.35; medical-synth "
+                          "1.0, UAI Table 5)")
   group.add_argument("--decoder", choices=fista.SOLVERS, default=_PAPER.decoder,
                      help="BPDN solver (default fista)")
   group.add_argument("--decoder-restart", action="store_true",
@@ -269,9 +270,13 @@ def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
   """FL-CS / FL-FREQ with the command line's options (FL-RND has none)."""
   if not isinstance(scheme, CSScheme):
     return scheme
+  server_lr = args.server_lr
+  if server_lr is None:
+    server_lr = (presets.MEDICAL_SERVER_LR if args.dataset == "medical-synth"
+                 else _PAPER.server_lr)
   return dataclasses.replace(
       scheme, chunks=args.chunks, lam=args.cs_lambda, momentum=args.server_momentum,
-      server_lr=args.server_lr, decoder=args.decoder, restart=args.decoder_restart,
+      server_lr=server_lr, decoder=args.decoder, restart=args.decoder_restart,
       max_iters=args.decoder_iters, tol=args.decoder_tol, dct_method=args.dct_method)
 
 

@@ -1,0 +1,224 @@
+"""The data sets a run can use, each with its model, presets and loader.
+
+=================  ==========  ==========================  ===========================
+data set           model       base preset                 public batch
+=================  ==========  ==========================  ===========================
+``fashion-mnist``  paper CNN   UAI Table 5                 10 MNIST images (UAI Sec. 4)
+``mnist``          paper CNN   UAI Table 5                 10 Fashion-MNIST images
+``medical-synth``  medical MLP UAI Table 5, medical row    public hospital, 12 + 12
+=================  ==========  ==========================  ===========================
+
+MNIST uses the Fashion-MNIST setting: the thesis' MNIST experiments (Tables
+4.1, 5.1, Chapter 6) use the Table 8.1/8.2 settings, which are the scheme
+presets of the sign family and flags away for the others; its server batch
+comes from Fashion-MNIST, mirroring the UAI paper's related-but-different
+public data. ``medical-synth`` is a synthetic stand-in with the shape of the
+thesis' medical data (:mod:`fedjax_dp.data.medical`): it is split by
+hospital, its clients train on class-balanced data of unequal sizes (padded,
+``fedjax_dp.data.partitioning``), runs are selected by balanced accuracy
+and report AUROC (thesis Sec. 8.4.2-8.4.3), and its figures are never
+compared with the thesis' medical figures.
+
+The image data sets are split by :func:`fedjax_dp.data.partition_indices`:
+IID (the papers'), Dirichlet label skew or label shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import presets
+from fedjax_dp.data import (ClientData, holdout_indices, label_summary, load_dataset,
+                            partition_indices, public_batch)
+from fedjax_dp.data import medical
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """One data set's model, presets and how runs on it are selected and shown.
+
+  Attributes:
+    name: The ``--dataset`` value.
+    model: ``fedjax_dp.models.get_model`` name.
+    setting: The base preset: every scheme's setting unless its own preset
+      (the family's, or ``scheme_presets``) says otherwise.
+    setting_source: Where ``setting`` comes from.
+    scheme_presets: Per scheme, the settings that differ from ``setting``;
+      None: the scheme families' presets (written for the image data).
+    preset_sources: Per scheme of ``scheme_presets``, its source.
+    selection_metric: The metric that picks a run's best round
+      (``"accuracy"`` or ``"balanced_accuracy"``).
+    public_source: What the server's public batch is.
+    synthetic: A generated stand-in, never compared with paper figures.
+    split_by: ``"partition"`` (``--partition`` applies) or ``"hospital"``.
+  """
+
+  name: str
+  model: str
+  setting: Mapping[str, Any]
+  setting_source: str
+  scheme_presets: Mapping[str, Mapping[str, Any]] | None = None
+  preset_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  selection_metric: str = "accuracy"
+  public_source: str = ""
+  synthetic: bool = False
+  split_by: str = "partition"
+
+  @property
+  def label(self) -> str:
+    """The name as outputs show it (with "synthetic stand-in" if it is one)."""
+    return f"{self.name} (synthetic stand-in)" if self.synthetic else self.name
+
+
+DATASETS: dict[str, Dataset] = {
+    "fashion-mnist": Dataset(
+        "fashion-mnist", "cnn", presets.FASHION_MNIST, "UAI Table 5",
+        public_source="mnist"),
+    "mnist": Dataset(
+        "mnist", "cnn", presets.FASHION_MNIST, "UAI Table 5 (Fashion-MNIST row)",
+        public_source="fashion-mnist"),
+    "medical-synth": Dataset(
+        "medical-synth", "mlp", presets.MEDICAL, "UAI Table 5, medical row",
+        scheme_presets=presets.MEDICAL_SCHEME_PRESETS,
+        preset_sources=presets.MEDICAL_PRESET_SOURCES,
+        selection_metric="balanced_accuracy",
+        public_source="the public hospital, downsampled to 12 + 12 patients",
+        synthetic=True, split_by="hospital"),
+}
+
+
+def get_dataset(name: str) -> Dataset:
+  """The :class:`Dataset` called ``name``.
+
+  Raises:
+    ValueError: An unknown name.
+  """
+  if name not in DATASETS:
+    raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+  return DATASETS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionConfig:
+  """How an image data set is split over clients (``data.partition_indices``).
+
+  Attributes:
+    method: ``"iid"`` (the papers'), ``"dirichlet"`` or ``"shards"``.
+    alpha: Dirichlet concentration (method ``"dirichlet"``).
+    shards_per_client: Label shards per client (method ``"shards"``).
+  """
+
+  method: str = "iid"
+  alpha: float | None = None
+  shards_per_client: int | None = None
+
+
+class Federation(NamedTuple):
+  """A data set split over clients, ready for ``simulation.run``.
+
+  Attributes:
+    data: The clients' data (padded rows carry label -1).
+    test: (examples, labels) of the test set.
+    public: (examples, labels) of the server's public batch.
+    summary: JSON-ready facts about the split (label statistics; for
+      medical-synth the generator's statistics).
+  """
+
+  data: ClientData
+  test: tuple[np.ndarray, np.ndarray]
+  public: tuple[np.ndarray, np.ndarray]
+  summary: dict
+
+
+def _image_federation(dataset: Dataset, num_clients: int, samples_per_client: int,
+                      seed: int, partition: PartitionConfig, public_size: int,
+                      holdout: int) -> Federation:
+  images, labels = load_dataset(dataset.name, "train", as_uint8=True)
+  rest = None
+  if holdout:  # Fed-SMP Sec. 6.1: a public set held out of the clients' data
+    if not 1 <= holdout < len(images):
+      raise ValueError(f"public set size must be in [1, {len(images) - 1}], got {holdout}")
+    if num_clients * samples_per_client > len(images) - holdout:
+      raise ValueError(f"{num_clients} clients x {samples_per_client} samples = "
+                       f"{num_clients * samples_per_client} exceeds the "
+                       f"{len(images) - holdout} training samples left after holding out "
+                       f"{holdout} public examples")
+    held, rest = holdout_indices(len(images), holdout, seed)
+    public = (images[held].astype(np.float32) / np.float32(255.0),
+              labels[held].astype(np.int32))
+  else:
+    public = public_batch(public_size, seed=seed, dataset=dataset.public_source)
+  pool = labels if rest is None else labels[rest]
+  idx = partition_indices(pool, num_clients, samples_per_client, seed,
+                          method=partition.method, alpha=partition.alpha,
+                          shards_per_client=partition.shards_per_client)
+  if rest is not None:
+    idx = rest[idx]
+  y = labels[idx].astype(np.int32)
+  data = ClientData(jnp.asarray(images[idx]), jnp.asarray(y))
+  summary = {"partition": partition.method, **label_summary(y, num_classes=10)}
+  if partition.alpha is not None:
+    summary["dirichlet_alpha"] = partition.alpha
+  if partition.shards_per_client is not None:
+    summary["shards_per_client"] = partition.shards_per_client
+  return Federation(data, load_dataset(dataset.name, "test"), public, summary)
+
+
+def _medical_federation(num_clients: int, samples_per_client: int, seed: int,
+                        public_size: int, test_size: int | None) -> Federation:
+  if public_size < 2 or public_size % 2:
+    raise ValueError(f"the medical public batch holds as many positives as negatives: "
+                     f"public size must be even and >= 2, got {public_size}")
+  config = medical.MedicalSynthConfig(
+      seed=seed, hospitals=num_clients, patients_per_hospital=samples_per_client,
+      public_positives=public_size // 2, public_negatives=public_size // 2,
+      **({} if test_size is None else {"test_size": test_size}))
+  config.validate()
+  synth = medical.load_medical_synth(config)
+  data = ClientData(jnp.asarray(synth.train_x), jnp.asarray(synth.train_y))
+  summary = {"partition": "by hospital, class-balanced downsample",
+             **label_summary(synth.train_y, num_classes=2), **medical.describe(synth)}
+  # The test set stays uint8 (evaluation scales it on the fly); the server's
+  # public batch is used as is, so it is scaled here, as public images are.
+  public = (synth.public_x.astype(np.float32) / np.float32(255.0), synth.public_y)
+  return Federation(data, (synth.test_x, synth.test_y), public, summary)
+
+
+def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
+         partition: PartitionConfig = PartitionConfig(), public_size: int | None = None,
+         holdout: int = 0, test_size: int | None = None) -> Federation:
+  """Loads a data set split over clients, its test set and the public batch.
+
+  Args:
+    name: A key of :data:`DATASETS`.
+    num_clients: N (medical-synth: hospitals).
+    samples_per_client: |D_k| (medical-synth: patients per hospital, before
+      the class-balanced downsample).
+    seed: Seed of the split, the public draw and the generator.
+    partition: How image data is split; medical-synth is split by hospital.
+    public_size: Public batch size (default: the data set's preset).
+    holdout: Image data: hold this many training examples out of the
+      clients' data as the public set (Fed-SMP Sec. 6.1); 0: none.
+    test_size: medical-synth's generated test set size (default 20,000).
+
+  Raises:
+    ValueError: A bad setting (one line).
+    DataError: Missing or corrupt data files.
+  """
+  dataset = get_dataset(name)
+  if public_size is None:
+    public_size = dataset.setting["public_batch"]
+  if dataset.split_by == "hospital":
+    if partition != PartitionConfig():
+      raise ValueError(f"{name} is split by hospital; partition {partition.method!r} "
+                       "applies to the image data sets only")
+    return _medical_federation(num_clients, samples_per_client, seed, public_size,
+                               test_size)
+  if test_size is not None:
+    raise ValueError(f"test_size applies to medical-synth only; {name} has its own test set")
+  return _image_federation(dataset, num_clients, samples_per_client, seed, partition,
+                           public_size, holdout)

@@ -1,0 +1,101 @@
+"""fedjax_dp.datasets: each data set's split, public batch, presets and errors."""
+
+import numpy as np
+import pytest
+
+from fedjax_dp import datasets, experiment, presets
+from fedjax_dp.data import load_federated, load_federated_with_public, public_batch
+
+
+def test_iid_and_held_out_splits_are_the_loaders_of_before():
+  """IID and the Fed-SMP hold-out give the arrays the earlier loaders gave
+  (the golden records' data), with the public batch of the other data set."""
+  fed = datasets.load("fashion-mnist", 50, 10, seed=3)
+  old, test_x, _ = load_federated("fashion-mnist", 50, 10, seed=3)
+  np.testing.assert_array_equal(np.asarray(fed.data.x), old.x)
+  np.testing.assert_array_equal(np.asarray(fed.data.y), old.y)
+  np.testing.assert_array_equal(fed.test[0], test_x)
+  np.testing.assert_array_equal(fed.public[0], public_batch(10, seed=3, dataset="mnist")[0])
+  held = datasets.load("fashion-mnist", 50, 9, seed=3, holdout=100)
+  old, _, _, public = load_federated_with_public("fashion-mnist", 50, 9, 100, seed=3)
+  np.testing.assert_array_equal(np.asarray(held.data.x), old.x)
+  np.testing.assert_array_equal(held.public[1], public[1])
+  mnist = datasets.load("mnist", 20, 10, seed=0, public_size=4)
+  np.testing.assert_array_equal(mnist.public[0],
+                                public_batch(4, seed=0, dataset="fashion-mnist")[0])
+  assert fed.summary["partition"] == "iid" and fed.summary["clients"] == 50
+
+
+def test_dirichlet_and_shards_reach_the_clients_with_their_summary():
+  """A non-IID split of real MNIST: skewed labels, in the summary too."""
+  iid = datasets.load("mnist", 300, 20, seed=0)
+  skew = datasets.load("mnist", 300, 20, seed=0,
+                       partition=datasets.PartitionConfig("dirichlet", alpha=0.1))
+  shards = datasets.load("mnist", 300, 20, seed=0,
+                         partition=datasets.PartitionConfig("shards", shards_per_client=2))
+  assert skew.summary["tv_distance_mean"] > iid.summary["tv_distance_mean"] + 0.3
+  assert skew.summary["dirichlet_alpha"] == 0.1
+  y = np.asarray(shards.data.y)
+  assert max(len(np.unique(row)) for row in y) <= 2 and shards.summary["shards_per_client"] == 2
+  # The images travel with their labels: every client's images are those of
+  # its labels (class means match the pooled class means of MNIST).
+  x = np.asarray(shards.data.x, np.float32).reshape(-1, 784)
+  x_iid, y_iid = np.asarray(iid.data.x, np.float32).reshape(-1, 784), np.asarray(iid.data.y)
+  for c in range(10):
+    sel = y.reshape(-1) == c
+    if sel.sum() > 50:
+      ref = x_iid[y_iid.reshape(-1) == c].mean(0)
+      assert np.corrcoef(x[sel].mean(0), ref)[0, 1] > 0.9
+
+
+def test_medical_synth_federation(tmp_path, monkeypatch):
+  """Hospitals of class-balanced, padded clients; uint8 test set; the public
+  hospital's 12 + 12 as floats in [0, 1]; the summary says what it is."""
+  monkeypatch.setenv("FEDJAX_DP_CACHE", str(tmp_path))
+  fed = datasets.load("medical-synth", 30, 203, seed=1, test_size=500)
+  x, y = np.asarray(fed.data.x), np.asarray(fed.data.y)
+  assert x.shape[0] == 30 and x.shape[2] == 7280 and x.dtype == np.uint8
+  real = y >= 0
+  assert (y[real] == 1).sum() == (y[real] == 0).sum()  # class-balanced
+  assert fed.test[0].shape == (500, 7280) and fed.test[0].dtype == np.uint8
+  assert fed.public[0].dtype == np.float32 and fed.public[0].max() == 1.0
+  assert sorted(np.bincount(fed.public[1])) == [12, 12]
+  assert "synthetic stand-in" in fed.summary["note"]
+  assert fed.summary["size_min"] < fed.summary["size_max"]  # unequal sizes, padded
+  assert datasets.DATASETS["medical-synth"].label == "medical-synth (synthetic stand-in)"
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda: datasets.get_dataset("cifar"), "unknown dataset 'cifar'"),
+    (lambda: datasets.load("medical-synth", 5, 203,
+                           partition=datasets.PartitionConfig("dirichlet", alpha=1.0)),
+     "split by hospital"),
+    (lambda: datasets.load("mnist", 5, 10, test_size=100), "test_size applies"),
+    (lambda: datasets.load("medical-synth", 5, 203, public_size=5), "must be even"),
+    (lambda: datasets.load("mnist", 5000, 12,
+                           partition=datasets.PartitionConfig("shards", shards_per_client=2)),
+     "class-pure shards"),
+])
+def test_bad_settings_raise_one_line(call, needle):
+  with pytest.raises(ValueError, match=needle) as info:
+    call()
+  assert "\n" not in str(info.value)
+
+
+def test_presets_follow_the_dataset():
+  """medical-synth: UAI Table 5's medical row for every scheme, T_gd = 5 for
+  the CS family (thesis Table 8.5), UAI Table 7's S; MNIST: the image
+  presets and thesis Table 4.1's figures."""
+  top = experiment.scheme_setting("FL-TOP-DP", "medical-synth")
+  assert (top["num_clients"], top["local_steps"], top["lr"], top["rounds"],
+          top["init_steps"], top["noise_multiplier"]) == (5010, 40, 0.1, 100, 40, 1.49)
+  assert experiment.scheme_setting("FL-CS-DP", "medical-synth")["local_steps"] == 5
+  # The sign family's image preset does not leak onto the medical data.
+  assert experiment.scheme_setting("FL-SIGN", "medical-synth")["num_clients"] == 5010
+  assert experiment.scheme_setting("FL-SIGN", "mnist")["local_steps"] == 30  # Table 8.1
+  assert presets.paper_clip_norm("FL-TOP-DP", 0.001, "medical-synth") == 0.59
+  assert presets.paper_clip_norm("FL-STD-DP", 1.0, "medical-synth") == 1.40
+  assert presets.paper_clip_norm("FL-TOP-DP", 0.001) == 0.50  # Fashion-MNIST, UAI Table 6
+  assert presets.paper_result("FL-SIGN", 1.0, "mnist").accuracy == 0.98
+  assert presets.paper_result("FL-TOP-DP", 0.005, "medical-synth") is None
+  assert presets.paper_result("FL-SIGN", 1.0, "mnist") != presets.paper_result("FL-SIGN", 1.0)
