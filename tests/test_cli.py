@@ -112,8 +112,8 @@ def test_medical_synth_sweep_reports_balanced_accuracy_and_auroc(tmp_path, capsy
   out = tmp_path / "res"
   code = experiment.main([
       "--dataset", "medical-synth", "--schemes", "FL-TOP-DP", "FL-STD-DP", "--ratio", "0.01",
-      "--num-clients", "40", "--clients-per-round", "6", "--rounds", "2", "--local-steps", "3",
-      "--test-size", "1000", "--dropout", "0.5", "--out", str(out), "--quiet"])
+      "--num-clients", "30", "--clients-per-round", "5", "--rounds", "2", "--local-steps", "2",
+      "--test-size", "500", "--dropout", "0.5", "--out", str(out), "--quiet"])
   assert code == 0
   table = capsys.readouterr().out
   assert "synthetic stand-in" in table and "Balanced accuracy | AUROC" in table
