@@ -68,8 +68,10 @@ def balanced_table(runs: list[dict]) -> str:
   """UAI Table 2 / thesis Table 4.3 layout: the best balanced accuracy, the
   AUROC at its round, the round, costs and epsilon; no paper column (the
   medical data here is a synthetic stand-in, not the thesis' data)."""
-  lines = [f"Data: {runs[0].get('dataset', 'N/A')}; figures are not comparable with "
-           "the thesis' medical tables.", "",
+  data = runs[0].get("dataset", "N/A")
+  caveat = ("; figures are not comparable with the thesis' medical tables"
+            if "synthetic stand-in" in data else "")
+  lines = [f"Data: {data}{caveat}.", "",
            "| r | Algorithm | Balanced accuracy | AUROC | Round | Downstream KB | "
            "Upstream KB | ε | S | Accountant |",
            "|---|---|---|---|---|---|---|---|---|---|"]

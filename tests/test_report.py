@@ -46,3 +46,17 @@ def test_results_are_written_atomically(tmp_path):
   paths = report.write_results(tmp_path / "o", [run], {"seed": 0})
   assert sorted(p.name for p in paths) == ["results.csv", "results.json", "results.md"]
   assert not list((tmp_path / "o").glob(".*.tmp"))
+
+
+def test_balanced_accuracy_runs_get_the_uai_table_2_layout():
+  """Runs selected by balanced accuracy: balanced accuracy and AUROC
+  columns, no paper figure; the caveat only for the synthetic stand-in."""
+  run = {"scheme": "FL-TOP-DP", "ratio": 0.001, "selection_metric": "balanced_accuracy",
+         "balanced_accuracy": 0.6617, "auroc": 0.7312, "best_round": 29, "best_accuracy": 0.61,
+         "downstream_kb": 3.47, "upstream_kb": 3.47, "epsilon": 0.81, "clip_norm": 0.8,
+         "accountant": "moments", "dataset": "medical-synth (synthetic stand-in)"}
+  table = report.markdown_table([run])
+  assert "| 0.1% | FL-TOP-DP | 0.66 | 0.73 | 29 |" in table
+  assert "not comparable with the thesis' medical tables" in table and "(0." not in table
+  own = report.markdown_table([dict(run, dataset="my-binary-data")])
+  assert own.startswith("Data: my-binary-data.") and "not comparable" not in own
