@@ -20,7 +20,9 @@ are public for scripts built on the sweep: :func:`build_parser`,
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
+import tempfile
 from typing import Callable, NamedTuple
 
 from tqdm import tqdm
@@ -436,11 +438,40 @@ def write(args: argparse.Namespace, records: list[dict], out: str | None = None)
   report.write_results(out or args.out, records, config)
 
 
+def check_out(out: str) -> None:
+  """Checks that results can be written to ``out``, leaving nothing behind.
+
+  Creates the folder (and missing parents), writes and deletes a probe file,
+  then removes the folders it created: an unwritable ``--out`` stops the
+  sweep before any training instead of after it.
+
+  Raises:
+    ValueError: One line naming --out and the reason.
+  """
+  path = pathlib.Path(out).expanduser().absolute()
+  missing = [p for p in (path, *path.parents) if not p.exists()]
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    raise ValueError(f"--out {out} cannot be written: {e.strerror or e}") from None
+  finally:
+    for folder in missing:  # deepest first
+      if folder.is_dir():
+        folder.rmdir()
+
+
 def main(argv: list[str] | None = None) -> int:
-  """Runs the sweep; returns the exit code."""
+  """Runs the sweep; returns the exit code.
+
+  Each finished run is written at once (``results.*`` hold every run
+  finished so far), so an interrupted sweep keeps what it finished.
+  """
   try:
     args = build_parser().parse_args(argv)
     runs = plan(args)
+    check_out(args.out)
     data = load_data(args, runs)
   except (UsageError, ValueError, DataError) as e:
     print(f"sweep.py: error: {e}", file=sys.stderr)
@@ -451,17 +482,19 @@ def main(argv: list[str] | None = None) -> int:
   def progress(rounds):
     bar.update(rounds)
 
+  records = []
   try:
-    records = []
     for run in runs:
       bar.set_description(f"{run.scheme.name} r={run.ratio:g}")
       records += execute(args, [run], data, progress)
+      write(args, records)
   except KeyboardInterrupt:
     bar.close()
-    print("sweep.py: interrupted; nothing written", file=sys.stderr)
+    kept = (f"the {len(records)} finished runs are in {args.out}" if records
+            else "nothing written")
+    print(f"sweep.py: interrupted; {kept}", file=sys.stderr)
     return 130
   bar.close()
-  write(args, records)
   print(report.markdown_table(records), end="")
   print(f"\nwrote {args.out}/results.json, results.csv, results.md", file=sys.stderr)
   return 0

@@ -146,3 +146,41 @@ def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
   summary = run["data_summary"]
   assert summary["partition"] == "dirichlet" and summary["dirichlet_alpha"] == 0.1
   assert summary["tv_distance_mean"] > 0.4 and "balanced_accuracy" not in run
+
+
+@pytest.mark.parametrize("out", ["/proc/fedjax_dp_test/out", "FILE/sub"])
+def test_an_unwritable_out_stops_before_any_work(out, tmp_path, capsys, monkeypatch):
+  """--out that cannot be written ends the sweep at once (exit 2, one line),
+  before any data is loaded or any round run, and leaves no folder behind."""
+  (tmp_path / "FILE").write_text("a file, not a folder")
+  out = out.replace("FILE", str(tmp_path / "FILE"))
+  monkeypatch.setattr(experiment, "load_data", lambda *a: pytest.fail("data loaded"))
+  assert experiment.main(["--schemes", "FL-STD", "--rounds", "1", "--out", out]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f"sweep.py: error: --out {out} cannot be written")
+  assert not pathlib.Path("/proc/fedjax_dp_test").exists()
+
+
+def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch):
+  """A sweep interrupted during its second run keeps the first: results.*
+  are written after every run, atomically."""
+  out = tmp_path / "deep" / "res"
+  calls = []
+  real_run = experiment.simulation.run
+
+  def run_then_interrupt(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+      assert json.loads((out / "results.json").read_text())["runs"][0]["scheme"] == "FL-TOP"
+      raise KeyboardInterrupt
+    return real_run(*args, **kwargs)
+
+  monkeypatch.setattr(experiment.simulation, "run", run_then_interrupt)
+  code = experiment.main(["--schemes", "FL-STD", "FL-TOP", "--rounds", "1", "--num-clients",
+                          "60", "--clients-per-round", "3", "--out", str(out), "--quiet"])
+  assert code == 130 and len(calls) == 2
+  assert "the 1 finished runs are in" in capsys.readouterr().err
+  runs = json.loads((out / "results.json").read_text())["runs"]
+  assert [r["scheme"] for r in runs] == ["FL-TOP"]  # Table 1 order: FL-STD last
+  assert len((out / "results.csv").read_text().strip().splitlines()) == 2
+  assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files
