@@ -20,6 +20,8 @@ are public for scripts built on the sweep: :func:`build_parser`,
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import pathlib
 import sys
 import tempfile
@@ -410,16 +412,29 @@ def load_data(args: argparse.Namespace, runs: list[PlannedRun]) -> Data:
   return Data(federations)
 
 
+def checkpoint_path(args: argparse.Namespace, run: PlannedRun) -> pathlib.Path:
+  """Where a run of the sweep saves its progress (deleted when it finishes)."""
+  return pathlib.Path(args.out) / ".checkpoints" / f"{run.scheme.name}-r{run.ratio:g}.npz"
+
+
 def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
             progress: Callable[[int], None] | None = None) -> list[dict]:
-  """Runs every planned run; returns their records (with the sweep's fields)."""
+  """Runs every planned run; returns their records (with the sweep's fields).
+
+  Each run saves its progress after every evaluation
+  (:func:`checkpoint_path`) and, started again with the same settings,
+  continues from there with the same numbers.
+  """
   model = model_for(args)
   dataset = datasets.get_dataset(args.dataset)
   records = []
   for run in runs:
     fed = data.of(run)
+    saved = checkpoint_path(args, run)
     record = simulation.run(model, run.scheme, fed.data, fed.test, fed.public, run.config,
-                            progress=progress)
+                            progress=progress, checkpoint=saved)
+    with contextlib.suppress(OSError):  # the folder, once no run has a checkpoint
+      saved.parent.rmdir()
     record["dataset"] = dataset.label
     record["data_summary"] = fed.summary
     record["clip_source"] = run.clip_source
@@ -432,10 +447,34 @@ def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
   return records
 
 
+def _config(args: argparse.Namespace) -> dict:
+  """The sweep's settings as results.json stores them."""
+  return json.loads(json.dumps(dict(vars(args),
+                                    dataset=datasets.get_dataset(args.dataset).label)))
+
+
 def write(args: argparse.Namespace, records: list[dict], out: str | None = None) -> None:
   """results.json, results.csv and results.md in ``out`` (default ``args.out``)."""
-  config = dict(vars(args), dataset=datasets.get_dataset(args.dataset).label)
-  report.write_results(out or args.out, records, config)
+  report.write_results(out or args.out, records, _config(args))
+
+
+def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
+  """The records already in ``--out`` from a sweep with the same settings.
+
+  Keyed by (scheme, ratio); empty when ``--out`` holds no results.json or
+  one written with other settings (``--quiet`` aside).
+  """
+  path = pathlib.Path(args.out) / "results.json"
+  try:
+    saved = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return {}
+  mine = _config(args)
+  theirs = saved.get("config", {})
+  if {k: v for k, v in theirs.items() if k != "quiet"} != {
+      k: v for k, v in mine.items() if k != "quiet"}:
+    return {}
+  return {(r["scheme"], r["ratio"]): r for r in saved.get("runs", [])}
 
 
 def check_out(out: str) -> None:
@@ -466,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
   """Runs the sweep; returns the exit code.
 
   Each finished run is written at once (``results.*`` hold every run
-  finished so far), so an interrupted sweep keeps what it finished.
+  finished so far) and each run in progress saves its state after every
+  evaluation, so the same command run again after an interruption keeps the
+  finished runs and continues the interrupted one where it stopped.
   """
   try:
     args = build_parser().parse_args(argv)
@@ -482,10 +523,18 @@ def main(argv: list[str] | None = None) -> int:
   def progress(rounds):
     bar.update(rounds)
 
+  done = finished_runs(args)
+  if done:
+    print(f"sweep.py: resuming: {len(done)} finished runs kept from {args.out}",
+          file=sys.stderr)
   records = []
   try:
     for run in runs:
       bar.set_description(f"{run.scheme.name} r={run.ratio:g}")
+      if (run.scheme.name, run.ratio) in done:
+        records.append(done[(run.scheme.name, run.ratio)])
+        bar.update(run.setting["rounds"])
+        continue
       records += execute(args, [run], data, progress)
       write(args, records)
   except KeyboardInterrupt:

@@ -14,7 +14,10 @@ compiled program.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import os
+import pathlib
 import time
 import warnings
 from typing import Any, Callable, NamedTuple
@@ -24,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import bandwidth, fast_prng, keys, metrics, sampling, sharding
+from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.data import ClientData
 from fedjax_dp.models import FlatModel
@@ -733,11 +737,16 @@ class Trained(NamedTuple):
 
 def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
                test: tuple[np.ndarray, np.ndarray], rounds: int, eval_every: int,
-               progress: Callable[[int], None] | None = None) -> Trained:
+               progress: Callable[[int], None] | None = None,
+               checkpoint: tuple[str, str] | None = None) -> Trained:
   """Rounds 1..``rounds``, compiled ``eval_every`` at a time, test accuracy after each.
 
   Coded-stream schemes (``traits.measured_streams``) also measure what
-  some clients send in the first round of every interval.
+  some clients send in the first round of every interval. With
+  ``checkpoint = (path, fingerprint)`` the loop saves its state after every
+  evaluation (``fedjax_dp.checkpoint``) and, if ``path`` holds a checkpoint
+  of the same run, continues from it with the numbers of an uninterrupted
+  run.
   """
   scheme, cfg = prep.scheme, prep.round_cfg
   mesh = cfg.mesh
@@ -746,11 +755,17 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
   stream_fn = make_stream_fn(model, cfg, measured) if measured > 0 else None
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
   state, root = prep.state, prep.run_key
+  history, coded_sizes, counters = [], [], Counters()
+  t = 1
+  saved = None if checkpoint is None else checkpoint_lib.load(*checkpoint, state)
+  if saved is not None:
+    state, history, coded_sizes = saved.state, saved.history, saved.coded_sizes
+    counters, t = Counters(*saved.counters), saved.round + 1
+    if progress is not None:
+      progress(saved.round)
   if mesh is not None:  # the placement every round call sees (one compilation)
     state, data, root, test_x = sharding.replicate((state, data, root, test_x), mesh)
   compiled: dict[int, Callable] = {}
-  history, coded_sizes, counters = [], [], Counters()
-  t = 1
   while t <= rounds:
     chunk = min(eval_every, rounds - t + 1)
     if chunk not in compiled:
@@ -766,6 +781,9 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
     history.append({"round": t - 1,
                     **evaluation_metrics(model, test_y, np.asarray(preds), np.asarray(scores)),
                     **scheme.diagnostics(state.scheme_state, t - 1)})
+    if checkpoint is not None:
+      checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
+          t - 1, state, history, tuple(counters), coded_sizes))
     if progress is not None:
       progress(chunk)
   return Trained(state, history, counters, coded_sizes)
@@ -868,7 +886,7 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
         test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
         cfg: RunConfig, progress: Callable[[int], None] | None = None, *,
-        return_state: bool = False):
+        return_state: bool = False, checkpoint: str | os.PathLike | None = None):
   """Runs one scheme for ``cfg.rounds`` rounds and reports like UAI Table 1.
 
   Four steps: :func:`prepare` (validation and the server's setup),
@@ -883,6 +901,9 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     cfg: Hyper-parameters.
     progress: Called with the number of rounds just completed.
     return_state: Also return the final :class:`ServerState`.
+    checkpoint: A file to save the run to after every evaluation; a run
+      started again with the same file, model, scheme, data and config
+      continues from it with the same numbers. Deleted when the run ends.
 
   Returns:
     A JSON-ready record: scheme, ratio, best_accuracy, best_round,
@@ -896,6 +917,15 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   """
   start = time.perf_counter()
   prep = prepare(model, scheme, data, public, cfg)
-  trained = train_loop(model, prep, data, test, cfg.rounds, cfg.eval_every, progress)
+  saving = None
+  if checkpoint is not None:
+    saving = (checkpoint, checkpoint_lib.fingerprint(
+        model.name, model.num_params, scheme.name, scheme.describe(),
+        dataclasses.asdict(cfg), data.x.shape, str(data.x.dtype),
+        hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest()))
+  trained = train_loop(model, prep, data, test, cfg.rounds, cfg.eval_every, progress,
+                       saving)
   record = make_record(model, prep, cfg, trained, time.perf_counter() - start)
+  if checkpoint is not None:
+    pathlib.Path(checkpoint).unlink(missing_ok=True)
   return (record, trained.state) if return_state else record

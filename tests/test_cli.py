@@ -184,3 +184,42 @@ def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch):
   assert [r["scheme"] for r in runs] == ["FL-TOP"]  # Table 1 order: FL-STD last
   assert len((out / "results.csv").read_text().strip().splitlines()) == 2
   assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files
+
+
+def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, monkeypatch):
+  """Killed in its second run after one evaluation: the same command again
+  keeps the first run's record, continues the second from its checkpoint,
+  and ends with the records of an uninterrupted sweep."""
+  argv = ["--schemes", "FL-STD", "FL-TOP", "--rounds", "3", "--num-clients", "60",
+          "--clients-per-round", "3", "--quiet"]
+  whole = tmp_path / "whole"
+  assert experiment.main([*argv, "--out", str(whole)]) == 0
+  out = tmp_path / "res"
+  real_run = experiment.simulation.run
+  calls = []
+
+  def run_killed_in_second(*args, **kwargs):
+    calls.append(kwargs["checkpoint"])
+    if len(calls) == 2:
+      evaluations = []
+
+      def progress(rounds):
+        evaluations.append(rounds)
+        if len(evaluations) == 2:
+          raise KeyboardInterrupt
+      kwargs["progress"] = progress
+    return real_run(*args, **kwargs)
+
+  monkeypatch.setattr(experiment.simulation, "run", run_killed_in_second)
+  assert experiment.main([*argv, "--out", str(out)]) == 130
+  assert calls[1].exists()  # FL-STD's checkpoint after two rounds
+  monkeypatch.setattr(experiment.simulation, "run", real_run)
+  capsys.readouterr()
+  assert experiment.main([*argv, "--out", str(out)]) == 0
+  assert "resuming: 1 finished runs kept" in capsys.readouterr().err
+  got = json.loads((out / "results.json").read_text())["runs"]
+  want = json.loads((whole / "results.json").read_text())["runs"]
+  assert [r["scheme"] for r in got] == [r["scheme"] for r in want] == ["FL-TOP", "FL-STD"]
+  for g, w in zip(got, want):
+    assert g["history"] == w["history"] and g["best_accuracy"] == w["best_accuracy"]
+  assert not calls[1].exists()

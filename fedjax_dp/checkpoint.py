@@ -1,0 +1,101 @@
+"""Checkpoints of a run at its evaluations, to resume with the same numbers.
+
+A round's randomness derives from the run key and the round number
+(``fedjax_dp.keys``), so a run continued from the server state, history and
+counters saved after round t computes exactly what the uninterrupted run
+computes. :func:`save` writes them atomically (a temporary file renamed
+into place) after every evaluation; :func:`load` returns them only if the
+file was written by this version for the same run (its fingerprint) and
+holds a state of the same structure, shapes and dtypes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+#: Bump when the saved content changes meaning.
+VERSION = 1
+
+
+class Saved(NamedTuple):
+  """What a checkpoint holds.
+
+  Attributes:
+    round: The last round trained (the run continues at ``round + 1``).
+    state: The server state after it (weights and scheme state).
+    history: The evaluations so far.
+    counters: The train loop's counters (a tuple of ints).
+    coded_sizes: Measured coded stream sizes so far.
+  """
+
+  round: int
+  state: Any
+  history: list
+  counters: tuple
+  coded_sizes: list
+
+
+def fingerprint(*parts: Any) -> str:
+  """A short hash of JSON-able parts (the run's settings) identifying a run."""
+  text = json.dumps([VERSION, *parts], sort_keys=True, default=str)
+  return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def save(path: str | os.PathLike, key: str, saved: Saved) -> None:
+  """Writes ``saved`` to ``path`` atomically, tagged with the run's ``key``."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  leaves = jax.tree_util.tree_leaves(saved.state)
+  meta = json.dumps({"version": VERSION, "key": key, "round": saved.round,
+                     "history": saved.history, "counters": list(saved.counters),
+                     "coded_sizes": saved.coded_sizes})
+  arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      np.savez(f, meta=np.array(meta), **arrays)
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def load(path: str | os.PathLike, key: str, like_state: Any) -> Saved | None:
+  """The checkpoint at ``path`` if it belongs to this run, else None.
+
+  Args:
+    path: The checkpoint file (missing: None).
+    key: The run's :func:`fingerprint`.
+    like_state: A state of the run (its initial one): the saved leaves must
+      match its tree's number of leaves, shapes and dtypes.
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    return None
+  try:
+    with np.load(path) as f:
+      meta = json.loads(str(f["meta"]))
+      leaves = [f[f"leaf{i}"] for i in range(len(f.files) - 1)]
+  except (OSError, ValueError, KeyError) as e:
+    warnings.warn(f"ignoring unreadable checkpoint {path}: {e}")
+    return None
+  if meta.get("version") != VERSION or meta.get("key") != key:
+    return None
+  like, treedef = jax.tree_util.tree_flatten(like_state)
+  if len(like) != len(leaves) or any(
+      np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
+      for a, b in zip(like, leaves)):
+    return None
+  state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
+  return Saved(meta["round"], state, meta["history"], tuple(meta["counters"]),
+               meta["coded_sizes"])

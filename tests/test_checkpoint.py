@@ -1,0 +1,69 @@
+"""A run killed after k evaluations and resumed from its checkpoint computes
+exactly what the uninterrupted run computes."""
+
+import numpy as np
+import pytest
+
+from fedjax_dp import checkpoint, simulation
+from fedjax_dp.schemes import get_scheme
+from tiny_model import tiny_linear
+
+
+class _Killed(Exception):
+  pass
+
+
+def _kill_after(evaluations):
+  seen = []
+
+  def progress(rounds):
+    seen.append(rounds)
+    if len(seen) == evaluations:
+      raise _Killed
+  return progress
+
+
+# Schemes with server state beyond the weights (Top-K set and its public-data
+# start; FL-CS's momentum and error feedback; Fed-SMP's rounds), and DP noise.
+@pytest.mark.parametrize("name", ["FL-TOP-DP", "FL-CS-DP", "Fed-SMP-randk"])
+def test_resumed_run_equals_the_uninterrupted_run(name, small_federation, tmp_path):
+  data, test, public = small_federation
+  model, scheme = tiny_linear(), get_scheme(name)
+  cfg = simulation.RunConfig(ratio=0.05, rounds=5, clients_per_round=10, clip_norm=1.0,
+                             eval_every=1)
+  whole, whole_state = simulation.run(model, scheme, data, test, public, cfg,
+                                      return_state=True)
+  path = tmp_path / "run.npz"
+  with pytest.raises(_Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(2),
+                   checkpoint=path)
+  assert path.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+  resumed_rounds = []
+  record, state = simulation.run(model, scheme, data, test, public, cfg,
+                                 progress=resumed_rounds.append, return_state=True,
+                                 checkpoint=path)
+  assert resumed_rounds[0] == 2  # the two checkpointed rounds, then one a call
+  assert record["history"] == whole["history"]
+  np.testing.assert_array_equal(state.weights, whole_state.weights)
+  for key in ("best_accuracy", "best_round", "epsilon", "measured_upstream_kb",
+              "clipped_fraction", "mean_cohort"):
+    assert record[key] == whole[key], key
+  assert not path.exists()  # a finished run leaves no checkpoint
+
+
+def test_a_checkpoint_of_another_run_is_not_used(small_federation, tmp_path):
+  data, test, public = small_federation
+  model, scheme = tiny_linear(), get_scheme("FL-STD")
+  cfg = simulation.RunConfig(rounds=3, clients_per_round=10, eval_every=1)
+  path = tmp_path / "run.npz"
+  with pytest.raises(_Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(2),
+                   checkpoint=path)
+  other = simulation.RunConfig(rounds=3, clients_per_round=10, eval_every=1, seed=1)
+  rounds = []
+  simulation.run(model, scheme, data, test, public, other, progress=rounds.append,
+                 checkpoint=path)
+  assert rounds == [1, 1, 1]  # started from round 1
+  path.write_bytes(b"not a checkpoint")
+  with pytest.warns(UserWarning, match="unreadable checkpoint"):
+    assert checkpoint.load(path, "key", None) is None
