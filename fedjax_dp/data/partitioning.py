@@ -219,31 +219,45 @@ def partition_indices(y, num_clients: int, samples_per_client: int, seed: int = 
   pools, start, counts = _class_pools(y, pool_rng)
 
   if method == "dirichlet":
-    taken = _dirichlet_counts(num_clients, samples_per_client, float(alpha), counts, draw_rng)
-    # Pools are consumed in client order: client k's class-c examples start
-    # after those taken by clients 0..k-1.
-    offset = start + np.cumsum(taken, axis=0) - taken
-    rows, cols = np.nonzero(taken)  # row-major, so each client's runs are contiguous
-    lengths = taken[rows, cols]
-    run_start = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    idx = np.repeat(offset[rows, cols], lengths) + np.arange(total) - run_start
-    idx = pools[idx].reshape(num_clients, samples_per_client)
+    idx = _dirichlet_indices(num_clients, samples_per_client, float(alpha), pools, start,
+                             counts, draw_rng)
   else:
-    size = samples_per_client // shards_per_client
-    per_class = counts // size
-    need = num_clients * shards_per_client
-    if per_class.sum() < need:
-      raise ValueError(f"shards: {num_clients} clients x {shards_per_client} shards of {size} "
-                       f"need {need} class-pure shards; the data allows {per_class.sum()}")
-    # Offsets in pools of every class-pure shard, class by class.
-    first = np.repeat(np.cumsum(per_class) - per_class, per_class)
-    shard_start = np.repeat(start, per_class) + (np.arange(per_class.sum()) - first) * size
-    # A random choice without replacement comes in random order: dealing it
-    # out in order assigns the shards to clients at random.
-    chosen = draw_rng.choice(len(shard_start), size=need, replace=False)
-    idx = shard_start[chosen].reshape(num_clients, shards_per_client, 1) + np.arange(size)
-    idx = pools[idx.reshape(num_clients, samples_per_client)]
+    idx = _shard_indices(num_clients, samples_per_client, shards_per_client, pools, start,
+                         counts, draw_rng)
   return order_rng.permuted(idx, axis=1).astype(np.int64)
+
+
+def _dirichlet_indices(num_clients, samples_per_client, alpha, pools, start, counts, rng):
+  """Each client's examples (clients in rows, grouped by class) of :func:`_dirichlet_counts`."""
+  taken = _dirichlet_counts(num_clients, samples_per_client, alpha, counts, rng)
+  # Pools are consumed in client order: client k's class-c examples start
+  # after those taken by clients 0..k-1.
+  offset = start + np.cumsum(taken, axis=0) - taken
+  rows, cols = np.nonzero(taken)  # row-major, so each client's runs are contiguous
+  lengths = taken[rows, cols]
+  run_start = np.repeat(np.cumsum(lengths) - lengths, lengths)
+  idx = (np.repeat(offset[rows, cols], lengths) + np.arange(num_clients * samples_per_client)
+         - run_start)
+  return pools[idx].reshape(num_clients, samples_per_client)
+
+
+def _shard_indices(num_clients, samples_per_client, shards_per_client, pools, start, counts,
+                   rng):
+  """Each client's examples: ``shards_per_client`` class-pure shards dealt at random."""
+  size = samples_per_client // shards_per_client
+  per_class = counts // size
+  need = num_clients * shards_per_client
+  if per_class.sum() < need:
+    raise ValueError(f"shards: {num_clients} clients x {shards_per_client} shards of {size} "
+                     f"need {need} class-pure shards; the data allows {per_class.sum()}")
+  # Offsets in pools of every class-pure shard, class by class.
+  first = np.repeat(np.cumsum(per_class) - per_class, per_class)
+  shard_start = np.repeat(start, per_class) + (np.arange(per_class.sum()) - first) * size
+  # A random choice without replacement comes in random order: dealing it
+  # out in order assigns the shards to clients at random.
+  chosen = rng.choice(len(shard_start), size=need, replace=False)
+  idx = shard_start[chosen].reshape(num_clients, shards_per_client, 1) + np.arange(size)
+  return pools[idx.reshape(num_clients, samples_per_client)]
 
 
 def partition(x, y, num_clients: int, samples_per_client: int, seed: int = 0, *,
