@@ -29,7 +29,8 @@ from typing import Callable, NamedTuple
 
 from tqdm import tqdm
 
-from fedjax_dp import datasets, flags, host_devices, presets, report, sharding, simulation
+from fedjax_dp import (datasets, flags, host_devices, plots, presets, report, sharding,
+                       simulation)
 from fedjax_dp.data import DataError
 from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
 from fedjax_dp.models import FlatModel, get_model, medical_mlp
@@ -199,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
       "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))
   _add_device_flags(p.add_argument_group("devices (docs/performance.md)"))
   p.add_argument("--out", default="results", help="output folder (default ./results)")
+  p.add_argument("--plot", action="store_true",
+                 help="also write accuracy.png and accuracy_vs_upstream.png to --out: the "
+                      "metric against round and against upstream KB, one line per run")
   p.add_argument("--quiet", action="store_true", help="no progress bar")
   return p
 
@@ -454,8 +458,11 @@ def _config(args: argparse.Namespace) -> dict:
 
 
 def write(args: argparse.Namespace, records: list[dict], out: str | None = None) -> None:
-  """results.json, results.csv and results.md in ``out`` (default ``args.out``)."""
+  """results.json, results.csv and results.md in ``out`` (default ``args.out``);
+  with ``--plot`` the plots too (``fedjax_dp.plots``)."""
   report.write_results(out or args.out, records, _config(args))
+  if args.plot:
+    plots.plot_records(records, out or args.out)
 
 
 def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
@@ -471,8 +478,9 @@ def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
     return {}
   mine = _config(args)
   theirs = saved.get("config", {})
-  if {k: v for k, v in theirs.items() if k != "quiet"} != {
-      k: v for k, v in mine.items() if k != "quiet"}:
+  display = ("quiet", "plot")  # how results are shown, not what they are
+  if ({k: v for k, v in theirs.items() if k not in display} !=
+      {k: v for k, v in mine.items() if k not in display}):
     return {}
   return {(r["scheme"], r["ratio"]): r for r in saved.get("runs", [])}
 

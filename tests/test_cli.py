@@ -82,8 +82,11 @@ def test_small_sweep_writes_table_json_and_csv(tmp_path, capsys):
   out = tmp_path / "res"
   code = experiment.main([
       "--ratio", "0.005", "--schemes", "fl-top-dp", "FL-STD", "--rounds", "2",
-      "--num-clients", "120", "--clients-per-round", "8", "--out", str(out), "--quiet"])
+      "--num-clients", "120", "--clients-per-round", "8", "--out", str(out), "--quiet",
+      "--plot"])
   assert code == 0
+  for png in ("accuracy.png", "accuracy_vs_upstream.png"):
+    assert (out / png).read_bytes()[:4] == b"\x89PNG"
   table = capsys.readouterr().out
   assert "| 0.5% | FL-TOP-DP |" in table and "(0.81)" in table  # paper figure beside ours
   assert "| 100% | FL-STD |" in table and "(0.86)" in table

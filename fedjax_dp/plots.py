@@ -1,0 +1,97 @@
+"""Plots of a sweep's records (matplotlib): the metric against round and
+against upstream bandwidth.
+
+UAI 2021 Sec. 4.1 measures a scheme by its accuracy and by what a client
+sends up to the round it is reached; :func:`plot_records` draws both, one
+line per run, from the records of ``fedjax_dp.simulation.run``:
+
+- ``<prefix>accuracy.png``: the run's selection metric (accuracy, or
+  balanced accuracy on medical-synth) at every evaluated round;
+- ``<prefix>accuracy_vs_upstream.png``: the same against the average
+  upstream KB per client up to that round (``bandwidth.cost_kb``, the
+  paper's formula), on a log axis.
+
+Files are written atomically (a temporary file renamed into place).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
+
+from fedjax_dp import bandwidth  # noqa: E402
+
+_LABELS = {"accuracy": "test accuracy", "balanced_accuracy": "balanced accuracy"}
+
+
+def _label(record: dict) -> str:
+  ratio = record["ratio"]
+  return record["scheme"] if ratio >= 1.0 else f"{record['scheme']} r={ratio * 100:g}%"
+
+
+def _upstream_kb(record: dict, round_: int) -> float:
+  rate = record["clients_per_round"] / record["num_clients"]
+  return bandwidth.cost_kb(record["upstream_values"], round_, rate, record["upstream_bits"])
+
+
+def _save(fig, path: pathlib.Path) -> None:
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+  os.close(fd)
+  try:
+    fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+  finally:
+    plt.close(fig)
+
+
+def plot_records(records: list[dict], out_dir: str | os.PathLike,
+                 prefix: str = "") -> list[pathlib.Path]:
+  """Writes the two plots of ``records`` into ``out_dir``.
+
+  Args:
+    records: Run records (each with its ``history``).
+    out_dir: Folder (created if needed).
+    prefix: Prepended to the file names.
+
+  Returns:
+    The written paths.
+
+  Raises:
+    ValueError: No records, or a record without history.
+  """
+  if not records or any(not r.get("history") for r in records):
+    raise ValueError("plot_records needs records with their history")
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  metric = records[0].get("selection_metric", "accuracy")
+  title = records[0].get("dataset", "fashion-mnist")
+  paths = []
+  for name, x_of, xlabel, log in (
+      ("accuracy", lambda r, h: h["round"], "round", False),
+      ("accuracy_vs_upstream", lambda r, h: _upstream_kb(r, h["round"]),
+       "upstream KB per client up to the round (UAI Sec. 4.1)", True)):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for record in records:
+      history = record["history"]
+      ax.plot([x_of(record, h) for h in history], [h[metric] for h in history],
+              label=_label(record), linewidth=1.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(_LABELS.get(metric, metric))
+    if log:
+      ax.set_xscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    path = out / f"{prefix}{name}.png"
+    _save(fig, path)
+    paths.append(path)
+  return paths

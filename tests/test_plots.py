@@ -1,0 +1,33 @@
+"""--plot: the metric against round and against upstream KB, as PNG files."""
+
+import pytest
+
+from fedjax_dp import bandwidth, plots
+
+
+def _record(scheme, ratio, values, accs, metric="accuracy"):
+  return {"scheme": scheme, "ratio": ratio, "clients_per_round": 100, "num_clients": 6000,
+          "upstream_values": values, "upstream_bits": 32, "selection_metric": metric,
+          "history": [{"round": t + 1, metric: a} for t, a in enumerate(accs)]}
+
+
+def test_plots_are_written_as_png_with_the_papers_upstream_axis(tmp_path):
+  records = [_record("FL-TOP-DP", 0.005, 8316, [0.3, 0.5, 0.6]),
+             _record("FL-STD", 1.0, 1_663_370, [0.5, 0.7, 0.8])]
+  paths = plots.plot_records(records, tmp_path / "figs", prefix="t1-")
+  assert [p.name for p in paths] == ["t1-accuracy.png", "t1-accuracy_vs_upstream.png"]
+  for path in paths:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+  assert not [p for p in (tmp_path / "figs").iterdir() if p.name.startswith(".")]
+  # The x axis of the second plot: UAI Sec. 4.1's KB per client up to round t.
+  assert plots._upstream_kb(records[0], 3) == bandwidth.cost_kb(8316, 3, 100 / 6000, 32)
+  assert plots._label(records[0]) == "FL-TOP-DP r=0.5%" and plots._label(records[1]) == "FL-STD"
+
+
+def test_balanced_accuracy_runs_and_bad_input(tmp_path):
+  rec = _record("FL-TOP-DP", 0.001, 1497, [0.55, 0.6], metric="balanced_accuracy")
+  assert len(plots.plot_records([rec], tmp_path)) == 2
+  with pytest.raises(ValueError, match="history"):
+    plots.plot_records([], tmp_path)
+  with pytest.raises(ValueError, match="history"):
+    plots.plot_records([dict(rec, history=[])], tmp_path)
