@@ -15,13 +15,14 @@ import hashlib
 import json
 import os
 import pathlib
-import tempfile
 import warnings
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from fedjax_dp.atomic import atomic_file
 
 #: Bump when the saved content changes meaning.
 VERSION = 1
@@ -60,14 +61,8 @@ def save(path: str | os.PathLike, key: str, saved: Saved) -> None:
                      "history": saved.history, "counters": list(saved.counters),
                      "coded_sizes": saved.coded_sizes})
   arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, meta=np.array(meta), **arrays)
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
+  with atomic_file(path) as f:
+    np.savez(f, meta=np.array(meta), **arrays)
 
 
 def load(path: str | os.PathLike, key: str, like_state: Any) -> Saved | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import tempfile
 
 import matplotlib
 
@@ -26,6 +25,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
 
 from fedjax_dp import bandwidth  # noqa: E402
+from fedjax_dp.atomic import atomic_file  # noqa: E402
 
 _LABELS = {"accuracy": "test accuracy", "balanced_accuracy": "balanced accuracy"}
 
@@ -41,14 +41,9 @@ def _upstream_kb(record: dict, round_: int) -> float:
 
 
 def _save(fig, path: pathlib.Path) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-  os.close(fd)
   try:
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
+    with atomic_file(path) as f:
+      fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
   finally:
     plt.close(fig)
 

@@ -11,9 +11,9 @@ import io
 import json
 import os
 import pathlib
-import tempfile
 
 from fedjax_dp import presets
+from fedjax_dp.atomic import atomic_file
 
 CSV_FIELDS = ("dataset", "scheme", "ratio", "best_accuracy", "best_round", "selection_metric",
               "balanced_accuracy", "auroc", "final_accuracy",
@@ -120,14 +120,8 @@ def csv_text(runs: list[dict]) -> str:
 
 
 def _atomic_write(path: pathlib.Path, text: str) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
+  with atomic_file(path, "w") as f:
+    f.write(text)
 
 
 def write_results(out_dir: str | os.PathLike, runs: list[dict], config: dict) -> list[pathlib.Path]:

@@ -21,11 +21,12 @@ import hashlib
 import http.client
 import os
 import pathlib
-import tempfile
 import urllib.request
 import zlib
 
 import numpy as np
+
+from fedjax_dp.atomic import atomic_file
 
 __all__ = [
     "CHECKSUMS",
@@ -176,17 +177,8 @@ def _download(name: str, file: str, target: pathlib.Path) -> bytes:
             continue
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
-                                       suffix=".part")
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(gz)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            with atomic_file(target) as out:
+                out.write(gz)
         except OSError as err:
             raise DataError(f"downloaded {url} but could not write {target}: {err}; "
                             "set FEDJAX_DP_CACHE to a writable folder") from err

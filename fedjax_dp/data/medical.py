@@ -98,9 +98,7 @@ import functools
 import hashlib
 import json
 import operator
-import os
 import pathlib
-import tempfile
 import warnings
 import zipfile
 from typing import NamedTuple
@@ -109,6 +107,7 @@ import numpy as np
 from scipy import special
 
 from fedjax_dp import metrics
+from fedjax_dp.atomic import atomic_file
 from fedjax_dp.data import idx
 from fedjax_dp.data.partitioning import PADDING_LABEL
 
@@ -679,24 +678,14 @@ def _read(path: pathlib.Path, config: MedicalSynthConfig) -> MedicalSynth | None
 
 def _write(path: pathlib.Path, data: MedicalSynth) -> None:
   """Writes the cache file atomically; warns (and leaves nothing) on failure."""
-  tmp = None
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    with os.fdopen(fd, "wb") as out:
+    with atomic_file(path) as out:
       meta = json.dumps({"version": VERSION, "config": dataclasses.asdict(data.config)})
       arrays = {name: getattr(data, name) for name in _ARRAYS[1:]}
       np.savez(out, meta=np.array(meta), train_rows=data.train_x[data.train_y != PADDING_LABEL],
                **arrays)
-      out.flush()
-      os.fsync(out.fileno())
-    os.replace(tmp, path)
   except (OSError, ValueError) as err:
-    if tmp is not None:
-      try:
-        os.unlink(tmp)
-      except OSError:
-        pass
     warnings.warn(f"could not write the medical-synth cache {path}: {err}; "
                   "set FEDJAX_DP_CACHE to a writable folder", stacklevel=3)
 
