@@ -102,6 +102,30 @@ def test_fl_cs_server_follows_algorithm_4():
   assert int(warm.total_iterations) == int(new.iterations) + int(warm.iterations)
 
 
+def test_noise_only_fl_cs_dp_server_keeps_the_error_bounded():
+  # The FL-CS-DP collapse, in miniature: 100 rounds of pure DP noise (the
+  # aggregate's share sigma S / K, UAI Table 5 and thesis Table 8.4 settings)
+  # into the server of Alg. 11 with P = 200 chunks. With the chunks' zeros in
+  # one block, noise in the directions no weight change reaches piled up in e
+  # (||e|| 1.0 at round 20, 3.3 at round 100: 2.3x one round's noise norm)
+  # and the decoder chased it with ever larger weight changes (||w|| = 884);
+  # with spread zeros ||e|| stays at the decoder's residual (0.0038).
+  n, ratio = 200 * 1009, 0.2  # L = 1,024 with 15 zeros per chunk, mc = 202
+  scheme = SCHEMES["FL-CS-DP"]
+  state = scheme.setup(_setup_data(n, ratio))
+  m = state.op.num_values
+  std = 1.54 * 0.47 / 100
+  step = jax.jit(lambda w, st, noise: scheme.server_update(w, st, noise, st.op))
+  w, norms = jnp.zeros(n), []
+  for t in range(100):
+    w, state = step(w, state, std * jax.random.normal(jax.random.PRNGKey(t), (m,)))
+    norms.append(scheme.diagnostics(state, t + 1)["error_norm"])
+  noise_norm = std * np.sqrt(m)
+  assert max(norms) < 0.01 * noise_norm
+  assert norms[-1] < 1.2 * norms[19]
+  assert float(jnp.linalg.norm(w)) < 100  # spread: 53; one block of zeros: 884
+
+
 def test_fl_freq_server_is_the_adjoint_low_pass():
   n, ratio = 3_000, 0.2
   scheme = dataclasses.replace(SCHEMES["FL-FREQ"], chunks=5)
@@ -157,3 +181,4 @@ def test_every_new_scheme_learns_on_real_data(name, small_federation, linear):
     assert 1 <= record["decoder_iterations"] <= scheme.max_iters
     assert 1 <= record["mean_decoder_iterations"] <= scheme.max_iters
     assert "decoder_iterations" in record["history"][-1]
+    assert record["history"][-1]["error_norm"] >= 0 < record["history"][-1]["update_norm"]

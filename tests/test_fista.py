@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import scipy.fft
 
+import dct_layout
+
 from fedjax_dp.compression import dct_cs, fista
 
 KEY = jax.random.PRNGKey(3)
@@ -23,14 +25,11 @@ def problem(request):
   support = rng.choice(N, 40, replace=False)
   x[support] = rng.standard_normal(40)
   # Dense float64 matrix of C from scipy's DCT (independent of dct_cs).
-  perm = np.asarray(jax.random.permutation(KEY, N))
-  sizes = N // CHUNKS + (np.arange(CHUNKS) < N % CHUNKS)
-  starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
   dct = scipy.fft.dct(np.eye(op.chunk_len), type=2, norm="ortho", axis=0)[:op.coeffs]
   mat = np.zeros((op.num_values, N))
-  for p in range(CHUNKS):
-    cols = perm[starts[p]:starts[p] + sizes[p]]
-    mat[p * op.coeffs:(p + 1) * op.coeffs, cols] = dct[:, :sizes[p]]
+  for p, cols in enumerate(dct_layout.chunk_columns(KEY, N, CHUNKS)):
+    mat[p * op.coeffs:(p + 1) * op.coeffs, cols] = dct[:, dct_layout.real_positions(
+        cols.size, op.chunk_len)]
   y = mat @ x + 0.01 * rng.standard_normal(op.num_values)
   return op, x, y, mat
 

@@ -10,10 +10,20 @@ the compression of the sum (thesis Sec. 2.3):
   C(x) = vec( first_mc( DCT-II_ortho( chunks( x[perm] ) ) ) ),
   C^T(y) = its adjoint (inverse DCT of the zero-padded coefficients).
 
-Layout. Chunk p holds the next ``n // P + (p < n % P)`` permuted values
-followed by zeros up to the chunk length L. L is the smallest 7-smooth number
+Layout. Chunk p holds the next ``n_p = n // P + (p < n % P)`` permuted
+values and ``c_p = L - n_p`` zeros. L is the smallest 7-smooth number
 >= ceil(n / P) (``fast_length``), so the FFT path runs at full speed; the
-padding carries no unknowns (the decoder keeps it at zero).
+padding carries no unknowns (the decoder keeps it at zero). The zeros sit at
+evenly spread positions of the chunk (``_holds_weight``: every
+``L // c_p``-th position), not in one block at its end. That matters for
+FL-CS: the mc low-frequency DCT rows restricted to the real positions must
+stay well-conditioned, or some compressed directions are reachable by no
+weight change, and DP noise in them random-walks in the server's error
+feedback (the FL-CS-DP collapse). For the paper CNN (n = 1,663,370,
+P = 200: 8,316 or 8,317 weights in L = 8,400; 8,317 is prime, so equal
+unpadded chunks are impossible) a block of 83-84 zeros leaves Gram
+eigenvalues 1e-10, 5e-7, 3e-4, ... at r = 5% and exact zeros at 10-20%;
+spread zeros leave every eigenvalue >= 0.79 for r <= 20% (tested).
 
 Three exact implementations of the same operator. All use Makhoul's form of
 the DCT-II through a length-L DFT (even samples first, odd ones reversed),
@@ -160,6 +170,21 @@ def _domain_positions(shape: tuple[int, ...], factored: bool, xp):
   return grids[0], grids[1]
 
 
+def _holds_weight(natural, size, chunk_len: int, xp):
+  """Whether natural position ``natural`` of a chunk with ``size`` weights holds one.
+
+  The ``c = L - size`` padding zeros sit at positions ``s // 2 + s i``
+  (i < c) with stride ``s = L // c``: spread evenly over the chunk, so that
+  no band of low frequencies concentrates on them (see the module
+  docstring). Integer arithmetic only, so numpy (``make_operator``) and
+  jax.numpy (``ChunkedDCT.mask``, from iotas inside jit) agree exactly.
+  """
+  pad = chunk_len - size
+  stride = chunk_len // xp.maximum(pad, 1)
+  padded = (pad > 0) & (natural % stride == stride // 2) & (natural // stride < pad)
+  return ~padded
+
+
 def _auto_method(chunk_len: int, coeffs: int) -> str:
   """The fastest path measured on this workplace's 2-core Xeon.
 
@@ -253,7 +278,7 @@ class ChunkedDCT:
     natural = jnp.where(pos < (self.chunk_len + 1) // 2, 2 * pos,
                         2 * (self.chunk_len - 1 - pos) + 1)
     size = self.num_params // self.chunks + (chunk < self.num_params % self.chunks)
-    return (natural < size).astype(jnp.float32)
+    return _holds_weight(natural, size, self.chunk_len, jnp).astype(jnp.float32)
 
   @property
   def _bins(self) -> np.ndarray:
@@ -371,8 +396,11 @@ def make_operator(key: jax.Array, num_params: int, ratio: float, chunks: int = 2
   order = _makhoul_order(chunk_len)  # Makhoul position j <- natural position order[j]
   chunk_of, pos = _domain_positions(shape, method == "factored", np)
   natural = order[pos]
-  real = natural < sizes[chunk_of]
-  src = np.where(real, starts[chunk_of] + natural, 0)
+  real = _holds_weight(natural, sizes[chunk_of], chunk_len, np)
+  # rank[p, j]: how many weights chunk p holds before natural position j.
+  holds = _holds_weight(np.arange(chunk_len)[None, :], sizes[:, None], chunk_len, np)
+  rank = np.cumsum(holds, axis=1) - holds
+  src = np.where(real, starts[chunk_of] + rank[chunk_of, natural], 0)
   gather = np.where(real, perm[src], num_params)
   scatter = np.empty(num_params, np.int64)
   scatter[gather[real]] = np.arange(gather.size).reshape(shape)[real]

@@ -213,14 +213,21 @@ class CSScheme(Scheme):
     return w + op.from_chunks(s), new_state
 
   def diagnostics(self, state: CSState, rounds_done: int) -> dict:
-    """Decoder steps of the last round and their mean over ``rounds_done``.
+    """The decoder's health after the last round.
 
+    ``decoder_iterations`` (last round) and their mean over ``rounds_done``;
+    ``error_norm`` = ||e|| (compressed domain) and ``update_norm`` = ||s||,
+    the last decoded update. ||e|| stays at the decoder's residual when every
+    compressed direction is reachable; it grows like a random walk when DP
+    noise lands in directions no weight change produces (see ``dct_cs``).
     Reported by ``simulation.run`` in each history entry and in the record.
     """
     if self.reconstruction == "adjoint":
       return {}
     return {"decoder_iterations": int(state.iterations),
-            "mean_decoder_iterations": int(state.total_iterations) / max(rounds_done, 1)}
+            "mean_decoder_iterations": int(state.total_iterations) / max(rounds_done, 1),
+            "error_norm": float(jnp.linalg.norm(state.e)),
+            "update_norm": float(jnp.linalg.norm(state.s))}
 
 
 _THESIS_CS = "thesis Sec. 4.1.4 Alg. 4; DP: Sec. 5.3 Alg. 11"
