@@ -6,13 +6,10 @@ images) and a description of the machine.
 
 from __future__ import annotations
 
-import os
-import platform
-
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import simulation
+from fedjax_dp import host_devices, simulation
 from fedjax_dp.data import load_federated
 
 NUM_CLIENTS = 6000
@@ -26,12 +23,4 @@ def load_paper_data():
 
 def machine() -> str:
   """A one-line description of the host and JAX backend."""
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    cpu = names[0] if names else cpu
-  except OSError:
-    pass
-  devices = jax.devices()
-  return f"{cpu}, {os.cpu_count()} cores, {len(devices)} {devices[0].platform} device(s)"
+  return host_devices.machine()

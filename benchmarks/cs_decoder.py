@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -28,18 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import host_devices
 from fedjax_dp.compression import dct_cs, fista
-
-
-def _machine() -> str:
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-  return f"{cpu}, {os.cpu_count()} cores, load {load:.1f}, {jax.devices()[0].platform}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
       "seconds_per_iteration": statistics.median(walls) / max(int(res.iterations), 1),
       "encode_seconds": encode_s, "signal_nonzeros": k,
       "relative_error": rel_err, "kkt_violation_over_lambda": viol,
-      "machine": _machine(),
+      "machine": host_devices.machine(),
   }
   if args.json:
     print(json.dumps(out))

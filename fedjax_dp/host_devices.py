@@ -68,3 +68,26 @@ def configure(argv: list[str] | None = None) -> int | None:
   os.environ["XLA_FLAGS"] = f"{flags} {FLAG}={count}".strip()
   return count
 
+
+
+def machine() -> str:
+  """One line naming the host: CPU model, cores, load, JAX devices.
+
+  Imports JAX (call it after :func:`configure`); recorded with benchmark and
+  reproduction results, which name the machine they were measured on.
+  """
+  import platform  # pylint: disable=import-outside-toplevel
+
+  import jax  # pylint: disable=import-outside-toplevel
+
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    cpu = names[0] if names else cpu
+  except OSError:
+    pass
+  load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+  devices = jax.devices()
+  return (f"{cpu}, {os.cpu_count()} cores{load}, "
+          f"{len(devices)} {devices[0].platform} device(s)")

@@ -11,6 +11,9 @@ line per run, from the records of ``fedjax_dp.simulation.run``:
   upstream KB per client up to that round (``bandwidth.cost_kb``, the
   paper's formula), on a log axis.
 
+:func:`plot_epsilon` draws epsilon against round for the DP runs, from the
+accountant each run used (``fedjax_dp.privacy.accounting.epsilon_curve``).
+
 Files are written atomically (a temporary file renamed into place).
 """
 
@@ -25,12 +28,15 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
 
 from fedjax_dp import bandwidth  # noqa: E402
+from fedjax_dp.privacy import accounting  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
 
 _LABELS = {"accuracy": "test accuracy", "balanced_accuracy": "balanced accuracy"}
 
 
 def _label(record: dict) -> str:
+  if "label" in record:
+    return record["label"]
   ratio = record["ratio"]
   return record["scheme"] if ratio >= 1.0 else f"{record['scheme']} r={ratio * 100:g}%"
 
@@ -90,3 +96,40 @@ def plot_records(records: list[dict], out_dir: str | os.PathLike,
     _save(fig, path)
     paths.append(path)
   return paths
+
+
+def plot_epsilon(records: list[dict], configs: list[dict],
+                 path: str | os.PathLike) -> pathlib.Path:
+  """Epsilon after each round of every DP run (the sweep's accountant).
+
+  Args:
+    records: Run records; those without noise (no ``epsilon``) are skipped.
+    configs: The sweep settings of each record (``accountant``,
+      ``sampling``, ``max_cohort``), as results.json stores them.
+    path: The PNG to write.
+
+  Returns:
+    ``path``.
+  """
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for record, config in zip(records, configs):
+    if record.get("epsilon") is None:
+      continue
+    rounds = list(range(1, record["rounds"] + 1))
+    eps = accounting.epsilon_curve(
+        record["noise_multiplier"], record["clients_per_round"] / record["num_clients"],
+        rounds, record["delta"], config.get("accountant", "moments"),
+        config.get("sampling", "poisson"), num_clients=record["num_clients"],
+        truncated_cohort=config.get("max_cohort"))
+    ax.plot(rounds, eps, label=_label(record), linewidth=1.2)
+  ax.set_xlabel("round")
+  ax.set_ylabel("epsilon (delta = {:g})".format(records[0].get("delta", 1e-5)))
+  ax.grid(alpha=0.3)
+  if ax.lines:
+    ax.legend(fontsize=8)
+  else:
+    ax.text(0.5, 0.5, "no DP run", ha="center", va="center", transform=ax.transAxes)
+  _save(fig, path)
+  return path

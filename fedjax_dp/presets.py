@@ -176,7 +176,31 @@ _SIGN_SOURCES = {"FL-SIGN": "thesis Table 4.1", "FL-SIGN-DP": "thesis Tables 5.2
 # Upstream bits per value reported by the thesis (Sec. 4.1.3; Tables 5.1-5.2).
 PAPER_UPSTREAM_BITS = {"FL-SIGN": 1, "FL-SIGN-DP": 22, "signSGD": 1}
 
-PAPER_RESULTS = {**_build_results(), **THESIS_RESULTS, **SIGN_RESULTS}
+UAI_RESULTS = _build_results()
+PAPER_RESULTS = {**UAI_RESULTS, **THESIS_RESULTS, **SIGN_RESULTS}
+
+# UAI Table 6 as published (FL-CS-DP's S at 5% and 10% differs from thesis
+# Table 8.4's, which ``paper_clip_norm`` prefers).
+UAI_CLIP_NORMS = {name: dict(zip(PAPER_RATIOS, row)) for name, row in _TABLE6.items()}
+UAI_STD_DP_CLIP = _STD_DP_CLIP
+
+# Thesis Table 4.1, Fashion-MNIST row (Table 8.1 setting): FL-STD 0.89 at
+# round 90 beside FL-SIGN's 0.87 at 68. Table 4.2 (Table 8.4 setting): FL-STD
+# 0.87 at round 191, signSGD 0.85 at 200.
+THESIS_TABLE4_1_FASHION = {"FL-SIGN": PaperResult(.87, 68, None),
+                           "FL-STD": PaperResult(.89, 90, None)}
+THESIS_TABLE4_2_FULL = {"FL-STD": PaperResult(.87, 191, None),
+                        "signSGD": PaperResult(.85, 200, None)}
+
+# Thesis Tables 5.1 (MNIST) and 5.2 (Fashion-MNIST): best accuracy at
+# epsilon 1, 2, 4 (Table 8.2 setting, sigma from epsilon by the moments
+# accountant with delta = 1e-5, thesis Sec. 5.2.4 footnote 5). No round given.
+THESIS_EPSILONS = (1.0, 2.0, 4.0)
+THESIS_TABLE5_1 = {"FL-STD-DP": (.86, .92, .93), "FL-SIGN-DP": (.87, .90, .91)}
+THESIS_TABLE5_2 = {"FL-STD-DP": (.61, .74, .78), "FL-SIGN-DP": (.63, .70, .73)}
+# Thesis Table 8.2 caption: FL-STD-DP's S (FL-SIGN-DP: sqrt(n), no clipping);
+# Table 8.4 uses 2.15 on Fashion-MNIST as well.
+THESIS_STD_DP_CLIP = {"mnist": 1.73, "fashion-mnist": 2.15}
 
 def _thesis_cs_ratio(scheme: str, ratio: float) -> float | None:
   """The Table 8.4 ratio matching ``ratio`` for a CS-family scheme, if any."""

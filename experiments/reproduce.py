@@ -1,0 +1,120 @@
+"""Reproduce a table of the seed papers, and write the reproduction report.
+
+  python experiments/reproduce.py TABLE [--rows PATTERN ...] [--seeds 0 1 2] [--out DIR]
+  python experiments/reproduce.py report [--out DIR] [--report docs/REPRODUCTION.md]
+  python experiments/reproduce.py list [TABLE]
+
+TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
+thesis-5.2 (``fedjax_dp.reproduction.TABLES``; ``list`` shows their rows).
+Each (row, seed) runs ``experiments/sweep.py`` with the paper's setting and
+is kept as ``DIR/<table>/<row>.seed<k>.json``; a kept record is not run
+again, and an interrupted run continues from its last checkpoint
+(``DIR/.runs``). Without ``--seeds``, headline rows run seeds 0 1 2 and the
+others seed 0. ``report`` rebuilds REPRODUCTION.md and its plots from the
+kept records. Example (UAI Table 1's FL-TOP rows at r = 0.5%):
+
+  python experiments/reproduce.py uai-table1 --rows 'FL-TOP*_r0.005'
+"""
+
+import argparse
+import shlex
+import sys
+
+from fedjax_dp import host_devices  # imports no JAX
+
+host_devices.configure([])  # one XLA CPU device per core, before JAX starts
+
+from fedjax_dp import experiment, reproduction  # noqa: E402
+
+DEFAULT_OUT = "experiments/reference/reproduction"
+DEFAULT_REPORT = "docs/REPRODUCTION.md"
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    raise experiment.UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+  """The command line."""
+  p = _Parser(prog="reproduce.py", description=__doc__.split("\n\n")[0],
+              allow_abbrev=False)
+  p.add_argument("target", help="a table name, 'report' or 'list'")
+  p.add_argument("table", nargs="?", help="list: the table whose rows to show")
+  p.add_argument("--rows", nargs="+", help="row names or slugs, shell patterns allowed "
+                 "(default: every row)")
+  p.add_argument("--seeds", type=int, nargs="+",
+                 help="seeds (default: 0 1 2 for headline rows, 0 for the others)")
+  p.add_argument("--out", default=DEFAULT_OUT,
+                 help=f"records folder (default {DEFAULT_OUT})")
+  p.add_argument("--sweep-flags", default="",
+                 help="extra experiments/sweep.py flags for every row, e.g. '--rounds 2' "
+                      "for a quick check of the pipeline (such runs are kept apart and "
+                      "never reported)")
+  p.add_argument("--report", default=DEFAULT_REPORT,
+                 help=f"report: the Markdown file to write (default {DEFAULT_REPORT})")
+  return p
+
+
+def _list(name: str | None) -> int:
+  for table in ([reproduction.get_table(name)] if name else reproduction.tables().values()):
+    print(f"{table.name}: {table.title} ({len(table.rows)} rows)")
+    if name:
+      for row in table.rows:
+        mark = " (headline: seeds 0 1 2)" if row.headline else ""
+        print(f"  {row.slug:28s} {row.name}{mark}")
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the command; returns the exit code."""
+  argv = sys.argv[1:] if argv is None else argv
+  try:
+    args = build_parser().parse_args(argv)
+    if args.target == "list":
+      return _list(args.table)
+    if args.table is not None:
+      raise ValueError(f"unexpected argument {args.table!r} (only 'list' takes a table)")
+    if args.target == "report":
+      experiment.check_out(args.out)
+      path = reproduction.write_report(
+          args.out, args.report, "python experiments/reproduce.py report"
+          + ("" if args.out == DEFAULT_OUT else f" --out {args.out}"))
+      print(f"wrote {path}", file=sys.stderr)
+      return 0
+    table = reproduction.get_table(args.target)
+    rows = table.select(args.rows)
+    if args.seeds is not None and any(s < 0 for s in args.seeds):
+      raise ValueError("--seeds must be >= 0")
+    extra = tuple(shlex.split(args.sweep_flags))
+    for row in rows:  # every row's flags parse before any run
+      experiment.plan(experiment.build_parser().parse_args(row.argv(0, args.out, extra)))
+    experiment.check_out(args.out)
+  except (experiment.UsageError, ValueError) as e:
+    print(f"reproduce.py: error: {e}", file=sys.stderr)
+    return 2
+  machine = host_devices.machine()
+  failed = []
+  for row in rows:
+    seeds = args.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,))
+    for seed in seeds:
+      print(f"reproduce.py: {table.name} {row.name} seed {seed}", file=sys.stderr)
+      kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
+                                  extra)
+      if kept is None:
+        failed.append(f"{row.slug} seed {seed}")
+        continue
+      rec = kept["record"]
+      print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
+            f"round {rec['best_round']} (paper: {reproduction.paper_cell(row)})",
+            file=sys.stderr)
+  if failed:
+    print(f"reproduce.py: error: failed: {', '.join(failed)}", file=sys.stderr)
+    return 1
+  print(f"reproduce.py: records in {args.out}/{table.name}; "
+        "run 'python experiments/reproduce.py report' to update the report", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

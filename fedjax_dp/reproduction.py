@@ -1,0 +1,518 @@
+"""The papers' tables as runnable rows, and the reproduction report.
+
+``experiments/reproduce.py TABLE`` runs the rows of a named table with the
+papers' stated settings (``TABLES``); each (row, seed) is one
+``experiments/sweep.py`` run whose record is kept as
+``<out>/<table>/<row>.seed<k>.json`` (``run_row``). ``experiments/reproduce.py
+report`` turns the kept records into ``docs/REPRODUCTION.md`` and its plots
+(``write_report``).
+
+A row states everything it runs with as sweep flags: the scheme, the ratio,
+the setting where it is not the UAI 2021 Table 5 one, the table's clip norm S
+(``--clip S``, not calibration, wherever the paper gives S) and, for the
+thesis' fixed-epsilon tables, the noise multiplier sigma that the moments
+accountant gives for that epsilon (thesis Sec. 5.2.4, footnote 5). Nothing is
+tuned: a row that stays off by more than ``TOLERANCE`` carries the reason
+found, never a changed setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import fnmatch
+import functools
+import glob
+import hashlib
+import json
+import math
+import os
+import pathlib
+import re
+import shlex
+import statistics
+import time
+from typing import Callable
+
+from fedjax_dp import presets
+from fedjax_dp.atomic import atomic_file
+
+TOLERANCE = 0.03
+SEEDS_HEADLINE = (0, 1, 2)
+
+# Thesis Table 8.1 (MNIST / Fashion-MNIST): the FL-SIGN vs FL-STD setting.
+_TABLE8_1 = ("--num-clients", "1000", "--clients-per-round", "100",
+             "--samples-per-client", "60", "--batch-size", "10", "--local-steps", "30",
+             "--rounds", "100", "--lr", "0.215")
+# Thesis Table 8.2 / UAI Table 5: T_cl = 200 (the sweep's defaults).
+_EPS_ROUNDS, _EPS_RATE, _EPS_CLIENTS, _EPS_DELTA = 200, 100 / 6000, 6000, 1e-5
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One cell of a paper's table, as a sweep run.
+
+  Attributes:
+    scheme: Registered scheme name.
+    ratio: r (1.0 for full-model schemes).
+    paper: The published best accuracy, its round and epsilon (None where
+      the paper states only a claim, e.g. Fed-SMP's curve).
+    source: Where ``paper`` comes from (table and line of the seed).
+    flags: Further sweep flags: the setting, S, sigma.
+    tag: Tells apart rows of one scheme and ratio (epsilon, data set).
+    headline: Run with three seeds in the campaign (issue 14).
+    reason: Why the row is known to stay off, once found; empty otherwise.
+  """
+
+  scheme: str
+  ratio: float
+  paper: presets.PaperResult | None
+  source: str
+  flags: tuple[str, ...] = ()
+  tag: str = ""
+  headline: bool = False
+  reason: str = ""
+
+  @property
+  def name(self) -> str:
+    """A row's label in a table: ``FL-CS-DP r=5%``, ``FL-SIGN-DP eps=2``."""
+    parts = [self.scheme]
+    if self.ratio < 1.0:
+      parts.append(f"r={self.ratio * 100:g}%")
+    if self.tag:
+      parts.append(self.tag)
+    return " ".join(parts)
+
+  @property
+  def slug(self) -> str:
+    """The row's file name stem: ``FL-CS-DP_r0.05``, ``FL-SIGN-DP_eps2``."""
+    parts = [self.scheme] + ([f"r{self.ratio:g}"] if self.ratio < 1.0 else [])
+    if self.tag:
+      parts.append(self.tag.replace("=", "").replace(" ", "-"))
+    return "_".join(parts)
+
+  def argv(self, seed: int, out: str | os.PathLike,
+           extra: tuple[str, ...] = ()) -> list[str]:
+    """``experiments/sweep.py`` arguments of this row for one seed.
+
+    ``extra`` flags come after the row's own, so they win (a quick check of
+    the pipeline with fewer rounds, say; such runs are kept apart).
+    """
+    return ["--schemes", self.scheme, "--ratio", f"{self.ratio:g}", *self.flags, *extra,
+            "--seed", str(seed), "--out", str(out), "--quiet"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A paper table: its rows and what it claims.
+
+  Attributes:
+    name: Command-line name (``uai-table1``).
+    title: Heading in REPRODUCTION.md.
+    setting: The stated setting, one line.
+    rows: The cells, in the paper's order.
+    claim: For a table without cells (Fed-SMP), the claim checked instead.
+  """
+
+  name: str
+  title: str
+  setting: str
+  rows: tuple[Row, ...]
+  claim: str = ""
+
+  def select(self, patterns: list[str] | None) -> list[Row]:
+    """Rows whose name or slug matches one of the shell-style patterns.
+
+    Raises:
+      ValueError: A pattern that matches no row (one line, listing names).
+    """
+    if not patterns:
+      return list(self.rows)
+    chosen = []
+    for pattern in patterns:
+      hits = [r for r in self.rows
+              if fnmatch.fnmatchcase(r.name, pattern) or fnmatch.fnmatchcase(r.slug, pattern)]
+      if not hits:
+        names = [r.slug for r in self.rows]
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        raise ValueError(f"--rows {pattern!r} matches no row of {self.name} ({shown}; "
+                         f"'reproduce.py list {self.name}' lists all {len(names)})")
+      chosen += [r for r in hits if r not in chosen]
+    return chosen
+
+
+def _clip(value: float) -> tuple[str, ...]:
+  return ("--clip", f"{value:g}")
+
+
+def _uai_table1() -> Table:
+  """UAI Table 1 / Table 8: 14 schemes at every ratio, and FL-STD(-DP)."""
+  rows = [Row("FL-STD", 1.0, presets.UAI_RESULTS[("FL-STD", 1.0)], "UAI Table 1 (l.1347)"),
+          Row("FL-STD-DP", 1.0, presets.UAI_RESULTS[("FL-STD-DP", 1.0)],
+              "UAI Table 1 (l.1347)", _clip(presets.UAI_STD_DP_CLIP), headline=True)]
+  for ratio in presets.PAPER_RATIOS:
+    for base in presets._ORDER:  # pylint: disable=protected-access
+      for name in (base, base + "-DP"):
+        cell = presets.UAI_RESULTS.get((name, ratio))
+        if cell is None:  # the table's "-": FL-BAS-3-DP did not learn at 0.1%
+          continue
+        flags = _clip(presets.UAI_CLIP_NORMS[name][ratio]) if name.endswith("-DP") else ()
+        headline = name == "FL-TOP-DP" and ratio == 0.005
+        rows.append(Row(name, ratio, cell, "UAI Table 8 (Table 1 at 0.5/5/10%)", flags,
+                        headline=headline))
+  return Table("uai-table1", "UAI 2021 Table 1 / Table 8 (Fashion-MNIST)",
+               "UAI Table 5: N 6000, C 1/60, |D_k| = |B| = 10, T_gd 5, eta 0.215, "
+               "T_cl 200, sigma 1.54, delta 1e-5, T_init 5; S from UAI Table 6",
+               tuple(rows))
+
+
+def _thesis_table4_1() -> Table:
+  """Thesis Table 4.1: FL-SIGN against FL-STD, Table 8.1 setting."""
+  rows = []
+  for dataset, results in (("fashion-mnist", presets.THESIS_TABLE4_1_FASHION),
+                           ("mnist", presets.MNIST_RESULTS)):
+    for name in ("FL-SIGN", "FL-STD"):
+      cell = results[name] if dataset == "fashion-mnist" else results[(name, 1.0)]
+      rows.append(Row(name, 1.0, cell, "thesis Table 4.1 (l.717)",
+                      ("--dataset", dataset, *_TABLE8_1), tag=dataset))
+  return Table("thesis-4.1", "Thesis Table 4.1: FL-SIGN vs FL-STD",
+               "thesis Table 8.1: N 1000, C 0.1, |D_k| 60, |B| 10, T_gd 30, T_cl 100, "
+               "eta 0.215, gamma 0.001", tuple(rows))
+
+
+def _thesis_cs(private: bool) -> Table:
+  """Thesis Table 4.2 (FL-CS family, signSGD) or 5.3 (their -DP versions)."""
+  rows = []
+  for ratio in (0.05, 0.1, 0.2):
+    for base in ("FL-RND", "FL-FREQ", "FL-CS"):
+      name = base + "-DP" if private else base
+      flags = _clip(presets.paper_clip_norm(name, ratio)) if private else ()
+      rows.append(Row(name, ratio, presets.THESIS_RESULTS[(name, ratio)],
+                      "thesis Table 5.3 (l.1424)" if private else "thesis Table 4.2 (l.889)",
+                      flags, headline=private and name == "FL-CS-DP" and ratio == 0.05))
+  if not private:
+    rows.append(Row("FL-STD", 1.0, presets.THESIS_TABLE4_2_FULL["FL-STD"],
+                    "thesis Table 4.2 (l.889)"))
+    rows.append(Row("signSGD", 1.0, presets.THESIS_TABLE4_2_FULL["signSGD"],
+                    "thesis Table 4.2 (l.889)"))
+  number = "5.3" if private else "4.2"
+  return Table(f"thesis-{number}",
+               f"Thesis Table {number}: the FL-CS family" + (
+                   " with DP" if private else " and signSGD") + " (Fashion-MNIST)",
+               "thesis Table 8.4: UAI Table 5 setting, P 200, lambda 1e-5, eta_G 0.35, "
+               "rho 0.9" + ("; S 0.47/0.69/0.98 at r = 5/10/20%" if private else "")
+               + ("" if private else "; signSGD: every client, T_gd 1"), tuple(rows))
+
+
+@functools.lru_cache(maxsize=None)
+def eps_sigma(epsilon: float) -> float:
+  """sigma giving ``epsilon`` after 200 rounds at q = 1/60, delta 1e-5 (moments).
+
+  Thesis Sec. 5.2.4, footnote 5: "sigma is obtained from epsilon and
+  delta = 1e-5 using the moments accountant".
+  """
+  from fedjax_dp.privacy import accounting  # pylint: disable=import-outside-toplevel
+  return accounting.noise_multiplier_for_epsilon(
+      epsilon, _EPS_RATE, _EPS_ROUNDS, _EPS_DELTA, "moments", "poisson",
+      num_clients=_EPS_CLIENTS)
+
+
+def _thesis_eps_table(dataset: str) -> Table:
+  """Thesis Table 5.1 (MNIST) or 5.2 (Fashion-MNIST): accuracy at eps 1, 2, 4."""
+  cells = presets.THESIS_TABLE5_1 if dataset == "mnist" else presets.THESIS_TABLE5_2
+  number = "5.1" if dataset == "mnist" else "5.2"
+  line = "l.1215" if dataset == "mnist" else "l.1222"
+  rows = []
+  for i, eps in enumerate(presets.THESIS_EPSILONS):
+    for name in ("FL-STD-DP", "FL-SIGN-DP"):
+      # Rounded up, so that the run's epsilon stays at most the table's.
+      sigma = math.ceil(eps_sigma(eps) * 1e4) / 1e4
+      flags = ["--dataset", dataset, "--noise-multiplier", f"{sigma:.4f}"]
+      if name == "FL-STD-DP":  # FL-SIGN-DP: S = sqrt(n), T_cl 200 (its preset)
+        flags += _clip(presets.THESIS_STD_DP_CLIP[dataset])
+      rows.append(Row(name, 1.0, presets.PaperResult(cells[name][i], None, eps),
+                      f"thesis Table {number} ({line})", tuple(flags), tag=f"eps={eps:g}",
+                      headline=name == "FL-SIGN-DP" and eps == 1.0))
+  return Table(f"thesis-{number}",
+               f"Thesis Table {number}: FL-STD-DP vs FL-SIGN-DP at eps 1, 2, 4 "
+               f"({'MNIST' if dataset == 'mnist' else 'Fashion-MNIST'})",
+               "thesis Table 8.2: UAI Table 5 data setting, T_cl 200, gamma 0.005; "
+               f"FL-STD-DP S {presets.THESIS_STD_DP_CLIP[dataset]}, FL-SIGN-DP S = sqrt(n); "
+               "sigma from epsilon (moments accountant, delta 1e-5)", tuple(rows))
+
+
+@functools.lru_cache(maxsize=None)
+def tables() -> dict[str, Table]:
+  """Every runnable table by name (built once: the epsilon rows solve for sigma)."""
+  built = [_uai_table1(), _thesis_table4_1(), _thesis_cs(False), _thesis_cs(True),
+           _thesis_eps_table("mnist"), _thesis_eps_table("fashion-mnist")]
+  return {t.name: t for t in built}
+
+
+def get_table(name: str) -> Table:
+  """The table called ``name``.
+
+  Raises:
+    ValueError: Unknown name (one line, listing the known ones).
+  """
+  known = tables()
+  if name not in known:
+    raise ValueError(f"unknown table {name!r}; choose one of {', '.join(known)}")
+  return known[name]
+
+
+# ---------------------------------------------------------------- records
+
+
+def _suffix(extra: tuple[str, ...]) -> str:
+  """"" for the paper's setting; ".<hash>" for runs with extra sweep flags."""
+  if not extra:
+    return ""
+  return "." + hashlib.sha256(shlex.join(extra).encode()).hexdigest()[:8]
+
+
+def record_path(out: str | os.PathLike, table: Table, row: Row, seed: int,
+                extra: tuple[str, ...] = ()) -> pathlib.Path:
+  """Where the record of one (row, seed) is kept (apart when ``extra``)."""
+  return pathlib.Path(out) / table.name / f"{row.slug}.seed{seed}{_suffix(extra)}.json"
+
+
+def work_dir(out: str | os.PathLike, table: Table, row: Row, seed: int,
+             extra: tuple[str, ...] = ()) -> pathlib.Path:
+  """The sweep's folder of one (row, seed): results and checkpoints while it runs."""
+  return (pathlib.Path(out) / ".runs" / table.name / row.slug
+          / f"seed{seed}{_suffix(extra)}")
+
+
+def load_record(path: pathlib.Path) -> dict | None:
+  """A kept (row, seed) record, or None if absent or unreadable."""
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
+            sweep: Callable[[list[str]], int], machine: str,
+            extra: tuple[str, ...] = ()) -> dict | None:
+  """Runs one (row, seed) through ``sweep`` unless its record is kept.
+
+  The sweep's own resume applies: an interrupted run continues from its last
+  checkpoint in :func:`work_dir`. The record is written atomically once the
+  run has finished.
+
+  Args:
+    table: The table.
+    row: One of its rows.
+    seed: The seed.
+    out: The records folder.
+    sweep: ``experiment.main``-like: argv -> exit code.
+    machine: One line naming the host (stored with the record).
+    extra: Sweep flags appended to the row's (kept under another name, and
+      never read by the report).
+
+  Returns:
+    The kept record, or None if the sweep failed (its exit code is not 0).
+  """
+  path = record_path(out, table, row, seed, extra)
+  work = work_dir(out, table, row, seed, extra)
+  kept = load_record(path)
+  if kept is not None and kept.get("argv") == row.argv(seed, "OUT", extra):
+    return kept
+  started = time.time()
+  if sweep(row.argv(seed, work, extra)) != 0:
+    return None
+  results = json.loads((work / "results.json").read_text())
+  kept = {
+      "table": table.name, "row": row.name, "slug": row.slug, "seed": seed,
+      "argv": row.argv(seed, "OUT", extra),
+      "command": "python experiments/sweep.py " + shlex.join(row.argv(seed, "OUT", extra)),
+      "paper": None if row.paper is None else row.paper._asdict(),
+      "paper_source": row.source,
+      "machine": machine,
+      "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "seconds_this_session": round(time.time() - started, 1),
+      "sweep_config": results["config"],
+      "record": results["runs"][0],
+  }
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with atomic_file(path, "w") as f:
+    f.write(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+  return kept
+
+
+# ---------------------------------------------------------------- report
+
+
+def kept_records(out: str | os.PathLike, table: Table) -> dict[str, list[dict]]:
+  """The kept records of a table in the paper's setting, by row slug, by seed.
+
+  A record whose command differs from the row's (an older definition of the
+  row, or one run with extra flags) is left out.
+  """
+  found: dict[str, list[dict]] = {}
+  folder = pathlib.Path(out, table.name)
+  for row in table.rows:
+    records = []
+    for path in folder.glob(f"{glob.escape(row.slug)}.seed*.json"):
+      match = re.fullmatch(re.escape(row.slug) + r"\.seed(\d+)\.json", path.name)
+      record = load_record(path) if match else None
+      if record is not None and record.get("argv") == row.argv(int(match[1]), "OUT"):
+        records.append(record)
+    if records:
+      found[row.slug] = sorted(records, key=lambda r: r["seed"])
+  return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """A row's result over its seeds.
+
+  Attributes:
+    row: The row.
+    seeds: Seeds run.
+    accuracy: Mean best accuracy (the selection metric) over the seeds.
+    spread: (min, max) over the seeds.
+    best_round: Mean round of the best accuracy.
+    epsilon: Mean epsilon at the best round (None without DP).
+    rounds: Rounds run (the smallest over seeds).
+    seconds: Wall seconds, summed over seeds.
+  """
+
+  row: Row
+  seeds: tuple[int, ...]
+  accuracy: float
+  spread: tuple[float, float]
+  best_round: float
+  epsilon: float | None
+  rounds: int
+  seconds: float
+
+  @property
+  def difference(self) -> float | None:
+    """Ours minus the paper's accuracy."""
+    return None if self.row.paper is None else self.accuracy - self.row.paper.accuracy
+
+  @property
+  def within(self) -> bool:
+    """|difference| <= TOLERANCE (0.03)."""
+    return self.difference is not None and abs(self.difference) <= TOLERANCE + 1e-9
+
+  @property
+  def verdict(self) -> str:
+    """"within 0.03", or why not."""
+    if self.within:
+      return f"within {TOLERANCE:g}"
+    if self.difference is None:
+      return "no published cell"
+    gap = f"off by {self.difference:+.2f}"
+    return f"{gap}: {self.row.reason}" if self.row.reason else f"{gap}: reason not yet found"
+
+
+def summarize(row: Row, records: list[dict]) -> Summary:
+  """Mean and spread of a row's kept records."""
+  runs = [r["record"] for r in records]
+  acc = [r["best_accuracy"] for r in runs]
+  eps = [r["epsilon"] for r in runs if r.get("epsilon") is not None]
+  return Summary(row=row, seeds=tuple(r["seed"] for r in records),
+                 accuracy=statistics.fmean(acc), spread=(min(acc), max(acc)),
+                 best_round=statistics.fmean(r["best_round"] for r in runs),
+                 epsilon=statistics.fmean(eps) if eps else None,
+                 rounds=min(r["rounds"] for r in runs),
+                 seconds=sum(r.get("seconds", 0.0) for r in runs))
+
+
+def paper_cell(row: Row) -> str:
+  if row.paper is None:
+    return "-"
+  parts = [f"{row.paper.accuracy:.2f}"]
+  if row.paper.round is not None:
+    parts.append(f"@{row.paper.round}")
+  if row.paper.epsilon is not None:
+    parts.append(f"ε {row.paper.epsilon:g}")
+  return " ".join(parts)
+
+
+def ours_cell(s: Summary) -> str:
+  text = f"{s.accuracy:.3f}"
+  if len(s.seeds) > 1:
+    text += f" [{s.spread[0]:.3f}, {s.spread[1]:.3f}]"
+  text += f" @{s.best_round:.0f}"
+  if s.epsilon is not None:
+    text += f" ε {s.epsilon:.2f}"
+  return text
+
+
+def table_markdown(table: Table, records: dict[str, list[dict]]) -> tuple[str, list[Summary]]:
+  """One table's section body and the summaries of its rows that ran."""
+  lines = [f"Setting: {table.setting}.", "",
+           "| row | paper: acc @round ε | ours: mean [min, max] @round ε | seeds | rounds "
+           "| diff | verdict |", "|---|---|---|---|---|---|---|"]
+  summaries = []
+  for row in table.rows:
+    if row.slug not in records:
+      continue
+    s = summarize(row, records[row.slug])
+    summaries.append(s)
+    diff = "-" if s.difference is None else f"{s.difference:+.3f}"
+    lines.append(f"| {row.name} | {paper_cell(row)} | {ours_cell(s)} | "
+                 f"{len(s.seeds)} | {s.rounds} | {diff} | {s.verdict} |")
+  missing = [r.name for r in table.rows if r.slug not in records]
+  if not summaries:
+    lines = lines[:2] + ["No row has been run yet."]
+  if missing and summaries:
+    lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(missing) + "."]
+  return "\n".join(lines) + "\n", summaries
+
+
+def write_report(out: str | os.PathLike, report: str | os.PathLike,
+                 command: str) -> pathlib.Path:
+  """Writes REPRODUCTION.md (and its PNGs beside it) from the kept records.
+
+  Args:
+    out: The records folder (``experiments/reproduce.py --out``).
+    report: The Markdown file to write; plots go to ``<stem>_plots/``
+      beside it.
+    command: The command that regenerates it (quoted in the file).
+
+  Returns:
+    The report's path.
+  """
+  from fedjax_dp import plots  # pylint: disable=import-outside-toplevel
+
+  report = pathlib.Path(report)
+  plot_dir = report.parent / f"{report.stem}_plots"
+  sections, everything = [], []
+  for table in tables().values():
+    records = kept_records(out, table)
+    body, summaries = table_markdown(table, records)
+    everything += summaries
+    figures = ""
+    if summaries:
+      runs = [dict(records[s.row.slug][0]["record"], label=s.row.name) for s in summaries]
+      configs = [records[s.row.slug][0]["sweep_config"] for s in summaries]
+      paths = plots.plot_records(runs, plot_dir, prefix=f"{table.name}-")
+      paths.append(plots.plot_epsilon(runs, configs, plot_dir / f"{table.name}-epsilon.png"))
+      figures = "\n" + " ".join(
+          f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
+    sections.append(f"## {table.title}\n\n{body}{figures}")
+  within = sum(s.within for s in everything)
+  compared = sum(s.difference is not None for s in everything)
+  hours = sum(s.seconds for s in everything) / 3600
+  head = [
+      "# Reproduction of the papers' tables",
+      "",
+      f"Generated from the records in `{out}` by `{command}`; do not edit by hand.",
+      "Each row is the paper's stated setting (the table's S and sigma, never tuned); "
+      "ours is the best accuracy over the run's rounds, as the papers report it, "
+      "mean and [min, max] over the seeds run (seed 0 in the plots). "
+      f"A row is within when |ours - paper| <= {TOLERANCE:g}.",
+      "",
+      f"Rows run: {len(everything)}; compared with a published cell: {compared}; "
+      f"within {TOLERANCE:g}: {within}; CPU wall hours in the kept records: {hours:.1f}.",
+      "",
+  ]
+  report.parent.mkdir(parents=True, exist_ok=True)
+  with atomic_file(report, "w") as f:
+    f.write("\n".join(head) + "\n" + "\n".join(sections))
+  return report

@@ -1,0 +1,204 @@
+"""experiments/reproduce.py and fedjax_dp.reproduction: tables, kept records, report."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from fedjax_dp import experiment, presets, reproduction
+from fedjax_dp.privacy import accounting
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "experiments" / "reproduce.py"
+
+
+def _run(*args, timeout=300):
+  return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
+                        text=True, env=dict(os.environ), timeout=timeout, cwd=ROOT)
+
+
+def _planned(row, out="OUT"):
+  args = experiment.build_parser().parse_args(row.argv(0, out))
+  return args, experiment.plan(args)[0]
+
+
+def test_every_row_is_a_valid_sweep_with_the_tables_settings():
+  for table in reproduction.tables().values():
+    for row in table.rows:
+      _, run = _planned(row)
+      assert run.scheme.name == row.scheme and run.ratio == pytest.approx(row.ratio)
+  # The tables' S, not calibration: UAI Table 6 in Table 1, thesis Table 8.4 in 5.3.
+  uai = reproduction.get_table("uai-table1")
+  _, run = _planned(uai.select(["FL-CS-DP_r0.05"])[0])
+  assert run.config.clip_norm == pytest.approx(0.57)
+  _, run = _planned(uai.select(["FL-TOP-DP_r0.005"])[0])
+  assert run.config.clip_norm == pytest.approx(0.61)
+  _, run = _planned(reproduction.get_table("thesis-5.3").select(["FL-CS-DP_r0.2"])[0])
+  assert run.config.clip_norm == pytest.approx(0.98)
+  assert run.setting["rounds"] == 200 and run.setting["local_steps"] == 5
+
+
+def test_uai_table1_has_its_sixteen_rows_at_half_a_percent():
+  rows = reproduction.get_table("uai-table1").select(["*_r0.005", "FL-STD", "FL-STD-DP"])
+  assert len(rows) == 16
+  top = next(r for r in rows if r.scheme == "FL-TOP-DP")
+  assert (top.paper.accuracy, top.paper.round, top.paper.epsilon) == (.81, 200, 1.0)
+  assert top.headline
+  # The table's "-": FL-BAS-3-DP did not learn at r = 0.1%, so it has no row.
+  assert not reproduction.get_table("uai-table1").select(["FL-BAS-3*_r0.001"])[1:]
+
+
+@pytest.mark.parametrize("eps", presets.THESIS_EPSILONS)
+def test_fixed_epsilon_rows_run_the_sigma_of_their_epsilon(eps):
+  table = reproduction.get_table("thesis-5.2")
+  row = table.select([f"FL-SIGN-DP_eps{eps:g}"])[0]
+  args, run = _planned(row)
+  sigma = run.config.noise_multiplier
+  q = run.setting["clients_per_round"] / run.setting["num_clients"]
+  got = accounting.epsilon(sigma, q, run.setting["rounds"], args.delta, "moments")
+  assert eps - 0.01 <= got <= eps  # the smallest sigma meeting the target
+  assert accounting.epsilon(sigma * 0.95, q, 200, 1e-5, "moments") > eps
+  std = table.select([f"FL-STD-DP_eps{eps:g}"])[0]
+  assert _planned(std)[1].config.clip_norm == 2.15  # thesis Table 8.2
+
+
+def test_select_patterns_and_bad_names():
+  table = reproduction.get_table("thesis-5.3")
+  assert [r.slug for r in table.select(["FL-CS-DP*"])] == [
+      "FL-CS-DP_r0.05", "FL-CS-DP_r0.1", "FL-CS-DP_r0.2"]
+  assert table.select(["FL-CS-DP r=5%"])[0].slug == "FL-CS-DP_r0.05"
+  with pytest.raises(ValueError, match="matches no row of thesis-5.3"):
+    table.select(["FL-TOP*"])
+  with pytest.raises(ValueError, match="unknown table 'table9'"):
+    reproduction.get_table("table9")
+
+
+def _fake_sweep(calls, accuracy=0.5, code=0):
+  """A sweep that writes a results.json with a short history, like sweep.py."""
+  def sweep(argv):
+    calls.append(argv)
+    if code:
+      return code
+    out = pathlib.Path(argv[argv.index("--out") + 1])
+    out.mkdir(parents=True, exist_ok=True)
+    history = [{"round": t, "accuracy": accuracy * t / 3} for t in (1, 2, 3)]
+    record = {"scheme": argv[1], "ratio": float(argv[3]), "best_accuracy": accuracy,
+              "best_round": 3, "epsilon": 0.5, "rounds": 3, "seconds": 7.0,
+              "noise_multiplier": 1.54, "clients_per_round": 100, "num_clients": 6000,
+              "delta": 1e-5, "upstream_values": 83200, "upstream_bits": 32,
+              "history": history}
+    (out / "results.json").write_text(json.dumps(
+        {"config": {"accountant": "moments", "sampling": "poisson", "max_cohort": None},
+         "runs": [record]}))
+    return 0
+  return sweep
+
+
+def test_run_row_keeps_each_record_and_runs_it_once(tmp_path):
+  table = reproduction.get_table("thesis-5.3")
+  row = table.select(["FL-CS-DP_r0.05"])[0]
+  calls = []
+  kept = reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "test host")
+  path = tmp_path / "thesis-5.3" / "FL-CS-DP_r0.05.seed1.json"
+  assert json.loads(path.read_text()) == kept
+  assert kept["argv"] == row.argv(1, "OUT") and kept["machine"] == "test host"
+  assert kept["paper"]["accuracy"] == 0.78 and kept["record"]["best_accuracy"] == 0.5
+  assert calls[0][calls[0].index("--out") + 1] == str(
+      reproduction.work_dir(tmp_path, table, row, 1))
+  assert reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") == kept
+  assert len(calls) == 1  # kept: not run again
+  # Extra flags: a separate record, never read as the paper's setting.
+  extra = ("--rounds", "2")
+  quick = reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls, 0.1), "x", extra)
+  assert quick["argv"][-7:-5] == ["--rounds", "2"] and len(calls) == 2
+  found = reproduction.kept_records(tmp_path, table)
+  assert [r["record"]["best_accuracy"] for r in found["FL-CS-DP_r0.05"]] == [0.5]
+  # A failed sweep keeps nothing.
+  other = table.select(["FL-CS-DP_r0.1"])[0]
+  assert reproduction.run_row(table, other, 0, tmp_path, _fake_sweep(calls, code=1), "x") is None
+  assert not reproduction.record_path(tmp_path, table, other, 0).exists()
+
+
+def test_outdated_records_are_not_reported(tmp_path):
+  table = reproduction.get_table("thesis-5.3")
+  row = table.select(["FL-CS-DP_r0.05"])[0]
+  reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([]), "x")
+  path = reproduction.record_path(tmp_path, table, row, 0)
+  saved = json.loads(path.read_text())
+  saved["argv"] = [a if a != "0.47" else "0.5" for a in saved["argv"]]  # an older S
+  path.write_text(json.dumps(saved))
+  assert reproduction.kept_records(tmp_path, table) == {}
+
+
+@pytest.mark.parametrize("accuracies,reason,verdict", [
+    ((0.77, 0.79, 0.80), "", "within 0.03"),
+    ((0.70,), "", "off by -0.08: reason not yet found"),
+    ((0.70,), "decoder", "off by -0.08: decoder"),
+])
+def test_summary_mean_spread_and_verdict(accuracies, reason, verdict):
+  row = reproduction.Row("FL-CS-DP", 0.05, presets.PaperResult(.78, 197, 1.0), "t",
+                         reason=reason)
+  records = [{"seed": i, "record": {"best_accuracy": a, "best_round": 100 + i,
+                                    "epsilon": 1.0, "rounds": 200, "seconds": 10.0}}
+             for i, a in enumerate(accuracies)]
+  s = reproduction.summarize(row, records)
+  assert s.accuracy == pytest.approx(sum(accuracies) / len(accuracies))
+  assert s.spread == (min(accuracies), max(accuracies))
+  assert s.seconds == 10.0 * len(accuracies) and s.seeds == tuple(range(len(accuracies)))
+  assert s.verdict == verdict
+
+
+def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
+  table = reproduction.get_table("thesis-5.3")
+  for seed, acc in ((0, 0.76), (1, 0.80)):
+    reproduction.run_row(table, table.select(["FL-CS-DP_r0.05"])[0], seed, tmp_path,
+                         _fake_sweep([], acc), "x")
+  report = tmp_path / "docs" / "REPRODUCTION.md"
+  reproduction.write_report(tmp_path, report, "python experiments/reproduce.py report")
+  text = report.read_text()
+  assert "| FL-CS-DP r=5% | 0.78 @197 ε 1 | 0.780 [0.760, 0.800] @3 ε 0.50 | 2 | 3 |" in text
+  assert "within 0.03" in text and "Rows run: 1;" in text
+  assert "Not run yet (8): FL-RND-DP r=5%" in text
+  for name in ("accuracy", "accuracy_vs_upstream", "epsilon"):
+    png = tmp_path / "docs" / "REPRODUCTION_plots" / f"thesis-5.3-{name}.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert f"REPRODUCTION_plots/thesis-5.3-{name}.png" in text
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["table9"], "unknown table 'table9'"),
+    (["thesis-5.3", "--rows", "FL-TOP"], "matches no row of thesis-5.3"),
+    (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
+    (["thesis-5.3", "--sweep-flags", "--rounds 0"], "--rounds must be"),
+    (["thesis-5.3", "extra"], "only 'list' takes a table"),
+    (["thesis-5.3", "--out", "/proc/x/y"], "--out /proc/x/y cannot be written"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+  proc = _run(*args)
+  assert proc.returncode == 2, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path):
+  quick = ("--rounds 2 --num-clients 40 --clients-per-round 4 --samples-per-client 10 "
+           "--local-steps 1")
+  args = ["thesis-4.1", "--rows", "FL-STD_fashion-mnist", "--out", str(tmp_path),
+          "--sweep-flags", quick]
+  proc = _run(*args)
+  assert proc.returncode == 0, proc.stderr
+  records = list((tmp_path / "thesis-4.1").glob("FL-STD_fashion-mnist.seed0.*.json"))
+  assert len(records) == 1
+  kept = json.loads(records[0].read_text())
+  assert kept["record"]["rounds"] == 2 and len(kept["record"]["history"]) == 2
+  assert "--lr 0.215" in kept["command"] and "--rounds 2" in kept["command"]
+  again = _run(*args)
+  assert again.returncode == 0 and json.loads(records[0].read_text()) == kept
+  listed = _run("list", "thesis-4.1")
+  assert listed.returncode == 0 and "FL-SIGN_mnist" in listed.stdout
+  report = _run("report", "--out", str(tmp_path), "--report", str(tmp_path / "R.md"))
+  assert report.returncode == 0, report.stderr
+  assert "No row has been run yet." in (tmp_path / "R.md").read_text()  # quick runs apart
