@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--clip", type=flags.clip, default="calibrate",
                  help="clip norm S: a number, 'calibrate' (public-data round, UAI Sec. 4; "
                       "default) or 'paper' (UAI Table 6, calibrating where it has none)")
+  p.add_argument("--clip-ratio", type=float, default=None,
+                 help="calibrate S once as at this ratio and use it at every ratio of the "
+                      "sweep (Fed-SMP Sec. 6.2: one S for all ratios); default: each "
+                      "run's own ratio")
   p.add_argument("--delta", type=float, default=None, help="delta (default 1e-5)")
   p.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="moments",
                  help="moments (papers' method, default), rdp or pld (dp-accounting)")
@@ -274,6 +278,8 @@ def _clip_for(args, scheme: Scheme, ratio: float) -> tuple[float | None, str]:
     s = presets.paper_clip_norm(scheme.name, ratio, args.dataset)
     if s is not None:
       return s, f"paper ({presets.paper_clip_source(scheme.name, ratio, args.dataset)})"
+  if args.clip_ratio is not None:
+    return None, f"calibrated at r = {args.clip_ratio:g} for every ratio (Fed-SMP Sec. 6.2)"
   return None, "calibrated (UAI Sec. 4)"
 
 
@@ -283,7 +289,8 @@ def _run_config(args, scheme: Scheme, ratio: float, setting: dict,
       ratio=ratio, rounds=setting["rounds"], clients_per_round=setting["clients_per_round"],
       local_steps=setting["local_steps"], batch_size=setting["batch_size"],
       lr=setting["lr"], noise_multiplier=family_of(scheme).noise_multiplier(scheme, args),
-      clip_norm=clip, delta=args.delta, accountant=args.accountant, sampler=args.sampling,
+      clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
+      delta=args.delta, accountant=args.accountant, sampler=args.sampling,
       init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,
       secure_bits=args.secure_bits, secure_frac_bits=args.secure_frac_bits,
@@ -358,6 +365,9 @@ def plan(args: argparse.Namespace, num_params: int | None = None) -> list[Planne
     for flag in ("num_clients", "samples_per_client"):
       if setting[flag] < 1:
         raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {setting[flag]}")
+    if args.clip_ratio is not None and isinstance(args.clip, float):
+      raise ValueError("--clip-ratio applies to a calibrated S, not to --clip "
+                       f"{args.clip:g}")
     clip, source = _clip_for(args, scheme, ratio)
     config = _run_config(args, scheme, ratio, setting, clip)
     try:

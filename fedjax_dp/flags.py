@@ -14,7 +14,8 @@ from typing import Callable, Mapping
 RUN_FLAGS = {
     "ratio": "--ratio", "rounds": "--rounds", "clients_per_round": "--clients-per-round",
     "local_steps": "--local-steps", "batch_size": "--batch-size", "lr": "--lr",
-    "noise_multiplier": "--noise-multiplier", "clip_norm": "--clip", "delta": "--delta",
+    "noise_multiplier": "--noise-multiplier", "clip_norm": "--clip",
+    "clip_ratio": "--clip-ratio", "delta": "--delta",
     "init_steps": "--init-steps", "eval_every": "--eval-every", "sampler": "--sampling",
     "accountant": "--accountant", "max_cohort": "--max-cohort",
     "secure_bits": "--secure-bits", "secure_frac_bits": "--secure-frac-bits",

@@ -205,16 +205,19 @@ def _thesis_cs(private: bool) -> Table:
 
 
 @functools.lru_cache(maxsize=None)
-def eps_sigma(epsilon: float) -> float:
-  """sigma giving ``epsilon`` after 200 rounds at q = 1/60, delta 1e-5 (moments).
+def eps_sigma(epsilon: float, accountant: str = "moments") -> float:
+  """sigma giving ``epsilon`` after 200 rounds at q = 1/60, delta 1e-5, rounded up.
 
   Thesis Sec. 5.2.4, footnote 5: "sigma is obtained from epsilon and
-  delta = 1e-5 using the moments accountant".
+  delta = 1e-5 using the moments accountant"; Fed-SMP (Sec. 6.2) used
+  Opacus' RDP accountant. Rounded up to 4 decimals, so that the run's
+  epsilon stays at most the table's.
   """
   from fedjax_dp.privacy import accounting  # pylint: disable=import-outside-toplevel
-  return accounting.noise_multiplier_for_epsilon(
-      epsilon, _EPS_RATE, _EPS_ROUNDS, _EPS_DELTA, "moments", "poisson",
+  sigma = accounting.noise_multiplier_for_epsilon(
+      epsilon, _EPS_RATE, _EPS_ROUNDS, _EPS_DELTA, accountant, "poisson",
       num_clients=_EPS_CLIENTS)
+  return math.ceil(sigma * 1e4) / 1e4
 
 
 def _thesis_eps_table(dataset: str) -> Table:
@@ -225,9 +228,7 @@ def _thesis_eps_table(dataset: str) -> Table:
   rows = []
   for i, eps in enumerate(presets.THESIS_EPSILONS):
     for name in ("FL-STD-DP", "FL-SIGN-DP"):
-      # Rounded up, so that the run's epsilon stays at most the table's.
-      sigma = math.ceil(eps_sigma(eps) * 1e4) / 1e4
-      flags = ["--dataset", dataset, "--noise-multiplier", f"{sigma:.4f}"]
+      flags = ["--dataset", dataset, "--noise-multiplier", f"{eps_sigma(eps):.4f}"]
       if name == "FL-STD-DP":  # FL-SIGN-DP: S = sqrt(n), T_cl 200 (its preset)
         flags += _clip(presets.THESIS_STD_DP_CLIP[dataset])
       rows.append(Row(name, 1.0, presets.PaperResult(cells[name][i], None, eps),
@@ -241,11 +242,34 @@ def _thesis_eps_table(dataset: str) -> Table:
                "sigma from epsilon (moments accountant, delta 1e-5)", tuple(rows))
 
 
+FEDSMP_RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
+FEDSMP_EPSILON = 1.01  # Fed-SMP Table I
+
+
+def _fedsmp_curve() -> Table:
+  """Fed-SMP Table I / Fig. 3: accuracy against r at one epsilon and one S.
+
+  The cells of Table I are lost in the text this project has; its claim is
+  checked instead. sigma meets epsilon 1.01 (RDP, as the paper's Opacus);
+  S is calibrated once per scheme at r = 1 and kept for every ratio
+  (``--clip-ratio 1``; the paper tunes one S per data set, Sec. 6.2).
+  """
+  flags = ("--noise-multiplier", f"{eps_sigma(FEDSMP_EPSILON, 'rdp'):.4f}",
+           "--accountant", "rdp", "--clip-ratio", "1")
+  rows = tuple(Row(name, ratio, None, "Fed-SMP Table I, Sec. 6.3.2 (l.98)", flags)
+               for name in ("Fed-SMP-randk", "Fed-SMP-topk") for ratio in FEDSMP_RATIOS)
+  return Table("fedsmp", "Fed-SMP: accuracy against the compression ratio (Fashion-MNIST)",
+               "Fed-SMP presets (Sec. 6.1-6.2; |K| 100, T_cl 200 from UAI Table 5), "
+               f"epsilon {FEDSMP_EPSILON:g} (RDP, delta 1e-5), one S per scheme for every "
+               "ratio", rows,
+               claim="accuracy first rises, then falls as r grows, for rand_k and top_k")
+
+
 @functools.lru_cache(maxsize=None)
 def tables() -> dict[str, Table]:
   """Every runnable table by name (built once: the epsilon rows solve for sigma)."""
   built = [_uai_table1(), _thesis_table4_1(), _thesis_cs(False), _thesis_cs(True),
-           _thesis_eps_table("mnist"), _thesis_eps_table("fashion-mnist")]
+           _thesis_eps_table("mnist"), _thesis_eps_table("fashion-mnist"), _fedsmp_curve()]
   return {t.name: t for t in built}
 
 
@@ -457,12 +481,29 @@ def table_markdown(table: Table, records: dict[str, list[dict]]) -> tuple[str, l
     diff = "-" if s.difference is None else f"{s.difference:+.3f}"
     lines.append(f"| {row.name} | {paper_cell(row)} | {ours_cell(s)} | "
                  f"{len(s.seeds)} | {s.rounds} | {diff} | {s.verdict} |")
+  if table.claim and summaries:
+    lines += ["", f"Claim: {table.claim}. Ours: {claim_check(summaries)}."]
   missing = [r.name for r in table.rows if r.slug not in records]
   if not summaries:
     lines = lines[:2] + ["No row has been run yet."]
   if missing and summaries:
     lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(missing) + "."]
   return "\n".join(lines) + "\n", summaries
+
+
+def claim_check(summaries: list[Summary]) -> str:
+  """Where each scheme's accuracy peaks over r, and whether it rises then falls."""
+  parts = []
+  for scheme in dict.fromkeys(s.row.scheme for s in summaries):
+    curve = sorted((s.row.ratio, s.accuracy) for s in summaries if s.row.scheme == scheme)
+    if len(curve) < 3:
+      parts.append(f"{scheme}: {len(curve)} ratio(s) run, too few to tell")
+      continue
+    peak = max(range(len(curve)), key=lambda i: curve[i][1])
+    shape = ("rises then falls" if 0 < peak < len(curve) - 1 else
+             "highest at the smallest r run" if peak == 0 else "highest at the largest r run")
+    parts.append(f"{scheme} peaks at r = {curve[peak][0]:g} ({curve[peak][1]:.3f}): {shape}")
+  return "; ".join(parts)
 
 
 def write_report(out: str | os.PathLike, report: str | os.PathLike,

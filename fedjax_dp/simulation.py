@@ -447,6 +447,9 @@ class RunConfig:
   lr: float = 0.215
   noise_multiplier: float = 1.54
   clip_norm: float | None = None  # None: calibrate on public data
+  # Calibrate S as a run at this ratio would (None: the run's own ratio):
+  # one S for every ratio, as Fed-SMP Sec. 6.2 tunes it.
+  clip_ratio: float | None = None
   delta: float = 1e-5
   accountant: str = "moments"
   sampler: str = "poisson"
@@ -485,6 +488,10 @@ class RunConfig:
          f"noise_multiplier must be >= 0, got {self.noise_multiplier}"),
         (self.clip_norm is None or self.clip_norm > 0,
          f"clip_norm must be > 0, got {self.clip_norm}"),
+        (self.clip_ratio is None or 0.0 < self.clip_ratio <= 1.0,
+         f"clip_ratio must be in (0, 1], got {self.clip_ratio}"),
+        (self.clip_ratio is None or self.clip_norm is None,
+         "clip_ratio applies to a calibrated S; clip_norm is given"),
         (0.0 < self.delta < 1.0, f"delta must be in (0, 1), got {self.delta}"),
         (self.accountant in accounting.ACCOUNTANTS,
          f"unknown accountant {self.accountant!r}; choose one of "
@@ -638,6 +645,18 @@ def _check_clients(data: ClientData) -> None:
                      "are the padding label -1)")
 
 
+_LATER_FIELDS = ("clip_ratio",)  # RunConfig fields newer than the checkpoint format
+
+
+def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
+                     clip_ratio: float | None) -> float:
+  """S from public data (UAI Sec. 4), at the run's ratio or at ``clip_ratio``."""
+  if clip_ratio is None or clip_ratio == setup_data.ratio:
+    return scheme.calibrate_clip(setup_data, state)
+  at = setup_data._replace(ratio=clip_ratio)
+  return scheme.calibrate_clip(at, scheme.setup(at))
+
+
 def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
             public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
   """Validates, then runs the server's work before round 1.
@@ -682,8 +701,10 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   clip_norm = None
   if traits.dp:
     clip_norm = cfg.clip_norm
-    if clip_norm is None or traits.fixed_sensitivity:
+    if traits.fixed_sensitivity:
       clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
+    elif clip_norm is None:
+      clip_norm = _calibrated_clip(scheme, setup_data, scheme_state, cfg.clip_ratio)
     scheme = scheme.bind(setup_data, clip_norm)
 
   comm = communication(traits, cfg, capacity, clip_norm)
@@ -919,9 +940,13 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   prep = prepare(model, scheme, data, public, cfg)
   saving = None
   if checkpoint is not None:
+    # Fields added since checkpoints were first written count only when set,
+    # so a run interrupted under older code still resumes.
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items()
+                if not (k in _LATER_FIELDS and v is None)}
     saving = (checkpoint, checkpoint_lib.fingerprint(
         model.name, model.num_params, scheme.name, scheme.describe(),
-        dataclasses.asdict(cfg), data.x.shape, str(data.x.dtype),
+        settings, data.x.shape, str(data.x.dtype),
         hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest()))
   trained = train_loop(model, prep, data, test, cfg.rounds, cfg.eval_every, progress,
                        saving)

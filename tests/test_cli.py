@@ -27,6 +27,8 @@ def _run(args, tmp_path, env_extra=None):
     (["--noise-multiplier", "-1"], "--noise-multiplier must be >= 0"),
     (["--clients-per-round", "7000"], "exceeds the number of clients 6000"),
     (["--clip", "-2"], "--clip must be > 0"),
+    (["--clip-ratio", "2"], "--clip-ratio must be in (0, 1]"),
+    (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),
     (["--rounds", "many"], "invalid int value"),

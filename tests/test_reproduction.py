@@ -65,6 +65,37 @@ def test_fixed_epsilon_rows_run_the_sigma_of_their_epsilon(eps):
   assert _planned(std)[1].config.clip_norm == 2.15  # thesis Table 8.2
 
 
+def test_fedsmp_curve_runs_one_epsilon_and_one_s_at_every_ratio():
+  table = reproduction.get_table("fedsmp")
+  assert len(table.rows) == 12 and all(r.paper is None for r in table.rows)
+  sigmas = set()
+  for row in table.rows:
+    args, run = _planned(row)
+    assert run.config.clip_norm is None and run.config.clip_ratio == 1.0
+    assert args.accountant == "rdp"
+    sigmas.add(run.config.noise_multiplier)
+    q = run.setting["clients_per_round"] / run.setting["num_clients"]
+    eps = accounting.epsilon(run.config.noise_multiplier, q, run.setting["rounds"],
+                             args.delta, "rdp")
+    assert 1.0 <= eps <= reproduction.FEDSMP_EPSILON
+  assert len(sigmas) == 1
+
+
+def _summary(scheme, ratio, accuracy):
+  row = reproduction.Row(scheme, ratio, None, "t")
+  return reproduction.summarize(row, [{"seed": 0, "record": {
+      "best_accuracy": accuracy, "best_round": 1, "epsilon": 1.0, "rounds": 1}}])
+
+
+def test_claim_check_tells_rise_then_fall_from_monotone():
+  rise_fall = [_summary("A", r, a) for r, a in ((0.01, .5), (0.1, .7), (1.0, .6))]
+  rising = [_summary("B", r, a) for r, a in ((0.01, .5), (0.1, .6), (1.0, .7))]
+  text = reproduction.claim_check(rise_fall + rising + [_summary("C", 0.1, .5)])
+  assert "A peaks at r = 0.1 (0.700): rises then falls" in text
+  assert "B peaks at r = 1 (0.700): highest at the largest r run" in text
+  assert "C: 1 ratio(s) run, too few to tell" in text
+
+
 def test_select_patterns_and_bad_names():
   table = reproduction.get_table("thesis-5.3")
   assert [r.slug for r in table.select(["FL-CS-DP*"])] == [

@@ -1,5 +1,7 @@
 """End-to-end rounds on real Fashion-MNIST: every scheme on the linear model, two on the paper CNN."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,23 @@ def test_padded_clients_train_and_bad_runs_are_refused(small_federation):
                        simulation.RunConfig(selection_metric="balanced_accuracy"))
   with pytest.raises(ValueError, match="unknown selection_metric"):
     simulation.RunConfig(selection_metric="auroc").validate(600)
+
+
+def test_clip_ratio_calibrates_one_s_for_every_ratio(small_federation):
+  # Fed-SMP Sec. 6.2: one S for all ratios. A run at r = 5% with
+  # clip_ratio = 1 gets the S a run at r = 1 calibrates; without it, its own.
+  data, _, public = small_federation
+  model, scheme = tiny_linear(), get_scheme("Fed-SMP-randk")
+  cfg = simulation.RunConfig(ratio=0.05, rounds=1, clients_per_round=8)
+
+  def clip(**kw):
+    return simulation.prepare(model, scheme, data, public,
+                              dataclasses.replace(cfg, **kw)).clip_norm
+
+  own, full = clip(), clip(ratio=1.0)
+  assert clip(clip_ratio=1.0) == pytest.approx(full)
+  assert own != pytest.approx(full, rel=0.05)
+  with pytest.raises(ValueError, match="clip_ratio must be in"):
+    clip(clip_ratio=1.5)
+  with pytest.raises(ValueError, match="clip_ratio applies to a calibrated S"):
+    clip(clip_ratio=1.0, clip_norm=0.5)
