@@ -103,37 +103,17 @@ def solve_bpdn(forward: Callable[[jax.Array], jax.Array],
       (lam is checked when it is a Python number).
   """
   check_params(lam if isinstance(lam, (int, float)) else 0.0, max_iters, tol, solver)
-  accelerate = solver == "fista"
   dtype = init.dtype
-  lam = jnp.asarray(lam, dtype)
-  tau = jnp.asarray(step_size, dtype)
   if mask is not None:
     init = init * mask
-
-  def prox_grad(s, z, t):
-    """One step: (s_k, z_k, t_k) -> (s_{k+1}, z_{k+1}, t_{k+1})."""
-    v = z + tau * adjoint(y - forward(z))
-    s_next = soft_threshold(v, tau * lam)
-    if mask is not None:
-      s_next = s_next * mask
-    if not accelerate:
-      return s_next, s_next, t
-    if restart:  # gradient restart: momentum points uphill -> drop it
-      t = jnp.where(jnp.sum((z - s_next) * (s_next - s)) > 0, 1.0, t)
-    t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
-    beta = (t - 1.0) / t_next
-    return s_next, (1.0 + beta) * s_next - beta * s, t_next
-
-  def relative_change(s_next, s):
-    diff = jnp.sqrt(jnp.sum(jnp.square(s_next - s)))
-    size = jnp.sqrt(jnp.sum(jnp.square(s_next)))
-    return jnp.where(size > 0, diff / jnp.maximum(size, jnp.finfo(dtype).tiny),
-                     jnp.where(diff > 0, jnp.inf, 0.0))
+  prox_grad = _prox_grad_step(forward, adjoint, y, jnp.asarray(lam, dtype),
+                              jnp.asarray(step_size, dtype), mask,
+                              accelerate=solver == "fista", restart=restart)
 
   def one_step(carry):
     k, s, z, t, _ = carry
     s_next, z_next, t_next = prox_grad(s, z, t)
-    return k + 1, s_next, z_next, t_next, relative_change(s_next, s)
+    return k + 1, s_next, z_next, t_next, _relative_change(s_next, s)
 
   def two_steps(carry):
     # Two steps per trip: the first writes s_{k+1} over z_k and z_{k+1} over
@@ -143,7 +123,7 @@ def solve_bpdn(forward: Callable[[jax.Array], jax.Array],
     k, s, z, t, _ = carry
     s_mid, z_mid, t_mid = prox_grad(s, z, t)
     s_next, z_next, t_next = prox_grad(s_mid, z_mid, t_mid)
-    return k + 2, s_next, z_next, t_next, relative_change(s_next, s_mid)
+    return k + 2, s_next, z_next, t_next, _relative_change(s_next, s_mid)
 
   def more_pairs(carry):
     k, _, _, _, change = carry
@@ -156,6 +136,34 @@ def solve_bpdn(forward: Callable[[jax.Array], jax.Array],
                        carry)
   k, s, _, _, change = carry
   return BPDNResult(s, k, change)
+
+
+def _prox_grad_step(forward, adjoint, y, lam, tau, mask, *, accelerate: bool,
+                    restart: bool):
+  """One proximal-gradient step (s_k, z_k, t_k) -> (s_{k+1}, z_{k+1}, t_{k+1})."""
+
+  def step(s, z, t):
+    v = z + tau * adjoint(y - forward(z))
+    s_next = soft_threshold(v, tau * lam)
+    if mask is not None:
+      s_next = s_next * mask
+    if not accelerate:
+      return s_next, s_next, t
+    if restart:  # gradient restart: momentum points uphill -> drop it
+      t = jnp.where(jnp.sum((z - s_next) * (s_next - s)) > 0, 1.0, t)
+    t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
+    beta = (t - 1.0) / t_next
+    return s_next, (1.0 + beta) * s_next - beta * s, t_next
+
+  return step
+
+
+def _relative_change(s_next: jax.Array, s: jax.Array) -> jax.Array:
+  """||s_next - s|| / ||s_next|| (0 when both are 0, inf when only s_next is)."""
+  diff = jnp.sqrt(jnp.sum(jnp.square(s_next - s)))
+  size = jnp.sqrt(jnp.sum(jnp.square(s_next)))
+  return jnp.where(size > 0, diff / jnp.maximum(size, jnp.finfo(s.dtype).tiny),
+                   jnp.where(diff > 0, jnp.inf, 0.0))
 
 
 def kkt_violation(forward: Callable[[jax.Array], jax.Array],
