@@ -95,19 +95,24 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   machine = host_devices.machine()
   failed = []
-  for row in rows:
-    seeds = args.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,))
-    for seed in seeds:
-      print(f"reproduce.py: {table.name} {row.name} seed {seed}", file=sys.stderr)
-      kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
-                                  extra)
-      if kept is None:
-        failed.append(f"{row.slug} seed {seed}")
-        continue
-      rec = kept["record"]
-      print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
-            f"round {rec['best_round']} (paper: {reproduction.paper_cell(row)})",
-            file=sys.stderr)
+  try:
+    for row in rows:
+      seeds = args.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,))
+      for seed in seeds:
+        print(f"reproduce.py: {table.name} {row.name} seed {seed}", file=sys.stderr)
+        kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
+                                    extra)
+        if kept is None:
+          failed.append(f"{row.slug} seed {seed}")
+          continue
+        rec = kept["record"]
+        print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
+              f"round {rec['best_round']} (paper: {reproduction.paper_cell(row)})",
+              file=sys.stderr)
+  except KeyboardInterrupt:
+    print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
+          f"progress are in {args.out}: the same command continues", file=sys.stderr)
+    return reproduction.INTERRUPTED
   if failed:
     print(f"reproduce.py: error: failed: {', '.join(failed)}", file=sys.stderr)
     return 1

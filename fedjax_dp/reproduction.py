@@ -38,6 +38,7 @@ from fedjax_dp import presets
 from fedjax_dp.atomic import atomic_file
 
 TOLERANCE = 0.03
+INTERRUPTED = 130  # sweep.py's exit code after Ctrl-C
 SEEDS_HEADLINE = (0, 1, 2)
 
 # Thesis Table 8.1 (MNIST / Fashion-MNIST): the FL-SIGN vs FL-STD setting.
@@ -337,6 +338,10 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
 
   Returns:
     The kept record, or None if the sweep failed (its exit code is not 0).
+
+  Raises:
+    KeyboardInterrupt: The sweep was interrupted (exit code 130); its
+      checkpoint is kept.
   """
   path = record_path(out, table, row, seed, extra)
   work = work_dir(out, table, row, seed, extra)
@@ -344,7 +349,10 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
   if kept is not None and kept.get("argv") == row.argv(seed, "OUT", extra):
     return kept
   started = time.time()
-  if sweep(row.argv(seed, work, extra)) != 0:
+  code = sweep(row.argv(seed, work, extra))
+  if code == INTERRUPTED:
+    raise KeyboardInterrupt
+  if code != 0:
     return None
   results = json.loads((work / "results.json").read_text())
   kept = {

@@ -151,6 +151,10 @@ def test_run_row_keeps_each_record_and_runs_it_once(tmp_path):
   other = table.select(["FL-CS-DP_r0.1"])[0]
   assert reproduction.run_row(table, other, 0, tmp_path, _fake_sweep(calls, code=1), "x") is None
   assert not reproduction.record_path(tmp_path, table, other, 0).exists()
+  # An interrupted sweep stops the whole reproduction (Ctrl-C is not a failure).
+  with pytest.raises(KeyboardInterrupt):
+    reproduction.run_row(table, other, 0, tmp_path, _fake_sweep(calls, code=130), "x")
+  assert not reproduction.record_path(tmp_path, table, other, 0).exists()
 
 
 def test_outdated_records_are_not_reported(tmp_path):
