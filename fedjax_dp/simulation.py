@@ -218,8 +218,6 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
   Returns:
     ``aggregate(w, inputs, data) -> Aggregate``.
   """
-  scheme = cfg.scheme
-  dp = scheme.traits.dp
   train = make_train_fn(model, cfg)
   privatize = make_privatize_fn(cfg)
   capacity = cfg.capacity
@@ -234,10 +232,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
 
   def aggregate(w, inputs: RoundInputs, data) -> Aggregate:
     slot_mask = inputs.cohort.mask
-    if cfg.dropout_rate > 0:  # failures after the cohort (and masks) are fixed
-      fails = jax.random.bernoulli(inputs.keys.dropout, cfg.dropout_rate, (capacity,))
-    else:
-      fails = jnp.zeros((capacity,), bool)
+    fails = _failures(cfg, inputs)
     present = slot_mask & ~fails
     # Thesis 5.2.5: shares sized so that any |K| - l of them carry S*sigma.
     num_shares = jnp.maximum(jnp.sum(slot_mask) - cfg.max_dropouts, 1)
@@ -274,23 +269,40 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
       init = jnp.zeros(shape.shape[1:], jnp.int32 if integer else shape.dtype)
     (acc, num_clipped), _ = jax.lax.scan(body, (init, jnp.int32(0)),
                                          jnp.arange(num_chunks))
-    if secure:
-      result = secure_aggregation.secure_finalize(acc, cfg.secure_bits, cfg.secure_scale)
-      total, overflow = result.total, result.overflow
-    else:
-      total, overflow = acc.astype(jnp.float32), jnp.int32(0)
     num_present = jnp.sum(present)
-    if dp:  # nobody's share arrived: the server adds the full noise
-      total = jax.lax.cond(
-          num_present == 0,
-          lambda t: t + scheme.server_noise(inputs.keys.server_noise, shape.shape[1:],
-                                            cfg.clip_norm, cfg.noise_multiplier
-                                            ).astype(jnp.float32),
-          lambda t: t, total)
+    total, overflow = _finish_sum(cfg, acc, num_present, inputs.keys.server_noise)
     num_dropped = jnp.sum(slot_mask & fails).astype(jnp.int32)
     return Aggregate(total, num_clipped, num_present, num_dropped, overflow)
 
   return aggregate
+
+
+def _failures(cfg: RoundConfig, inputs: RoundInputs) -> jax.Array:
+  """(capacity,) bool: the slots whose client fails after the cohort is fixed."""
+  if cfg.dropout_rate > 0:
+    return jax.random.bernoulli(inputs.keys.dropout, cfg.dropout_rate, (cfg.capacity,))
+  return jnp.zeros((cfg.capacity,), bool)
+
+
+def _finish_sum(cfg: RoundConfig, acc, num_present: jax.Array,
+                noise_key: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(float32 total, overflow count) from the accumulated sum.
+
+  A secure sum is decoded from its modular fixed point; with DP, when no
+  share arrived the server adds the full noise itself (thesis 5.2.5).
+  """
+  if cfg.secure_bits is not None:
+    result = secure_aggregation.secure_finalize(acc, cfg.secure_bits, cfg.secure_scale)
+    total, overflow = result.total, result.overflow
+  else:
+    total, overflow = acc.astype(jnp.float32), jnp.int32(0)
+  if cfg.scheme.traits.dp:
+    total = jax.lax.cond(
+        num_present == 0,
+        lambda t: t + cfg.scheme.server_noise(noise_key, t.shape, cfg.clip_norm,
+                                              cfg.noise_multiplier).astype(jnp.float32),
+        lambda t: t, total)
+  return total, overflow
 
 
 def make_round_fn(model: FlatModel, cfg: RoundConfig
