@@ -29,8 +29,8 @@ from typing import Callable, NamedTuple
 
 from tqdm import tqdm
 
-from fedjax_dp import (datasets, flags, host_devices, plots, presets, report, sharding,
-                       simulation)
+from fedjax_dp import (aggregators, datasets, flags, host_devices, plots, presets, report,
+                       sharding, simulation)
 from fedjax_dp.data import DataError
 from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
 from fedjax_dp.models import FlatModel, get_model, medical_mlp
@@ -104,6 +104,20 @@ def _add_secure_flags(sec: argparse._ArgumentGroup) -> None:
                    help="train and sum the cohort this many clients at a time "
                         f"(default: all, or {simulation.AUTO_CHUNK} above "
                         f"{simulation.AUTO_CHUNK_ABOVE} slots)")
+
+
+def _add_aggregator_flags(agg: argparse._ArgumentGroup) -> None:
+  """The server's aggregation rule (fedjax_dp.aggregators)."""
+  agg.add_argument("--aggregator", choices=aggregators.AGGREGATORS, default="mean",
+                   help="the server's rule over the cohort's updates: mean (default), or "
+                        "a robust one needing the individual updates (median, "
+                        "trimmed-mean, norm-bound; thesis Sec. 3.3.2), refused with "
+                        "secure aggregation and with DP schemes")
+  agg.add_argument("--trim-fraction", type=float, default=0.1,
+                   help="trimmed-mean: fraction of values dropped at each end, in "
+                        "[0, 0.5) (default 0.1)")
+  agg.add_argument("--norm-bound", type=float, default=None,
+                   help="norm-bound: every update scaled to L2 norm at most this")
 
 
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:
@@ -200,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="evaluate test accuracy every k rounds (default 1)")
   for family in FAMILIES:
     family.add_flags(p.add_argument_group(family.title))
+  _add_aggregator_flags(p.add_argument_group(
+      "aggregation (robust rules against malicious clients; fedjax_dp.aggregators)"))
   _add_secure_flags(p.add_argument_group(
       "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))
   _add_device_flags(p.add_argument_group("devices (docs/performance.md)"))
@@ -283,6 +299,13 @@ def _clip_for(args, scheme: Scheme, ratio: float) -> tuple[float | None, str]:
   return None, "calibrated (UAI Sec. 4)"
 
 
+def _aggregator(args) -> aggregators.AggregatorConfig | None:
+  """The --aggregator rule; None for the plain mean (the round's streamed sum)."""
+  if args.aggregator == "mean":
+    return None
+  return aggregators.AggregatorConfig(args.aggregator, args.trim_fraction, args.norm_bound)
+
+
 def _run_config(args, scheme: Scheme, ratio: float, setting: dict,
                 clip: float | None) -> simulation.RunConfig:
   return simulation.RunConfig(
@@ -290,6 +313,7 @@ def _run_config(args, scheme: Scheme, ratio: float, setting: dict,
       local_steps=setting["local_steps"], batch_size=setting["batch_size"],
       lr=setting["lr"], noise_multiplier=family_of(scheme).noise_multiplier(scheme, args),
       clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
+      aggregator=_aggregator(args),
       delta=args.delta, accountant=args.accountant, sampler=args.sampling,
       init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,

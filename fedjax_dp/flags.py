@@ -21,7 +21,8 @@ RUN_FLAGS = {
     "secure_bits": "--secure-bits", "secure_frac_bits": "--secure-frac-bits",
     "secure_neighbours": "--secure-neighbours", "max_dropouts": "--max-dropouts",
     "dropout_rate": "--dropout-rate", "client_chunk": "--client-chunk",
-    "devices": "--devices",
+    "devices": "--devices", "aggregator": "--aggregator", "trim": "--trim-fraction",
+    "norm_bound": "--norm-bound",
 }
 
 

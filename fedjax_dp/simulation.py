@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import bandwidth, fast_prng, keys, metrics, sampling, sharding
+from fedjax_dp import aggregators, bandwidth, fast_prng, keys, metrics, sampling, sharding
 from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.data import ClientData
@@ -97,6 +97,8 @@ class RoundConfig:
       all slots at once.
     mesh: Shard the slots' local training over this 1-D device mesh
       (``fedjax_dp.sharding.client_mesh``); None: one device.
+    aggregator: A robust rule over the individual updates
+      (``fedjax_dp.aggregators``); None: their plain (streamed) sum.
   """
 
   scheme: Scheme
@@ -127,6 +129,7 @@ class RoundConfig:
   def local(self) -> LocalTraining:
     """The client-side hyper-parameters."""
     return LocalTraining(self.local_steps, self.batch_size, self.lr)
+  aggregator: aggregators.AggregatorConfig | None = None
 
 
 def _as_float(x: jax.Array) -> jax.Array:
@@ -244,6 +247,13 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
       messages = train(w, inputs.plan, data, take(ids), take(tkeys))
       contribs, clipped = privatize(messages, take(smask), take(nkeys), num_shares)
       return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
+
+    if cfg.aggregator is not None:  # a robust rule: every update at once
+      contribs, num_clipped, pres_all = contributions(0)
+      num_present = jnp.sum(present)
+      total = aggregators.aggregate(cfg.aggregator, contribs, pres_all) * num_present
+      num_dropped = jnp.sum(slot_mask & fails).astype(jnp.int32)
+      return Aggregate(total, num_clipped, num_present, num_dropped, jnp.int32(0))
 
     shape = jax.eval_shape(contributions, 0)[0]
     integer = jnp.issubdtype(shape.dtype, jnp.integer)
@@ -479,6 +489,8 @@ class RunConfig:
   client_chunk: int | None = None  # None: all slots at once up to AUTO_CHUNK
   devices: int | None = None  # shard the cohort over this many devices; None: all
   selection_metric: str = "accuracy"  # picks the best round (SELECTION_METRICS)
+  # A robust rule over the individual updates (thesis Sec. 3.3.2); None: the mean.
+  aggregator: aggregators.AggregatorConfig | None = None
 
   def validate(self, num_clients: int) -> None:
     """Raises ValueError with a one-line message naming the parameter.
@@ -560,10 +572,30 @@ class RunConfig:
     """
     self.validate(num_clients)
     scheme.validate(num_params, self.ratio)
+    self._check_aggregator(scheme)
     mechanism = scheme.mechanism(self.noise_multiplier,
                                  scheme.num_values(num_params, self.ratio), self.local,
                                  samples_per_client)
     accounting.check_mechanism(mechanism, self.accountant, self.sampler)
+
+
+  def _check_aggregator(self, scheme: Scheme) -> None:
+    """A robust aggregator needs every individual update in the clear."""
+    if self.aggregator is None:
+      return
+    self.aggregator.validate()
+    if not self.aggregator.robust:
+      return
+    name = self.aggregator.name
+    if self.secure_aggregation:
+      raise ValueError(f"aggregator {name!r} needs the individual updates, which secure "
+                       "aggregation hides (thesis Sec. 3.3.2)")
+    if scheme.traits.dp:
+      raise ValueError(f"aggregator {name!r} needs the individual updates; {scheme.name}'s "
+                       "noise shares are sized for a sum, so its epsilon would not hold")
+    if self.client_chunk is not None:
+      raise ValueError(f"aggregator {name!r} needs every update at once; client_chunk "
+                       "streams a sum")
 
 
 # Cohorts above this many slots are trained and summed AUTO_CHUNK at a time.
@@ -657,7 +689,7 @@ def _check_clients(data: ClientData) -> None:
                      "are the padding label -1)")
 
 
-_LATER_FIELDS = ("clip_ratio",)  # RunConfig fields newer than the checkpoint format
+_LATER_FIELDS = ("clip_ratio", "aggregator")  # RunConfig fields newer than the checkpoint format
 
 
 def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
@@ -721,7 +753,8 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
 
   comm = communication(traits, cfg, capacity, clip_norm)
   client_chunk = cfg.client_chunk
-  if client_chunk is None and capacity > AUTO_CHUNK_ABOVE:
+  robust = cfg.aggregator is not None and cfg.aggregator.robust
+  if client_chunk is None and capacity > AUTO_CHUNK_ABOVE and not robust:
     client_chunk = AUTO_CHUNK
   round_cfg = RoundConfig(
       scheme=scheme, num_clients=num_clients, clients_per_round=cfg.clients_per_round,
@@ -730,7 +763,7 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       clip_norm=clip_norm if traits.dp else 1.0, secure_bits=comm.secure_bits,
       secure_scale=comm.secure_scale, secure_neighbours=cfg.secure_neighbours,
       max_dropouts=dropouts, dropout_rate=cfg.dropout_rate,
-      client_chunk=client_chunk, mesh=mesh)
+      client_chunk=client_chunk, mesh=mesh, aggregator=cfg.aggregator if robust else None)
   mechanism = scheme.mechanism(setup_data.noise_multiplier, k, cfg.local, samples)
   return Prepared(scheme, ServerState(setup_data.w0, scheme_state), clip_norm, k,
                   round_cfg, comm, mechanism, sampling_keys, root)
@@ -886,6 +919,7 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       "dropped_clients": counters.dropped,
       "under_noised_rounds": counters.under_noised if dp else 0,
       "client_chunk": rc.client_chunk,
+      **({"aggregator": dataclasses.asdict(rc.aggregator)} if rc.aggregator else {}),
       "upstream_values": k,
       "downstream_values": down_values,
       "epsilon": privacy.epsilons[0],

@@ -28,6 +28,15 @@ def _run(args, tmp_path, env_extra=None):
     (["--clients-per-round", "7000"], "exceeds the number of clients 6000"),
     (["--clip", "-2"], "--clip must be > 0"),
     (["--clip-ratio", "2"], "--clip-ratio must be in (0, 1]"),
+    (["--aggregator", "krum"], "invalid choice: 'krum'"),
+    (["--aggregator", "median", "--schemes", "FL-STD-DP"],
+     "--aggregator median needs the individual updates; FL-STD-DP's noise shares"),
+    (["--aggregator", "median", "--schemes", "FL-SIGN", "--secure-aggregation"],
+     "--aggregator median needs the individual updates, which secure aggregation hides"),
+    (["--aggregator", "trimmed-mean", "--trim-fraction", "0.5", "--schemes", "FL-STD"],
+     "--trim-fraction must be in [0, 0.5)"),
+    (["--aggregator", "norm-bound", "--schemes", "FL-STD"],
+     "--norm-bound must be > 0 for --aggregator norm-bound"),
     (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),
@@ -151,6 +160,18 @@ def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
   summary = run["data_summary"]
   assert summary["partition"] == "dirichlet" and summary["dirichlet_alpha"] == 0.1
   assert summary["tv_distance_mean"] > 0.4 and "balanced_accuracy" not in run
+
+
+def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys):
+  out = tmp_path / "res"
+  code = experiment.main([
+      "--schemes", "FL-STD", "--aggregator", "trimmed-mean", "--trim-fraction", "0.25",
+      "--rounds", "1", "--num-clients", "100", "--clients-per-round", "8",
+      "--out", str(out), "--quiet"])
+  assert code == 0, capsys.readouterr().err
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  assert run["aggregator"] == {"name": "trimmed-mean", "trim": 0.25, "norm_bound": None}
+  assert run["best_accuracy"] > 0.0
 
 
 @pytest.mark.parametrize("out", ["/proc/fedjax_dp_test/out", "FILE/sub"])

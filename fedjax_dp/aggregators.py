@@ -1,0 +1,124 @@
+"""Robust aggregators: the server's rule for combining the cohort's updates.
+
+Thesis Sec. 3.3.2 (l.611-619) lists defences against malicious clients that
+replace the mean of the updates by a statistic less sensitive to a few
+extreme ones; the thesis evaluates none of them. Each needs the individual
+updates, so none can run under secure aggregation (thesis l.621), and none
+keeps the DP guarantee of a noisy sum (each client's noise share is sized
+for a sum: a median or a per-client bound changes the aggregate's noise),
+so the round refuses both combinations (``RunConfig.validate_scheme``).
+
+Every aggregator maps the (slots, n) updates and a (slots,) mask of the
+slots that hold a present client to an (n,) estimate of their mean:
+
+* ``mean``: the plain average (the round's default path, a streamed sum);
+* ``median``: the coordinate-wise median (Yin et al. 2018), the mean of the
+  two middle values for an even count;
+* ``trimmed-mean``: the coordinate-wise mean after dropping the
+  ``floor(beta * count)`` largest and smallest values (Yin et al. 2018);
+* ``norm-bound``: every update scaled to L2 norm at most M, then averaged
+  (Sun et al. 2019, "Can you really backdoor federated learning?").
+
+Padding slots (mask False) never enter a statistic. All functions are pure
+and jittable; the count of present slots is traced, not static.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+AGGREGATORS = ("mean", "median", "trimmed-mean", "norm-bound")
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregatorConfig:
+  """The server's aggregation rule.
+
+  Attributes:
+    name: One of ``AGGREGATORS``.
+    trim: beta for ``trimmed-mean``: the fraction dropped at each end, in
+      [0, 0.5).
+    norm_bound: M for ``norm-bound`` (> 0).
+  """
+
+  name: str = "mean"
+  trim: float = 0.1
+  norm_bound: float | None = None
+
+  def validate(self) -> None:
+    """Raises ValueError (one line, naming the parameter) for a bad setting."""
+    if self.name not in AGGREGATORS:
+      raise ValueError(f"unknown aggregator {self.name!r}; choose one of "
+                       f"{', '.join(AGGREGATORS)}")
+    if not 0.0 <= self.trim < 0.5:
+      raise ValueError(f"trim must be in [0, 0.5), got {self.trim}")
+    if self.name == "norm-bound" and not (self.norm_bound is not None
+                                          and self.norm_bound > 0):
+      raise ValueError(f"norm_bound must be > 0 for aggregator 'norm-bound', "
+                       f"got {self.norm_bound}")
+
+  @property
+  def robust(self) -> bool:
+    """Whether the rule needs the individual updates (everything but the mean)."""
+    return self.name != "mean"
+
+
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """Mean of the rows of ``x`` where ``mask`` (0 when no row is present)."""
+  count = jnp.sum(mask)
+  total = jnp.sum(jnp.where(mask[:, None], x, 0), axis=0)
+  return total / jnp.maximum(count, 1)
+
+
+def _sorted_present(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Each column sorted with the present rows first (padding pushed to +inf)."""
+  values = jnp.where(mask[:, None], x, jnp.inf)
+  return jnp.sort(values, axis=0), jnp.sum(mask)
+
+
+def masked_median(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """Coordinate-wise median of the present rows (0 when none is present)."""
+  ordered, count = _sorted_present(x, mask)
+  lo = jnp.take(ordered, jnp.maximum(count - 1, 0) // 2, axis=0)
+  hi = jnp.take(ordered, count // 2, axis=0)
+  return jnp.where(count > 0, 0.5 * (lo + hi), 0.0)
+
+
+def trimmed_mean(x: jax.Array, mask: jax.Array, trim: float) -> jax.Array:
+  """Coordinate-wise mean of the present rows without the floor(trim*count)
+  smallest and largest values."""
+  ordered, count = _sorted_present(x, mask)
+  cut = jnp.floor(trim * count).astype(count.dtype)
+  rank = jnp.arange(x.shape[0])[:, None]
+  keep = (rank >= cut) & (rank < count - cut)
+  total = jnp.sum(jnp.where(keep, ordered, 0), axis=0)
+  return total / jnp.maximum(count - 2 * cut, 1)
+
+
+def norm_bounded_mean(x: jax.Array, mask: jax.Array, bound: float) -> jax.Array:
+  """Mean of the present rows, each scaled to L2 norm at most ``bound``."""
+  norms = jnp.linalg.norm(x, axis=1, keepdims=True)
+  scale = jnp.minimum(1.0, bound / jnp.maximum(norms, jnp.finfo(x.dtype).tiny))
+  return masked_mean(x * scale, mask)
+
+
+def aggregate(config: AggregatorConfig, x: jax.Array, mask: jax.Array) -> jax.Array:
+  """The (n,) estimate of the present rows' mean by ``config``'s rule.
+
+  Args:
+    config: The rule.
+    x: (slots, n) updates (cast to float32; integer messages such as signs
+      are averaged as numbers).
+    mask: (slots,) bool, the slots holding a present client.
+  """
+  x = x.astype(jnp.float32)
+  if config.name == "median":
+    return masked_median(x, mask)
+  if config.name == "trimmed-mean":
+    return trimmed_mean(x, mask, config.trim)
+  if config.name == "norm-bound":
+    return norm_bounded_mean(x, mask, config.norm_bound)
+  return masked_mean(x, mask)
