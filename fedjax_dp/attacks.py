@@ -1,0 +1,202 @@
+"""Malicious clients of thesis Chapter 6: settings, who attacks, poisoned data, metrics.
+
+Threat model (thesis l.1614-1616): the adversary controls a fraction alpha
+of the clients, their data and their local training; the server is honest,
+and so is the DP noise of the honest clients (their epsilon is unchanged).
+The attacks (thesis Sec. 6.1, ``../shared/specs/attacks.md``):
+
+* ``random-update`` (l.1626): each malicious client sends N(0, sigma_adv^2 I),
+  sigma_adv = 200, every round; no collusion, no boosting.
+* ``gradient-ascent`` (l.1632): the colluding attackers send the same update
+  eta_adv * grad f(pooled malicious data; w) (we read eta_adv as the step of
+  one ascent step on the pooled data, which is sign inversion for T_gd = 1).
+* ``in-backdoor`` (l.1640): malicious clients relabel their source-class
+  examples to the target class, train on the pooled data and send eta_adv
+  times the update (boosting, l.1647).
+* ``out-backdoor`` (l.1641, l.1720): the source class is removed from every
+  honest client's data; malicious clients keep theirs, relabelled to the
+  target class.
+
+The malicious set is a fixed set of round(alpha N) clients drawn once from
+the run's seed (``selection="fixed"``, the default: the thesis' colluding
+"malicious nodes" are parties, l.1655), or each sampled client independently
+with probability alpha, about alpha of each cohort (``selection="per-round"``). The text does not say which; a fixed set is the
+reading of "a fraction of malicious nodes" that holds for N = 10, C = 1.
+
+This module holds the pure pieces: the setting and its checks, the malicious
+set, the backdoor relabelling of a federation's labels and the attack
+metrics (thesis Sec. 6.2: model accuracy, accuracy on the attacked class,
+and attack accuracy, the share of source-class test images classified as the
+target).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from fedjax_dp.data.partitioning import PADDING_LABEL
+
+ATTACKS = ("random-update", "gradient-ascent", "in-backdoor", "out-backdoor")
+SELECTIONS = ("fixed", "per-round")
+BACKDOORS = ("in-backdoor", "out-backdoor")
+RANDOM_UPDATE_SIGMA = 200.0  # sigma_adv, thesis l.1626
+
+CLASS_NAMES = {
+    "fashion-mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                      "Shirt", "Sneaker", "Bag", "Ankle boot"),
+    "mnist": tuple(str(d) for d in range(10)),
+}
+
+
+def parse_class(text: str, dataset: str) -> int:
+  """A class given by index (``5``) or by name (``Sandal``, case-insensitive).
+
+  Raises:
+    ValueError: An unknown class (one line, listing the names).
+  """
+  names = CLASS_NAMES.get(dataset)
+  if names is None:
+    raise ValueError(f"backdoor classes are defined for {', '.join(CLASS_NAMES)}, "
+                     f"not {dataset}")
+  text = text.strip()
+  lowered = [n.lower() for n in names]
+  if text.lower() in lowered:
+    return lowered.index(text.lower())
+  aliases = {"t-shirt": 0, "tshirt": 0, "top": 0} if dataset == "fashion-mnist" else {}
+  if text.lower() in aliases:
+    return aliases[text.lower()]
+  if text.isdigit() and int(text) < len(names):
+    return int(text)
+  raise ValueError(f"unknown class {text!r} of {dataset}; use 0-{len(names) - 1} or one "
+                   f"of {', '.join(names)}")
+
+
+def parse_backdoor(text: str, dataset: str) -> tuple[int, int]:
+  """``SRC:DST`` (``5:7``, ``Sandal:Sneaker``) as (source, target) indices.
+
+  Raises:
+    ValueError: Not of the form SRC:DST, an unknown class, or SRC = DST.
+  """
+  parts = text.split(":")
+  if len(parts) != 2:
+    raise ValueError(f"backdoor must be SRC:DST (e.g. 5:7 or Sandal:Sneaker), got {text!r}")
+  source, target = (parse_class(p, dataset) for p in parts)
+  if source == target:
+    raise ValueError(f"backdoor source and target must differ, got {text!r}")
+  return source, target
+
+
+@dataclasses.dataclass(frozen=True)
+class AttackConfig:
+  """Who attacks and how.
+
+  Attributes:
+    kind: One of ``ATTACKS``.
+    fraction: alpha in [0, 1), the share of malicious clients.
+    boost: eta_adv >= 1 (gradient ascent's step, the backdoors' boosting).
+    source: The backdoor's source class (backdoors only).
+    target: The backdoor's target class (backdoors only).
+    sigma: sigma_adv of ``random-update``.
+    selection: "fixed" (round(alpha N) clients for the whole run) or
+      "per-round" (each sampled client is malicious with probability alpha).
+  """
+
+  kind: str
+  fraction: float
+  boost: float = 1.0
+  source: int | None = None
+  target: int | None = None
+  sigma: float = RANDOM_UPDATE_SIGMA
+  selection: str = "fixed"
+
+  def validate(self, num_classes: int = 10) -> None:
+    """Raises ValueError (one line, naming the parameter) for a bad setting."""
+    if self.kind not in ATTACKS:
+      raise ValueError(f"unknown attack {self.kind!r}; choose one of {', '.join(ATTACKS)}")
+    if not 0.0 <= self.fraction < 1.0:
+      raise ValueError(f"fraction must be in [0, 1), got {self.fraction}")
+    if not self.boost >= 1.0:
+      raise ValueError(f"boost must be >= 1, got {self.boost}")
+    if not self.sigma > 0:
+      raise ValueError(f"sigma must be > 0, got {self.sigma}")
+    if self.selection not in SELECTIONS:
+      raise ValueError(f"unknown selection {self.selection!r}; choose one of "
+                       f"{', '.join(SELECTIONS)}")
+    backdoor = self.kind in BACKDOORS
+    if backdoor and (self.source is None or self.target is None):
+      raise ValueError(f"attack {self.kind!r} needs a source and a target class")
+    if not backdoor and (self.source is not None or self.target is not None):
+      raise ValueError(f"attack {self.kind!r} takes no backdoor classes")
+    if backdoor:
+      for name, c in (("source", self.source), ("target", self.target)):
+        if not 0 <= c < num_classes:
+          raise ValueError(f"{name} class must be in [0, {num_classes}), got {c}")
+      if self.source == self.target:
+        raise ValueError(f"backdoor source and target must differ, got {self.source}")
+
+  @property
+  def colluding(self) -> bool:
+    """Whether the attackers pool their data and send one update (l.1655)."""
+    return self.kind != "random-update"
+
+
+def malicious_set(rng: np.random.Generator, num_clients: int, fraction: float) -> np.ndarray:
+  """(N,) bool: a fixed set of round(fraction * N) malicious clients."""
+  count = int(round(fraction * num_clients))
+  chosen = np.zeros(num_clients, bool)
+  chosen[rng.choice(num_clients, count, replace=False)] = True
+  return chosen
+
+
+def poison_labels(x: np.ndarray, y: np.ndarray, malicious: np.ndarray,
+                  config: AttackConfig) -> tuple[np.ndarray, np.ndarray]:
+  """The federation's (x, y) as a backdoor attack sees it.
+
+  In-backdoor: malicious clients' source-class examples are relabelled to the
+  target. Out-backdoor: the same, and every honest client's source-class
+  examples are removed (its remaining examples move to the front, the freed
+  rows become padding: all-zero, labelled ``PADDING_LABEL``). Other attacks
+  leave the data unchanged.
+
+  Args:
+    x: (N, D, ...) the clients' examples.
+    y: (N, D) their labels (``PADDING_LABEL`` on padding rows).
+    malicious: (N,) bool.
+    config: The attack.
+
+  Returns:
+    New (x, y) arrays; the inputs are not modified.
+  """
+  if config.kind not in BACKDOORS:
+    return x, y
+  x, y = np.array(x), np.array(y)
+  source = y == config.source
+  y[malicious[:, None] & source] = config.target
+  if config.kind == "out-backdoor":
+    drop = ~malicious[:, None] & source
+    for k in np.flatnonzero(drop.any(axis=1)):
+      keep = np.flatnonzero((y[k] != PADDING_LABEL) & ~drop[k])
+      rows = len(keep)
+      x[k, :rows], y[k, :rows] = x[k, keep], y[k, keep]
+      x[k, rows:], y[k, rows:] = 0, PADDING_LABEL
+  return x, y
+
+
+def attack_metrics(predictions: np.ndarray, labels: np.ndarray,
+                   config: AttackConfig | None) -> dict:
+  """Thesis Sec. 6.2's metrics of one evaluation.
+
+  Returns:
+    ``accuracy``; for a backdoor also ``class_accuracy`` (accuracy on the
+    test images of the source class) and ``attack_accuracy`` (the share of
+    them predicted as the target class).
+  """
+  predictions, labels = np.asarray(predictions), np.asarray(labels)
+  out = {"accuracy": float(np.mean(predictions == labels))}
+  if config is not None and config.kind in BACKDOORS:
+    source = labels == config.source
+    out["class_accuracy"] = float(np.mean(predictions[source] == config.source))
+    out["attack_accuracy"] = float(np.mean(predictions[source] == config.target))
+  return out
