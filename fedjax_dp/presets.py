@@ -77,7 +77,7 @@ _MEDICAL_CLIP = {
 _MEDICAL_STD_DP_CLIP = 1.40
 
 # Table 8 row order within one ratio.
-_ORDER = ("FL-BASIC", "FL-BAS-2", "FL-BAS-3", "FL-BAS-4", "FL-CS", "FL-TOP-BIS", "FL-TOP")
+UAI_ORDER = ("FL-BASIC", "FL-BAS-2", "FL-BAS-3", "FL-BAS-4", "FL-CS", "FL-TOP-BIS", "FL-TOP")
 
 
 class PaperResult(NamedTuple):
@@ -125,7 +125,7 @@ def _build_results() -> dict[tuple[str, float], PaperResult]:
   table = {("FL-STD", 1.0): PaperResult(.86, 200, None),
            ("FL-STD-DP", 1.0): PaperResult(.56, 60, .76)}
   for ratio, (acc, rnd, acc_dp, rnd_dp, eps_dp) in _TABLE8.items():
-    for i, name in enumerate(_ORDER):
+    for i, name in enumerate(UAI_ORDER):
       table[(name, ratio)] = PaperResult(acc[i], rnd[i], None)
       if acc_dp[i] is not None:
         table[(name + "-DP", ratio)] = PaperResult(acc_dp[i], rnd_dp[i], eps_dp[i])

@@ -1,7 +1,7 @@
 """The papers' tables as runnable rows, and the reproduction report.
 
 ``experiments/reproduce.py TABLE`` runs the rows of a named table with the
-papers' stated settings (``TABLES``); each (row, seed) is one
+papers' stated settings (:func:`tables`); each (row, seed) is one
 ``experiments/sweep.py`` run whose record is kept as
 ``<out>/<table>/<row>.seed<k>.json`` (``run_row``). ``experiments/reproduce.py
 report`` turns the kept records into ``docs/REPRODUCTION.md`` and its plots
@@ -152,7 +152,7 @@ def _uai_table1() -> Table:
           Row("FL-STD-DP", 1.0, presets.UAI_RESULTS[("FL-STD-DP", 1.0)],
               "UAI Table 1 (l.1347)", _clip(presets.UAI_STD_DP_CLIP), headline=True)]
   for ratio in presets.PAPER_RATIOS:
-    for base in presets._ORDER:  # pylint: disable=protected-access
+    for base in presets.UAI_ORDER:
       for name in (base, base + "-DP"):
         cell = presets.UAI_RESULTS.get((name, ratio))
         if cell is None:  # the table's "-": FL-BAS-3-DP did not learn at 0.1%
