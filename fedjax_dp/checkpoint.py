@@ -37,6 +37,8 @@ class Saved(NamedTuple):
     history: The evaluations so far.
     counters: The train loop's counters (a tuple of ints).
     coded_sizes: Measured coded stream sizes so far.
+    seconds: Wall seconds spent training up to ``round``, over every process
+      that trained this run (0 in checkpoints written before it was kept).
   """
 
   round: int
@@ -44,6 +46,7 @@ class Saved(NamedTuple):
   history: list
   counters: tuple
   coded_sizes: list
+  seconds: float = 0.0
 
 
 def fingerprint(*parts: Any) -> str:
@@ -59,7 +62,7 @@ def save(path: str | os.PathLike, key: str, saved: Saved) -> None:
   leaves = jax.tree_util.tree_leaves(saved.state)
   meta = json.dumps({"version": VERSION, "key": key, "round": saved.round,
                      "history": saved.history, "counters": list(saved.counters),
-                     "coded_sizes": saved.coded_sizes})
+                     "coded_sizes": saved.coded_sizes, "seconds": saved.seconds})
   arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
   with atomic_file(path) as f:
     np.savez(f, meta=np.array(meta), **arrays)
@@ -93,4 +96,4 @@ def load(path: str | os.PathLike, key: str, like_state: Any) -> Saved | None:
     return None
   state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
   return Saved(meta["round"], state, meta["history"], tuple(meta["counters"]),
-               meta["coded_sizes"])
+               meta["coded_sizes"], float(meta.get("seconds", 0.0)))

@@ -799,6 +799,7 @@ class Trained(NamedTuple):
   history: list
   counters: Counters
   coded_sizes: list
+  earlier_seconds: float = 0.0  # training time of the processes before a resume
 
 
 def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
@@ -822,9 +823,10 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
   state, root = prep.state, prep.run_key
   history, coded_sizes, counters = [], [], Counters()
-  t = 1
+  t, started, earlier = 1, time.perf_counter(), 0.0
   saved = None if checkpoint is None else checkpoint_lib.load(*checkpoint, state)
   if saved is not None:
+    earlier = saved.seconds
     state, history, coded_sizes = saved.state, saved.history, saved.coded_sizes
     counters, t = Counters(*saved.counters), saved.round + 1
     if progress is not None:
@@ -849,10 +851,11 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
                     **scheme.diagnostics(state.scheme_state, t - 1)})
     if checkpoint is not None:
       checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
-          t - 1, state, history, tuple(counters), coded_sizes))
+          t - 1, state, history, tuple(counters), coded_sizes,
+          earlier + time.perf_counter() - started))
     if progress is not None:
       progress(chunk)
-  return Trained(state, history, counters, coded_sizes)
+  return Trained(state, history, counters, coded_sizes, earlier)
 
 
 def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.PrivacyReport:
@@ -996,7 +999,9 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
         hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest()))
   trained = train_loop(model, prep, data, test, cfg.rounds, cfg.eval_every, progress,
                        saving)
-  record = make_record(model, prep, cfg, trained, time.perf_counter() - start)
+  # Wall time over every process that trained this run (setup counted once).
+  record = make_record(model, prep, cfg, trained,
+                       time.perf_counter() - start + trained.earlier_seconds)
   if checkpoint is not None:
     pathlib.Path(checkpoint).unlink(missing_ok=True)
   return (record, trained.state) if return_state else record

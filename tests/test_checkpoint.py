@@ -1,6 +1,9 @@
 """A run killed after k evaluations and resumed from its checkpoint computes
 exactly what the uninterrupted run computes."""
 
+import json
+import time
+
 import numpy as np
 import pytest
 
@@ -38,10 +41,17 @@ def test_resumed_run_equals_the_uninterrupted_run(name, small_federation, tmp_pa
     simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(2),
                    checkpoint=path)
   assert path.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+  with np.load(path) as f:
+    earlier = json.loads(str(f["meta"]))["seconds"]  # the killed process' training
+  assert earlier > 0
   resumed_rounds = []
+  started = time.perf_counter()
   record, state = simulation.run(model, scheme, data, test, public, cfg,
                                  progress=resumed_rounds.append, return_state=True,
                                  checkpoint=path)
+  this_process = time.perf_counter() - started
+  # The record's wall time counts the killed process' training too.
+  assert this_process < record["seconds"] <= this_process + earlier
   assert resumed_rounds[0] == 2  # the two checkpointed rounds, then one a call
   assert record["history"] == whole["history"]
   np.testing.assert_array_equal(state.weights, whole_state.weights)
