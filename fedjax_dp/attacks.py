@@ -23,20 +23,33 @@ the run's seed (``selection="fixed"``, the default: the thesis' colluding
 with probability alpha, about alpha of each cohort (``selection="per-round"``). The text does not say which; a fixed set is the
 reading of "a fraction of malicious nodes" that holds for N = 10, C = 1.
 
-This module holds the pure pieces: the setting and its checks, the malicious
-set, the backdoor relabelling of a federation's labels and the attack
-metrics (thesis Sec. 6.2: model accuracy, accuracy on the attacked class,
-and attack accuracy, the share of source-class test images classified as the
-target).
+Attackers enter the round through the scheme interface: an attacker's
+message is the scheme's own ``client_message`` computed with an adversarial
+model (:func:`adversarial_model`), whose local update is the attack's, so
+every scheme encodes it as it encodes an honest update (a sign under
+FL-SIGN, where boosting is void, thesis l.1671; DCT coefficients under
+FL-CS, which the thesis never boosts, ``Traits.boostable``). In the
+vmapped round each slot has a role; a malicious slot's message replaces
+its honest one (``fedjax_dp.simulation``). The attackers then privatize like
+everyone else: they clip and add their noise share (the thesis' FL-SIGN-DP
+attackers who skip their noise, l.1789-1795, are not simulated yet).
+
+This module also holds the backdoor relabelling of a federation's labels
+and the attack metrics (thesis Sec. 6.2: model accuracy, accuracy on the
+attacked class, and attack accuracy, the share of source-class test images
+classified as the target).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.data.partitioning import PADDING_LABEL
+from fedjax_dp.models import FlatModel
 
 ATTACKS = ("random-update", "gradient-ascent", "in-backdoor", "out-backdoor")
 SELECTIONS = ("fixed", "per-round")
@@ -142,12 +155,53 @@ class AttackConfig:
     return self.kind != "random-update"
 
 
-def malicious_set(rng: np.random.Generator, num_clients: int, fraction: float) -> np.ndarray:
-  """(N,) bool: a fixed set of round(fraction * N) malicious clients."""
-  count = int(round(fraction * num_clients))
-  chosen = np.zeros(num_clients, bool)
-  chosen[rng.choice(num_clients, count, replace=False)] = True
-  return chosen
+def num_malicious(num_clients: int, fraction: float) -> int:
+  """round(alpha N), the size of the fixed malicious set."""
+  return int(round(fraction * num_clients))
+
+
+def malicious_set(key: jax.Array, num_clients: int, fraction: float) -> jax.Array:
+  """(N,) bool: the fixed set of round(fraction * N) malicious clients.
+
+  Drawn from ``key`` (the run's ``keys.MALICIOUS`` key): the data poisoning
+  before the run and every round's roles agree.
+  """
+  chosen = jax.random.permutation(key, num_clients)[:num_malicious(num_clients, fraction)]
+  return jnp.zeros(num_clients, bool).at[chosen].set(True)
+
+
+def adversarial_model(model: FlatModel, config: AttackConfig, boost: float) -> FlatModel:
+  """``model`` with the attack's local update (see the module docstring).
+
+  * random-update: sigma_adv * N(0, I), whatever the data (no boosting);
+  * gradient-ascent: ``boost`` times the gradient of the mean loss on the
+    given (pooled) data at w: one ascent step of size eta_adv;
+  * backdoors: ``boost`` times the honest local update on the given
+    (poisoned, pooled) data.
+
+  Masked training (``grad_mask`` / ``only_indices``, FL-TOP's T) restricts
+  the attack's update exactly as it restricts an honest one.
+  """
+  honest = model.local_update
+
+  def restrict(update, grad_mask, grad_indices, only_indices):
+    if grad_mask is not None:
+      update = update * grad_mask
+    return update[grad_indices] if only_indices else update
+
+  def local_update_fn(_, w, x, y, key, *, steps, batch_size, lr, grad_mask=None,
+                      grad_indices=None, only_indices=False, momentum=None):
+    if config.kind == "random-update":
+      update = config.sigma * jax.random.normal(key, w.shape, w.dtype)
+    elif config.kind == "gradient-ascent":
+      update = boost * jax.grad(model.loss)(w, x, y)
+    else:
+      return boost * honest(w, x, y, key, steps=steps, batch_size=batch_size, lr=lr,
+                            grad_mask=grad_mask, grad_indices=grad_indices,
+                            only_indices=only_indices, momentum=momentum)
+    return restrict(update, grad_mask, grad_indices, only_indices)
+
+  return dataclasses.replace(model, local_update_fn=local_update_fn)
 
 
 def poison_labels(x: np.ndarray, y: np.ndarray, malicious: np.ndarray,

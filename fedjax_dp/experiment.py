@@ -29,8 +29,8 @@ from typing import Callable, NamedTuple
 
 from tqdm import tqdm
 
-from fedjax_dp import (aggregators, datasets, flags, host_devices, plots, presets, report,
-                       sharding, simulation)
+from fedjax_dp import (aggregators, attacks, datasets, flags, host_devices, plots, presets,
+                       report, sharding, simulation)
 from fedjax_dp.data import DataError
 from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
 from fedjax_dp.models import FlatModel, get_model, medical_mlp
@@ -118,6 +118,47 @@ def _add_aggregator_flags(agg: argparse._ArgumentGroup) -> None:
                         "[0, 0.5) (default 0.1)")
   agg.add_argument("--norm-bound", type=float, default=None,
                    help="norm-bound: every update scaled to L2 norm at most this")
+
+
+def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
+  """Malicious clients (fedjax_dp.attacks, thesis Chapter 6)."""
+  att.add_argument("--attack", choices=attacks.ATTACKS, default=None,
+                   help="malicious clients' attack (default: none)")
+  att.add_argument("--malicious-fraction", type=float, default=None,
+                   help="alpha in [0, 1): a fixed set of round(alpha N) malicious clients, "
+                        "drawn from the seed")
+  att.add_argument("--boost", type=float, default=1.0,
+                   help="eta_adv >= 1: gradient ascent's step, the backdoors' boosting "
+                        "(never applied to FL-CS; void under FL-SIGN; default 1)")
+  att.add_argument("--backdoor", default=None,
+                   help="SRC:DST classes of a backdoor, by index or name (5:7, "
+                        "Sandal:Sneaker)")
+  att.add_argument("--attack-sigma", type=float, default=attacks.RANDOM_UPDATE_SIGMA,
+                   help="random-update: sigma_adv of each attacker's N(0, sigma^2 I) "
+                        "(default 200)")
+
+
+def _attack(args) -> attacks.AttackConfig | None:
+  """The --attack setting; None without one.
+
+  Raises:
+    ValueError: Attack flags without --attack, a backdoor without --backdoor
+      (or the reverse), or a bad class.
+  """
+  if args.attack is None:
+    if args.malicious_fraction is not None or args.backdoor is not None:
+      raise ValueError("--malicious-fraction and --backdoor need --attack")
+    return None
+  if args.malicious_fraction is None:
+    raise ValueError(f"--attack {args.attack} needs --malicious-fraction")
+  backdoor = args.attack in attacks.BACKDOORS
+  if backdoor != (args.backdoor is not None):
+    raise ValueError(f"--attack {args.attack} needs --backdoor SRC:DST" if backdoor
+                     else f"--backdoor applies to {' and '.join(attacks.BACKDOORS)}")
+  source, target = (attacks.parse_backdoor(args.backdoor, args.dataset) if backdoor
+                    else (None, None))
+  return attacks.AttackConfig(args.attack, args.malicious_fraction, args.boost, source,
+                              target, args.attack_sigma)
 
 
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:
@@ -214,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="evaluate test accuracy every k rounds (default 1)")
   for family in FAMILIES:
     family.add_flags(p.add_argument_group(family.title))
+  _add_attack_flags(p.add_argument_group(
+      "attacks (malicious clients, thesis Chapter 6; fedjax_dp.attacks)"))
   _add_aggregator_flags(p.add_argument_group(
       "aggregation (robust rules against malicious clients; fedjax_dp.aggregators)"))
   _add_secure_flags(p.add_argument_group(
@@ -313,7 +356,7 @@ def _run_config(args, scheme: Scheme, ratio: float, setting: dict,
       local_steps=setting["local_steps"], batch_size=setting["batch_size"],
       lr=setting["lr"], noise_multiplier=family_of(scheme).noise_multiplier(scheme, args),
       clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
-      aggregator=_aggregator(args),
+      aggregator=_aggregator(args), attack=_attack(args),
       delta=args.delta, accountant=args.accountant, sampler=args.sampling,
       init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,

@@ -22,7 +22,8 @@ RUN_FLAGS = {
     "secure_neighbours": "--secure-neighbours", "max_dropouts": "--max-dropouts",
     "dropout_rate": "--dropout-rate", "client_chunk": "--client-chunk",
     "devices": "--devices", "aggregator": "--aggregator", "trim": "--trim-fraction",
-    "norm_bound": "--norm-bound",
+    "norm_bound": "--norm-bound", "fraction": "--malicious-fraction", "boost": "--boost",
+    "sigma": "--attack-sigma", "attack": "--attack",
 }
 
 

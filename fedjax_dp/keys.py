@@ -5,10 +5,12 @@ along a path that names its purpose, so no two draws share a key:
 
   run key -> "init" (w0), "setup" -> "subset" | "calibration" | "permutation"
                                       | "server" (public-data work before round 1),
+             "malicious" (the attackers' set),
              "rounds" -> round t -> "sampling" | "mask" | "server_noise"
                                   | "clients" -> client id -> "train" | "noise"
                                   | "secure_agg" -> client pair -> ring offset
-                                  | "dropout"
+                                  | "dropout" | "attack"
+                                  | "attack_clients" -> client id
 
 Client keys are folded in by *client id* (not slot), so a client's key in a
 round does not depend on where it sits in the cohort array.
@@ -22,8 +24,10 @@ import jax
 
 # Fixed integers for the purposes; changing them changes every run's draws.
 INIT, SETUP, ROUNDS = 0, 1, 2
+MALICIOUS = 3  # the fixed set of malicious clients (fedjax_dp.attacks)
 SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
 SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures
+ATTACK, ATTACK_CLIENTS = 6, 7  # colluding attackers' training; each attacker's draw
 TRAIN, NOISE = 0, 1
 # Sub-keys of the setup key. A run has one scheme, which uses each at most
 # once; SETUP_PERMUTATION (FL-CS's shared shuffle) and SETUP_SERVER (Fed-SMP's
@@ -74,3 +78,9 @@ def client_keys(rkey: jax.Array, client_ids: jax.Array) -> tuple[jax.Array, jax.
   train = jax.vmap(lambda k: jax.random.fold_in(k, TRAIN))(per_client)
   noise = jax.vmap(lambda k: jax.random.fold_in(k, NOISE))(per_client)
   return train, noise
+
+
+def attacker_keys(rkey: jax.Array, client_ids: jax.Array) -> jax.Array:
+  """Each given client's key for its own attack draw in the round of ``rkey``."""
+  base = purpose(rkey, ATTACK_CLIENTS)
+  return jax.vmap(lambda c: jax.random.fold_in(base, c))(client_ids)

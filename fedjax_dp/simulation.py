@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import aggregators, bandwidth, fast_prng, keys, metrics, sampling, sharding
+from fedjax_dp import (aggregators, attacks, bandwidth, fast_prng, keys, metrics, sampling,
+                       sharding)
 from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.data import ClientData
@@ -56,12 +57,14 @@ class RoundInfo(NamedTuple):
     num_clipped: Real clients whose message was longer than S.
     num_dropped: Sampled clients that failed before sending (thesis 5.2.5).
     secure_overflow: Coordinates whose secure sum overflowed the modulus.
+    num_malicious: Malicious clients among those who sent (fedjax_dp.attacks).
   """
 
   num_sampled: jax.Array
   num_clipped: jax.Array
   num_dropped: jax.Array | int = 0
   secure_overflow: jax.Array | int = 0
+  num_malicious: jax.Array | int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +102,7 @@ class RoundConfig:
       (``fedjax_dp.sharding.client_mesh``); None: one device.
     aggregator: A robust rule over the individual updates
       (``fedjax_dp.aggregators``); None: their plain (streamed) sum.
+    attack: Malicious clients (``fedjax_dp.attacks``); None: none.
   """
 
   scheme: Scheme
@@ -130,6 +134,7 @@ class RoundConfig:
     """The client-side hyper-parameters."""
     return LocalTraining(self.local_steps, self.batch_size, self.lr)
   aggregator: aggregators.AggregatorConfig | None = None
+  attack: attacks.AttackConfig | None = None
 
 
 def _as_float(x: jax.Array) -> jax.Array:
@@ -144,6 +149,8 @@ class RoundInputs(NamedTuple):
   plan: Any
   train_keys: jax.Array
   noise_keys: jax.Array
+  roles: jax.Array | None = None  # (capacity,) bool: malicious slots (attacks only)
+  attackers: jax.Array | None = None  # (round(alpha N),) the malicious clients' ids
 
 
 def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
@@ -159,7 +166,14 @@ def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
   plan = cfg.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
                                cfg.num_kept)
   train_keys, noise_keys = keys.client_keys(rk.round, cohort.indices)
-  return RoundInputs(rk, cohort, plan, train_keys, noise_keys)
+  if cfg.attack is None:
+    return RoundInputs(rk, cohort, plan, train_keys, noise_keys)
+  malicious = attacks.malicious_set(keys.purpose(run_key, keys.MALICIOUS), cfg.num_clients,
+                                    cfg.attack.fraction)
+  count = attacks.num_malicious(cfg.num_clients, cfg.attack.fraction)
+  attackers = jnp.nonzero(malicious, size=count)[0]
+  return RoundInputs(rk, cohort, plan, train_keys, noise_keys,
+                     malicious[cohort.indices] & cohort.mask, attackers)
 
 
 def make_train_fn(model: FlatModel, cfg: RoundConfig
@@ -242,9 +256,17 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask, False), pad(present, False)
     tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
 
+    sent_by_attackers = None
+    if cfg.attack is not None:
+      roles = pad(inputs.roles, False)
+      sent_by_attackers = attack_messages(model, cfg, w, inputs, data)
+
     def contributions(c):
       take = lambda a: jax.lax.dynamic_slice_in_dim(a, c * chunk, chunk)
       messages = train(w, inputs.plan, data, take(ids), take(tkeys))
+      if sent_by_attackers is not None:  # a malicious slot sends the attack's message
+        messages = jnp.where(take(roles)[:, None],
+                             sent_by_attackers(take(ids)).astype(messages.dtype), messages)
       contribs, clipped = privatize(messages, take(smask), take(nkeys), num_shares)
       return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
 
@@ -285,6 +307,37 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     return Aggregate(total, num_clipped, num_present, num_dropped, overflow)
 
   return aggregate
+
+
+def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: RoundInputs,
+                     data: ClientData) -> Callable[[jax.Array], jax.Array] | None:
+  """``messages(client_ids)``: what malicious clients at these slots send
+  (None when there is no attacker).
+
+  The scheme's own ``client_message`` with the attack's local update
+  (``attacks.adversarial_model``). Colluding attackers (every attack but
+  random-update) train once on their pooled data and all send that message
+  (thesis l.1655); a random-update attacker draws its own.
+  """
+  attack, scheme = cfg.attack, cfg.scheme
+  if inputs.attackers.shape[0] == 0:  # alpha N rounds to no attacker
+    return None
+  boost = attack.boost if scheme.traits.boostable else 1.0
+  adversary = attacks.adversarial_model(model, attack, boost)
+  if attack.colluding:
+    pooled_x = data.x[inputs.attackers].reshape((-1,) + data.x.shape[2:])
+    pooled_y = data.y[inputs.attackers].reshape(-1)
+    shared = scheme.client_message(adversary, w, inputs.plan, _as_float(pooled_x), pooled_y,
+                                   keys.purpose(inputs.keys.round, keys.ATTACK), cfg.local)
+    return lambda ids: jnp.broadcast_to(shared, (ids.shape[0],) + shared.shape)
+
+  def own(ids):
+    draw_keys = keys.attacker_keys(inputs.keys.round, ids)
+    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
+        adversary, w, inputs.plan, xk, yk, kk, cfg.local))(
+            _as_float(data.x[ids]), data.y[ids], draw_keys)
+
+  return own
 
 
 def _failures(cfg: RoundConfig, inputs: RoundInputs) -> jax.Array:
@@ -350,7 +403,8 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
                                                    inputs.plan)
     return (ServerState(new_w, new_scheme_state),
             RoundInfo(inputs.cohort.num_sampled, jnp.asarray(agg.num_clipped, jnp.int32),
-                      agg.num_dropped, agg.overflow))
+                      agg.num_dropped, agg.overflow,
+                      0 if inputs.roles is None else jnp.sum(inputs.roles, dtype=jnp.int32)))
 
   return round_fn
 
@@ -491,6 +545,7 @@ class RunConfig:
   selection_metric: str = "accuracy"  # picks the best round (SELECTION_METRICS)
   # A robust rule over the individual updates (thesis Sec. 3.3.2); None: the mean.
   aggregator: aggregators.AggregatorConfig | None = None
+  attack: attacks.AttackConfig | None = None  # malicious clients (thesis Ch. 6)
 
   def validate(self, num_clients: int) -> None:
     """Raises ValueError with a one-line message naming the parameter.
@@ -573,6 +628,8 @@ class RunConfig:
     self.validate(num_clients)
     scheme.validate(num_params, self.ratio)
     self._check_aggregator(scheme)
+    if self.attack is not None:
+      self.attack.validate()
     mechanism = scheme.mechanism(self.noise_multiplier,
                                  scheme.num_values(num_params, self.ratio), self.local,
                                  samples_per_client)
@@ -689,7 +746,7 @@ def _check_clients(data: ClientData) -> None:
                      "are the padding label -1)")
 
 
-_LATER_FIELDS = ("clip_ratio", "aggregator")  # RunConfig fields newer than the checkpoint format
+_LATER_FIELDS = ("clip_ratio", "aggregator", "attack")  # RunConfig fields newer than the checkpoint format
 
 
 def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
@@ -763,7 +820,8 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       clip_norm=clip_norm if traits.dp else 1.0, secure_bits=comm.secure_bits,
       secure_scale=comm.secure_scale, secure_neighbours=cfg.secure_neighbours,
       max_dropouts=dropouts, dropout_rate=cfg.dropout_rate,
-      client_chunk=client_chunk, mesh=mesh, aggregator=cfg.aggregator if robust else None)
+      client_chunk=client_chunk, mesh=mesh, aggregator=cfg.aggregator if robust else None,
+      attack=cfg.attack)
   mechanism = scheme.mechanism(setup_data.noise_multiplier, k, cfg.local, samples)
   return Prepared(scheme, ServerState(setup_data.w0, scheme_state), clip_norm, k,
                   round_cfg, comm, mechanism, sampling_keys, root)
@@ -848,6 +906,7 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
     preds, scores = eval_fn(state.weights, test_x)
     history.append({"round": t - 1,
                     **evaluation_metrics(model, test_y, np.asarray(preds), np.asarray(scores)),
+                    **_attack_entry(cfg.attack, test_y, np.asarray(preds), infos),
                     **scheme.diagnostics(state.scheme_state, t - 1)})
     if checkpoint is not None:
       checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
@@ -856,6 +915,27 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
     if progress is not None:
       progress(chunk)
   return Trained(state, history, counters, coded_sizes, earlier)
+
+
+def _attack_record(rc: RoundConfig, best: dict) -> dict:
+  """The attack's settings and, at the best round, its metrics (none without)."""
+  if rc.attack is None:
+    return {}
+  boosted = rc.attack.boost if rc.scheme.traits.boostable else 1.0
+  return {"attack": {**dataclasses.asdict(rc.attack), "boost_applied": boosted},
+          **{k: best[k] for k in ("class_accuracy", "attack_accuracy") if k in best}}
+
+
+def _attack_entry(attack: attacks.AttackConfig | None, labels: np.ndarray,
+                  predictions: np.ndarray, infos: RoundInfo) -> dict:
+  """Under attack: the malicious senders of the rounds since the last
+  evaluation and, for a backdoor, the attacked class' and the attack's
+  accuracy (thesis Sec. 6.2)."""
+  if attack is None:
+    return {}
+  metrics_ = attacks.attack_metrics(predictions, labels, attack)
+  metrics_.pop("accuracy")
+  return {"malicious_clients": int(np.asarray(infos.num_malicious).sum()), **metrics_}
 
 
 def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.PrivacyReport:
@@ -923,6 +1003,7 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       "under_noised_rounds": counters.under_noised if dp else 0,
       "client_chunk": rc.client_chunk,
       **({"aggregator": dataclasses.asdict(rc.aggregator)} if rc.aggregator else {}),
+      **_attack_record(rc, best),
       "upstream_values": k,
       "downstream_values": down_values,
       "epsilon": privacy.epsilons[0],
@@ -951,6 +1032,23 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       **coded,
   }
   return record
+
+
+def poisoned(data: ClientData, cfg: RunConfig) -> ClientData:
+  """The clients' data as a backdoor attack of ``cfg`` leaves it (else ``data``).
+
+  The malicious set is the one every round's roles use (the run key's
+  ``keys.MALICIOUS`` key), so the poisoned clients are the attacking ones.
+  """
+  attack = cfg.attack
+  if attack is None or attack.kind not in attacks.BACKDOORS:
+    return data
+  attack.validate()
+  malicious = attacks.malicious_set(keys.purpose(keys.run_key(cfg.seed), keys.MALICIOUS),
+                                    int(data.y.shape[0]), attack.fraction)
+  x, y = attacks.poison_labels(np.asarray(data.x), np.asarray(data.y),
+                               np.asarray(malicious), attack)
+  return ClientData(jnp.asarray(x), jnp.asarray(y))
 
 
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
@@ -986,6 +1084,7 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     ValueError: A bad setting (one line, naming the parameter).
   """
   start = time.perf_counter()
+  data = poisoned(data, cfg)
   prep = prepare(model, scheme, data, public, cfg)
   saving = None
   if checkpoint is not None:

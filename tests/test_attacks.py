@@ -1,11 +1,17 @@
 """Thesis Chapter 6's attack settings, malicious set, poisoned labels and metrics."""
 
+import dataclasses
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import attacks
+from fedjax_dp import attacks, keys, simulation
 from fedjax_dp.attacks import AttackConfig
 from fedjax_dp.data.partitioning import PADDING_LABEL
+from fedjax_dp.schemes import get_scheme
+from tiny_model import tiny_linear
 
 
 @pytest.mark.parametrize("text,dataset,want", [
@@ -54,12 +60,13 @@ def test_valid_settings_and_collusion():
   assert not AttackConfig("random-update", 0.1).colluding
 
 
-def test_malicious_set_is_a_fixed_fraction_drawn_from_the_seed():
-  a = attacks.malicious_set(np.random.default_rng(0), 1000, 0.1)
+def test_malicious_set_is_a_fixed_fraction_drawn_from_the_key():
+  key = jax.random.PRNGKey(0)
+  a = np.asarray(attacks.malicious_set(key, 1000, 0.1))
   assert a.sum() == 100 and a.dtype == bool
-  np.testing.assert_array_equal(a, attacks.malicious_set(np.random.default_rng(0), 1000, 0.1))
-  assert not np.array_equal(a, attacks.malicious_set(np.random.default_rng(1), 1000, 0.1))
-  assert attacks.malicious_set(np.random.default_rng(0), 10, 0.0).sum() == 0
+  np.testing.assert_array_equal(a, attacks.malicious_set(key, 1000, 0.1))
+  assert not np.array_equal(a, attacks.malicious_set(jax.random.PRNGKey(1), 1000, 0.1))
+  assert int(attacks.malicious_set(key, 10, 0.0).sum()) == 0
 
 
 def _federation():
@@ -117,3 +124,106 @@ def test_metrics_use_the_source_class_test_images():
   m = attacks.attack_metrics(preds, labels, cfg)
   assert m == {"accuracy": 4 / 8, "class_accuracy": 0.25, "attack_accuracy": 0.5}
   assert attacks.attack_metrics(preds, labels, None) == {"accuracy": 4 / 8}
+
+
+# ------------------------------------------------------------- in the round
+
+_CFG = simulation.RunConfig(ratio=0.5, rounds=2, clients_per_round=20, eval_every=1,
+                            clip_norm=1.0)
+
+
+def _run(small_federation, name, attack, **kw):
+  data, test, public = small_federation
+  cfg = dataclasses.replace(_CFG, attack=attack, **kw)
+  return simulation.run(tiny_linear(), get_scheme(name), data, test, public, cfg,
+                        return_state=True)
+
+
+@pytest.mark.parametrize("name", ["FL-STD", "FL-TOP-DP", "FL-SIGN"])
+def test_no_malicious_client_changes_nothing(small_federation, name):
+  plain, w_plain = _run(small_federation, name, None)
+  none, w_none = _run(small_federation, name, AttackConfig("gradient-ascent", 0.0, boost=10))
+  np.testing.assert_array_equal(w_none.weights, w_plain.weights)
+  assert [h["accuracy"] for h in none["history"]] == [h["accuracy"] for h in plain["history"]]
+  assert none["epsilon"] == plain["epsilon"]  # honest clients' privacy unchanged
+  assert [h["malicious_clients"] for h in none["history"]] == [0, 0]
+
+
+def _messages(small_federation, name, attack):
+  """Round 1's malicious messages of the sampled slots, and its inputs."""
+  data, _, public = small_federation
+  cfg = dataclasses.replace(_CFG, attack=attack)
+  model, scheme = tiny_linear(), get_scheme(name)
+  prep = simulation.prepare(model, scheme, data, public, cfg)
+  rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
+  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
+  sent = simulation.attack_messages(model, rc, prep.state.weights, inputs, data)
+  return np.asarray(sent(inputs.cohort.indices)), inputs
+
+
+def test_random_update_attackers_send_their_own_n_0_sigma2_draw(small_federation):
+  msgs, inputs = _messages(small_federation, "FL-STD", AttackConfig("random-update", 0.3))
+  n = msgs.shape[1]
+  norms = np.linalg.norm(msgs, axis=1) / np.sqrt(n)
+  np.testing.assert_allclose(norms, 200.0, rtol=0.05)  # sigma_adv = 200 per weight
+  assert not np.allclose(msgs[0], msgs[1])  # no collusion: each its own draw
+  roles = np.asarray(inputs.roles)
+  assert 0 < roles.sum() < np.asarray(inputs.cohort.mask).sum()  # some, not all
+
+
+def test_colluding_attackers_send_one_boosted_update(small_federation):
+  base, _ = _messages(small_federation, "FL-STD",
+                      AttackConfig("in-backdoor", 0.3, boost=1, source=5, target=7))
+  boosted, inputs = _messages(small_federation, "FL-STD",
+                              AttackConfig("in-backdoor", 0.3, boost=3, source=5, target=7))
+  assert (boosted == boosted[0]).all()  # the same message at every slot
+  np.testing.assert_allclose(boosted, 3 * base, rtol=1e-5, atol=1e-7)
+  assert np.abs(base).max() > 0
+  # Gradient ascent: eta_adv times the gradient of the pooled attackers' loss.
+  data = small_federation[0]
+  ascent, _ = _messages(small_federation, "FL-STD", AttackConfig("gradient-ascent", 0.3,
+                                                                 boost=10))
+  ids = np.asarray(inputs.attackers)
+  x = jnp.asarray(data.x)[ids].reshape((-1,) + data.x.shape[2:]).astype(jnp.float32)
+  if data.x.dtype == jnp.uint8:  # stored as bytes, trained on [0, 1]
+    x = x / 255.0
+  y = jnp.asarray(data.y)[ids].reshape(-1)
+  model = tiny_linear()
+  w0 = jax.jit(model.init)(keys.purpose(keys.run_key(0), keys.INIT))
+  np.testing.assert_allclose(ascent[0], 10 * jax.grad(model.loss)(w0, x, y), rtol=1e-4,
+                             atol=1e-6)
+
+
+def test_fl_cs_attackers_are_not_boosted(small_federation):
+  one, _ = _messages(small_federation, "FL-CS",
+                     AttackConfig("in-backdoor", 0.3, boost=1, source=5, target=7))
+  seven, _ = _messages(small_federation, "FL-CS",
+                       AttackConfig("in-backdoor", 0.3, boost=7, source=5, target=7))
+  np.testing.assert_array_equal(one, seven)  # thesis Sec. 6.2: FL-CS never boosted
+
+
+def test_a_random_update_attack_wrecks_fl_std_and_is_counted(small_federation):
+  attack = AttackConfig("random-update", 0.2)
+  record, state = _run(small_federation, "FL-STD", attack)
+  plain, w_plain = _run(small_federation, "FL-STD", None)
+  assert np.linalg.norm(state.weights) > 100 * np.linalg.norm(w_plain.weights)
+  assert record["attack"]["kind"] == "random-update"
+  counts = [h["malicious_clients"] for h in record["history"]]
+  assert all(0 < c < 20 for c in counts)  # about 20% of ~20 sampled clients
+
+
+def test_backdoor_run_reports_class_and_attack_accuracy(small_federation):
+  attack = AttackConfig("out-backdoor", 0.2, source=0, target=1)
+  record, _ = _run(small_federation, "FL-STD", attack)
+  entry = record["history"][-1]
+  assert 0.0 <= entry["class_accuracy"] <= 1.0 and 0.0 <= entry["attack_accuracy"] <= 1.0
+  assert record["attack_accuracy"] == max(
+      record["history"], key=lambda h: (h["accuracy"], -h["round"]))["attack_accuracy"]
+  # The data the run trained on: no honest client holds the source class.
+  data = small_federation[0]
+  poisoned = simulation.poisoned(data, dataclasses.replace(_CFG, attack=attack))
+  malicious = np.asarray(attacks.malicious_set(
+      keys.purpose(keys.run_key(0), keys.MALICIOUS), data.y.shape[0], 0.2))
+  y = np.asarray(poisoned.y)
+  assert not (y == 0).any() and malicious.sum() == 120
+  assert (np.asarray(data.y)[malicious] == 0).any()  # theirs relabelled to 1

@@ -29,6 +29,15 @@ def _run(args, tmp_path, env_extra=None):
     (["--clip", "-2"], "--clip must be > 0"),
     (["--clip-ratio", "2"], "--clip-ratio must be in (0, 1]"),
     (["--aggregator", "krum"], "invalid choice: 'krum'"),
+    (["--attack", "in-backdoor", "--malicious-fraction", "0.1"],
+     "--attack in-backdoor needs --backdoor SRC:DST"),
+    (["--attack", "in-backdoor", "--malicious-fraction", "0.1", "--backdoor", "5:5"],
+     "backdoor source and target must differ"),
+    (["--attack", "out-backdoor", "--malicious-fraction", "0.1", "--backdoor", "Sandal:Cat"],
+     "unknown class 'Cat' of fashion-mnist"),
+    (["--attack", "random-update", "--malicious-fraction", "1"],
+     "--malicious-fraction must be in [0, 1)"),
+    (["--malicious-fraction", "0.1"], "--malicious-fraction and --backdoor need --attack"),
     (["--aggregator", "median", "--schemes", "FL-STD-DP"],
      "--aggregator median needs the individual updates; FL-STD-DP's noise shares"),
     (["--aggregator", "median", "--schemes", "FL-SIGN", "--secure-aggregation"],
@@ -172,6 +181,21 @@ def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys):
   run = json.loads((out / "results.json").read_text())["runs"][0]
   assert run["aggregator"] == {"name": "trimmed-mean", "trim": 0.25, "norm_bound": None}
   assert run["best_accuracy"] > 0.0
+
+
+def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
+  out = tmp_path / "res"
+  code = experiment.main([
+      "--dataset", "mnist", "--schemes", "FL-STD", "--attack", "in-backdoor",
+      "--malicious-fraction", "0.2", "--boost", "3", "--backdoor", "5:7",
+      "--rounds", "1", "--num-clients", "50", "--clients-per-round", "10",
+      "--out", str(out), "--quiet"])
+  assert code == 0, capsys.readouterr().err
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  assert run["attack"]["kind"] == "in-backdoor" and run["attack"]["source"] == 5
+  assert run["attack"]["target"] == 7 and run["attack"]["boost_applied"] == 3
+  assert 0 <= run["attack_accuracy"] <= 1 and 0 <= run["class_accuracy"] <= 1
+  assert run["history"][0]["malicious_clients"] >= 0
 
 
 @pytest.mark.parametrize("out", ["/proc/fedjax_dp_test/out", "FILE/sub"])
