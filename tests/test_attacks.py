@@ -227,3 +227,42 @@ def test_backdoor_run_reports_class_and_attack_accuracy(small_federation):
   y = np.asarray(poisoned.y)
   assert not (y == 0).any() and malicious.sum() == 120
   assert (np.asarray(data.y)[malicious] == 0).any()  # theirs relabelled to 1
+
+
+# ------------------------------------------------------- on real MNIST, end to end
+
+
+@pytest.fixture(scope="module")
+def mnist_small():
+  from fedjax_dp import datasets  # pylint: disable=import-outside-toplevel
+  return datasets.load("mnist", 20, 100, seed=0)
+
+
+def _mnist_run(fed, name, attack, rounds=12):
+  cfg = simulation.RunConfig(ratio=0.1, rounds=rounds, clients_per_round=20, local_steps=10,
+                             batch_size=10, lr=0.1, eval_every=1, sampler="fixed",
+                             accountant="rdp", attack=attack)
+  return simulation.run(tiny_linear(), get_scheme(name), fed.data, fed.test, fed.public, cfg)
+
+
+def test_a_boosted_in_backdoor_turns_fives_into_sevens_under_fl_std(mnist_small):
+  # 20 MNIST clients of 100 images, all in every round; 4 attackers relabel
+  # their 5s as 7s and boost by 5 (thesis Sec. 6.1.2, in-backdoor).
+  attack = AttackConfig("in-backdoor", 0.2, boost=5, source=5, target=7)
+  honest = _mnist_run(mnist_small, "FL-STD", AttackConfig("in-backdoor", 0.0, source=5,
+                                                          target=7))
+  attacked = _mnist_run(mnist_small, "FL-STD", attack)
+  assert honest["best_accuracy"] > 0.8 and honest["attack_accuracy"] < 0.1
+  assert attacked["history"][-1]["attack_accuracy"] > honest["attack_accuracy"] + 0.3
+  assert all(h["malicious_clients"] == 4 for h in attacked["history"])
+
+
+def test_fl_sign_majority_vote_resists_random_updates_where_fl_std_does_not(mnist_small):
+  # 10% random-update attackers (sigma_adv = 200): thesis Table 6.1's shape.
+  attack = AttackConfig("random-update", 0.1)
+  std = _mnist_run(mnist_small, "FL-STD", attack, rounds=8)
+  sign = _mnist_run(mnist_small, "FL-SIGN", attack, rounds=8)
+  sign_honest = _mnist_run(mnist_small, "FL-SIGN", None, rounds=8)
+  assert std["best_accuracy"] < 0.3  # chance is 0.1
+  assert sign["best_accuracy"] > 0.5  # the 8-round honest run reaches about 0.67
+  assert sign["best_accuracy"] > sign_honest["best_accuracy"] - 0.1
