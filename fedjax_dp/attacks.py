@@ -31,8 +31,9 @@ FL-SIGN, where boosting is void, thesis l.1671; DCT coefficients under
 FL-CS, which the thesis never boosts, ``Traits.boostable``). In the
 vmapped round each slot has a role; a malicious slot's message replaces
 its honest one (``fedjax_dp.simulation``). The attackers then privatize like
-everyone else: they clip and add their noise share (the thesis' FL-SIGN-DP
-attackers who skip their noise, l.1789-1795, are not simulated yet).
+everyone else (clip, add their noise share), unless ``skip_noise``: then,
+like the thesis' FL-SIGN-DP attackers (l.1789-1795), they send eta_adv
+times their message, unclipped and without noise.
 
 This module also holds the backdoor relabelling of a federation's labels
 and the attack metrics (thesis Sec. 6.2: model accuracy, accuracy on the
@@ -114,6 +115,10 @@ class AttackConfig:
     sigma: sigma_adv of ``random-update``.
     selection: "fixed" (round(alpha N) clients for the whole run) or
       "per-round" (each sampled client is malicious with probability alpha).
+    skip_noise: DP schemes: attackers send eta_adv times their message,
+      neither clipped nor noised, instead of a privatized contribution (the
+      FL-SIGN-DP attackers of thesis l.1789-1795: 5000 * sign); eta_adv then
+      multiplies the message, not the update.
   """
 
   kind: str
@@ -123,6 +128,7 @@ class AttackConfig:
   target: int | None = None
   sigma: float = RANDOM_UPDATE_SIGMA
   selection: str = "fixed"
+  skip_noise: bool = False
 
   def validate(self, num_classes: int = 10) -> None:
     """Raises ValueError (one line, naming the parameter) for a bad setting."""

@@ -133,6 +133,11 @@ def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
   att.add_argument("--backdoor", default=None,
                    help="SRC:DST classes of a backdoor, by index or name (5:7, "
                         "Sandal:Sneaker)")
+  att.add_argument("--attackers-skip-noise", action="store_true",
+                   help="DP schemes: attackers send --boost times their message, unclipped "
+                        "and without their noise share (thesis l.1789-1795: FL-SIGN-DP "
+                        "attackers send 5000 * sign); the aggregate noise then falls below "
+                        "S*sigma unless --max-dropouts covers them")
   att.add_argument("--attack-sigma", type=float, default=attacks.RANDOM_UPDATE_SIGMA,
                    help="random-update: sigma_adv of each attacker's N(0, sigma^2 I) "
                         "(default 200)")
@@ -146,8 +151,10 @@ def _attack(args) -> attacks.AttackConfig | None:
       (or the reverse), or a bad class.
   """
   if args.attack is None:
-    if args.malicious_fraction is not None or args.backdoor is not None:
-      raise ValueError("--malicious-fraction and --backdoor need --attack")
+    if (args.malicious_fraction is not None or args.backdoor is not None
+        or args.attackers_skip_noise):
+      raise ValueError("--malicious-fraction, --backdoor and --attackers-skip-noise need "
+                       "--attack")
     return None
   if args.malicious_fraction is None:
     raise ValueError(f"--attack {args.attack} needs --malicious-fraction")
@@ -158,7 +165,8 @@ def _attack(args) -> attacks.AttackConfig | None:
   source, target = (attacks.parse_backdoor(args.backdoor, args.dataset) if backdoor
                     else (None, None))
   return attacks.AttackConfig(args.attack, args.malicious_fraction, args.boost, source,
-                              target, args.attack_sigma)
+                              target, args.attack_sigma,
+                              skip_noise=args.attackers_skip_noise)
 
 
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:

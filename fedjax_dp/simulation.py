@@ -268,6 +268,10 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
         messages = jnp.where(take(roles)[:, None],
                              sent_by_attackers(take(ids)).astype(messages.dtype), messages)
       contribs, clipped = privatize(messages, take(smask), take(nkeys), num_shares)
+      if sent_by_attackers is not None and cfg.attack.skip_noise:
+        # Attackers who skip their noise: eta_adv times the message, unclipped.
+        raw = (float(cfg.attack.boost) * messages.astype(jnp.float32)).astype(contribs.dtype)
+        contribs = jnp.where(take(roles)[:, None], raw, contribs)
       return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
 
     if cfg.aggregator is not None:  # a robust rule: every update at once
@@ -322,7 +326,8 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
   attack, scheme = cfg.attack, cfg.scheme
   if inputs.attackers.shape[0] == 0:  # alpha N rounds to no attacker
     return None
-  boost = attack.boost if scheme.traits.boostable else 1.0
+  # Skipping the noise, attackers boost the message itself (after encoding).
+  boost = attack.boost if scheme.traits.boostable and not attack.skip_noise else 1.0
   adversary = attacks.adversarial_model(model, attack, boost)
   if attack.colluding:
     pooled_x = data.x[inputs.attackers].reshape((-1,) + data.x.shape[2:])
@@ -630,6 +635,9 @@ class RunConfig:
     self._check_aggregator(scheme)
     if self.attack is not None:
       self.attack.validate()
+      if self.attack.skip_noise and not scheme.traits.dp:
+        raise ValueError(f"attack skip_noise applies to DP schemes; {scheme.name} adds "
+                         "no noise")
     mechanism = scheme.mechanism(self.noise_multiplier,
                                  scheme.num_values(num_params, self.ratio), self.local,
                                  samples_per_client)
@@ -921,7 +929,8 @@ def _attack_record(rc: RoundConfig, best: dict) -> dict:
   """The attack's settings and, at the best round, its metrics (none without)."""
   if rc.attack is None:
     return {}
-  boosted = rc.attack.boost if rc.scheme.traits.boostable else 1.0
+  boosted = (rc.attack.boost if rc.scheme.traits.boostable or rc.attack.skip_noise
+             else 1.0)
   return {"attack": {**dataclasses.asdict(rc.attack), "boost_applied": boosted},
           **{k: best[k] for k in ("class_accuracy", "attack_accuracy") if k in best}}
 

@@ -266,3 +266,32 @@ def test_fl_sign_majority_vote_resists_random_updates_where_fl_std_does_not(mnis
   assert std["best_accuracy"] < 0.3  # chance is 0.1
   assert sign["best_accuracy"] > 0.5  # the 8-round honest run reaches about 0.67
   assert sign["best_accuracy"] > sign_honest["best_accuracy"] - 0.1
+
+
+def test_attackers_who_skip_their_noise_send_boosted_messages(small_federation):
+  # Thesis l.1789-1795: FL-SIGN-DP attackers send 5000 * sign, no noise.
+  data, test, public = small_federation
+  attack = AttackConfig("in-backdoor", 0.3, boost=5000, source=5, target=7,
+                        skip_noise=True)  # an int boost: int8 signs must not wrap
+  cfg = dataclasses.replace(_CFG, rounds=1, attack=attack)
+  model, scheme = tiny_linear(), get_scheme("FL-SIGN-DP")
+  prep = simulation.prepare(model, scheme, data, public, cfg)
+  rc = prep.round_cfg
+  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
+  agg = simulation.make_aggregate_fn(model, rc)(prep.state.weights, inputs, data)
+  sent, _ = _messages(small_federation, "FL-SIGN-DP", attack)
+  roles = np.asarray(inputs.roles)
+  assert set(np.unique(sent[roles])) <= {-1, 1}  # signs, boosted after encoding
+  honest = dataclasses.replace(attack, fraction=0.0)
+  prep0 = simulation.prepare(model, scheme, data, public, dataclasses.replace(cfg,
+                                                                              attack=honest))
+  inputs0 = simulation.round_inputs(prep0.round_cfg, prep0.state, keys.run_key(cfg.seed),
+                                    jnp.int32(1))
+  total0 = simulation.make_aggregate_fn(model, prep0.round_cfg)(prep0.state.weights,
+                                                                inputs0, data).total
+  # The attackers' 5000 * sign dominate the sum of the honest noisy signs.
+  diff = np.asarray(agg.total) - np.asarray(total0)
+  assert np.abs(diff).max() > 0.8 * 5000 * roles.sum()
+  assert int(agg.overflow) == 0
+  with pytest.raises(ValueError, match="skip_noise applies to DP schemes"):
+    _run(small_federation, "FL-SIGN", attack)
