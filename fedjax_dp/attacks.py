@@ -18,10 +18,10 @@ The attacks (thesis Sec. 6.1, ``../shared/specs/attacks.md``):
   target class.
 
 The malicious set is a fixed set of round(alpha N) clients drawn once from
-the run's seed (``selection="fixed"``, the default: the thesis' colluding
-"malicious nodes" are parties, l.1655), or each sampled client independently
-with probability alpha, about alpha of each cohort (``selection="per-round"``). The text does not say which; a fixed set is the
-reading of "a fraction of malicious nodes" that holds for N = 10, C = 1.
+the run's seed: the thesis' colluding "malicious nodes" are parties
+(l.1655), and a fixed set is the reading of "a fraction of malicious nodes"
+that holds for N = 10, C = 1 (the text does not say; alpha of each cohort
+is not simulated).
 
 Attackers enter the round through the scheme interface: an attacker's
 message is the scheme's own ``client_message`` computed with an adversarial
@@ -53,7 +53,6 @@ from fedjax_dp.data.partitioning import PADDING_LABEL
 from fedjax_dp.models import FlatModel
 
 ATTACKS = ("random-update", "gradient-ascent", "in-backdoor", "out-backdoor")
-SELECTIONS = ("fixed", "per-round")
 BACKDOORS = ("in-backdoor", "out-backdoor")
 RANDOM_UPDATE_SIGMA = 200.0  # sigma_adv, thesis l.1626
 
@@ -113,8 +112,6 @@ class AttackConfig:
     source: The backdoor's source class (backdoors only).
     target: The backdoor's target class (backdoors only).
     sigma: sigma_adv of ``random-update``.
-    selection: "fixed" (round(alpha N) clients for the whole run) or
-      "per-round" (each sampled client is malicious with probability alpha).
     skip_noise: DP schemes: attackers send eta_adv times their message,
       neither clipped nor noised, instead of a privatized contribution (the
       FL-SIGN-DP attackers of thesis l.1789-1795: 5000 * sign); eta_adv then
@@ -127,7 +124,6 @@ class AttackConfig:
   source: int | None = None
   target: int | None = None
   sigma: float = RANDOM_UPDATE_SIGMA
-  selection: str = "fixed"
   skip_noise: bool = False
 
   def validate(self, num_classes: int = 10) -> None:
@@ -140,9 +136,6 @@ class AttackConfig:
       raise ValueError(f"boost must be >= 1, got {self.boost}")
     if not self.sigma > 0:
       raise ValueError(f"sigma must be > 0, got {self.sigma}")
-    if self.selection not in SELECTIONS:
-      raise ValueError(f"unknown selection {self.selection!r}; choose one of "
-                       f"{', '.join(SELECTIONS)}")
     backdoor = self.kind in BACKDOORS
     if backdoor and (self.source is None or self.target is None):
       raise ValueError(f"attack {self.kind!r} needs a source and a target class")

@@ -45,8 +45,6 @@ def test_bad_backdoors(text, dataset, match):
     (dict(kind="random-update", fraction=0.1, source=1, target=2), "takes no backdoor"),
     (dict(kind="in-backdoor", fraction=0.1, source=3, target=3), "must differ"),
     (dict(kind="in-backdoor", fraction=0.1, source=3, target=12), "target class must be"),
-    (dict(kind="in-backdoor", fraction=0.1, source=1, target=2, selection="x"),
-     "unknown selection"),
 ])
 def test_bad_settings(kwargs, match):
   with pytest.raises(ValueError, match=match):
