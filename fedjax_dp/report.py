@@ -22,7 +22,7 @@ CSV_FIELDS = ("dataset", "scheme", "ratio", "best_accuracy", "best_round", "sele
               "clip_norm", "clipped_fraction", "rounds", "num_params", "num_clients",
               "clients_per_round", "capacity", "max_cohort", "truncated_rounds",
               "mean_cohort", "seed", "seconds", "coded_bits_per_value",
-              "compression_factor")
+              "compression_factor", "attack", "class_accuracy", "attack_accuracy")
 
 
 def _fmt(value, spec: str) -> str:
@@ -48,7 +48,7 @@ def markdown_table(runs: list[dict]) -> str:
   Table 2 instead (:func:`balanced_table`).
   """
   if runs and runs[0].get("selection_metric") == "balanced_accuracy":
-    return balanced_table(runs) + _coded_table(runs)
+    return balanced_table(runs) + _coded_table(runs) + _attack_table(runs)
   lines = ["| r | Algorithm | Accuracy (paper) | Round (paper) | Downstream KB | "
            "Upstream KB | ε (paper) | S | Accountant |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -61,7 +61,34 @@ def markdown_table(runs: list[dict]) -> str:
         f"| {run['downstream_kb']:.2f} | {run['upstream_kb']:.2f} "
         f"| {_fmt(run['epsilon'], '.2f')} ({_paper(run, 'epsilon', '.2f')}) "
         f"| {_fmt(run['clip_norm'], '.3g')} | {run['accountant'] or 'N/A'} |")
-  return "\n".join(lines) + "\n" + _coded_table(runs)
+  return "\n".join(lines) + "\n" + _coded_table(runs) + _attack_table(runs)
+
+
+def attack_label(run: dict) -> str | None:
+  """``in-backdoor alpha=0.1 boost=7 5->7``: a run's attack, in one cell."""
+  attack = run.get("attack")
+  if attack is None:
+    return None
+  text = (f"{attack['kind']} alpha={attack['fraction']:g} "
+          f"boost={attack['boost_applied']:g}")
+  if attack.get("source") is not None:
+    text += f" {attack['source']}->{attack['target']}"
+  return text + (" no-noise" if attack.get("skip_noise") else "")
+
+
+def _attack_table(runs: list[dict]) -> str:
+  """Thesis Sec. 6.2's metrics of the attacked runs, at the best round, if any."""
+  attacked = [r for r in runs if r.get("attack") is not None]
+  if not attacked:
+    return ""
+  lines = ["", "| r | Algorithm | Attack | Accuracy | Attacked-class accuracy | "
+           "Attack accuracy |", "|---|---|---|---|---|---|"]
+  for run in attacked:
+    lines.append(
+        f"| {run['ratio'] * 100:g}% | {run['scheme']} | {attack_label(run)} "
+        f"| {run['best_accuracy']:.2f} | {_fmt(run.get('class_accuracy'), '.2f')} "
+        f"| {_fmt(run.get('attack_accuracy'), '.2f')} |")
+  return "\n".join(lines) + "\n"
 
 
 def balanced_table(runs: list[dict]) -> str:
@@ -115,7 +142,7 @@ def csv_text(runs: list[dict]) -> str:
                           lineterminator="\n")
   writer.writeheader()
   for run in runs:
-    writer.writerow(run)
+    writer.writerow(dict(run, attack=attack_label(run)))
   return buf.getvalue()
 
 

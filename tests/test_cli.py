@@ -199,6 +199,10 @@ def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
   assert run["attack"]["target"] == 7 and run["attack"]["boost_applied"] == 3
   assert 0 <= run["attack_accuracy"] <= 1 and 0 <= run["class_accuracy"] <= 1
   assert run["history"][0]["malicious_clients"] >= 0
+  table = (out / "results.md").read_text()
+  assert "| 100% | FL-STD | in-backdoor alpha=0.2 boost=3 5->7 |" in table
+  csv_row = (out / "results.csv").read_text().splitlines()[1]
+  assert "in-backdoor alpha=0.2 boost=3 5->7" in csv_row
 
 
 @pytest.mark.parametrize("out", ["/proc/fedjax_dp_test/out", "FILE/sub"])
