@@ -754,7 +754,8 @@ def _check_clients(data: ClientData) -> None:
                      "are the padding label -1)")
 
 
-_LATER_FIELDS = ("clip_ratio", "aggregator", "attack")  # RunConfig fields newer than the checkpoint format
+# RunConfig fields newer than the checkpoint format (see ``run``).
+_LATER_FIELDS = ("clip_ratio", "aggregator", "attack")
 
 
 def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
@@ -942,9 +943,9 @@ def _attack_entry(attack: attacks.AttackConfig | None, labels: np.ndarray,
   accuracy (thesis Sec. 6.2)."""
   if attack is None:
     return {}
-  metrics_ = attacks.attack_metrics(predictions, labels, attack)
-  metrics_.pop("accuracy")
-  return {"malicious_clients": int(np.asarray(infos.num_malicious).sum()), **metrics_}
+  found = attacks.attack_metrics(predictions, labels, attack)
+  found.pop("accuracy")  # already in the entry
+  return {"malicious_clients": int(np.asarray(infos.num_malicious).sum()), **found}
 
 
 def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.PrivacyReport:
