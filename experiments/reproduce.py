@@ -5,14 +5,16 @@
   python experiments/reproduce.py list [TABLE]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
-thesis-5.2, fedsmp (``fedjax_dp.reproduction.tables()``; ``list`` shows their
-rows).
+thesis-5.2, fedsmp, thesis-6.1, thesis-6.3, thesis-6.5, thesis-6.7
+(``fedjax_dp.reproduction.tables()``; ``list`` shows their rows).
 Each (row, seed) runs ``experiments/sweep.py`` with the paper's setting and
 is kept as ``DIR/<table>/<row>.seed<k>.json``; a kept record is not run
 again, and an interrupted run continues from its last checkpoint
 (``DIR/.runs``). Without ``--seeds``, headline rows run seeds 0 1 2 and the
-others seed 0. ``report`` rebuilds REPRODUCTION.md and its plots from the
-kept records. Example (UAI Table 1's FL-TOP rows at r = 0.5%):
+others seed 0. ``--reduced`` runs a row's documented reduced setting (the
+attack tables, whose paper setting costs hours a cell), reported as such.
+``report`` rebuilds REPRODUCTION.md and its plots from the kept records.
+Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 
   python experiments/reproduce.py uai-table1 --rows 'FL-TOP*_r0.005'
 """
@@ -52,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                  help="extra experiments/sweep.py flags for every row, e.g. '--rounds 2' "
                       "for a quick check of the pipeline (such runs are kept apart and "
                       "never reported)")
+  p.add_argument("--reduced", action="store_true",
+                 help="run the rows' documented reduced setting (attack tables: the "
+                      "paper's costs hours a cell on a CPU); reported, labelled as reduced")
   p.add_argument("--report", default=DEFAULT_REPORT,
                  help=f"report: the Markdown file to write (default {DEFAULT_REPORT})")
   return p
@@ -88,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds is not None and any(s < 0 for s in args.seeds):
       raise ValueError("--seeds must be >= 0")
     extra = tuple(shlex.split(args.sweep_flags))
+    if args.reduced and extra:
+      raise ValueError("--reduced and --sweep-flags exclude each other")
+    if args.reduced:
+      plain = [r.slug for r in rows if not r.reduced]
+      if plain:
+        raise ValueError(f"--reduced: {', '.join(plain[:4])} have no reduced setting")
     for row in rows:  # every row's flags parse before any run
-      experiment.plan(experiment.build_parser().parse_args(row.argv(0, args.out, extra)))
+      flags = row.reduced if args.reduced else extra
+      experiment.plan(experiment.build_parser().parse_args(row.argv(0, args.out, flags)))
     experiment.check_out(args.out)
   except (experiment.UsageError, ValueError) as e:
     print(f"reproduce.py: error: {e}", file=sys.stderr)
@@ -102,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
       for seed in seeds:
         print(f"reproduce.py: {table.name} {row.name} seed {seed}", file=sys.stderr)
         kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
-                                    extra)
+                                    row.reduced if args.reduced else extra)
         if kept is None:
           failed.append(f"{row.slug} seed {seed}")
           continue

@@ -170,8 +170,8 @@ def test_outdated_records_are_not_reported(tmp_path):
 
 @pytest.mark.parametrize("accuracies,reason,verdict", [
     ((0.77, 0.79, 0.80), "", "within 0.03"),
-    ((0.70,), "", "off by -0.08: reason not yet found"),
-    ((0.70,), "decoder", "off by -0.08: decoder"),
+    ((0.70,), "", "accuracy off by -0.08: reason not yet found"),
+    ((0.70,), "decoder", "accuracy off by -0.08: decoder"),
 ])
 def test_summary_mean_spread_and_verdict(accuracies, reason, verdict):
   row = reproduction.Row("FL-CS-DP", 0.05, presets.PaperResult(.78, 197, 1.0), "t",
@@ -195,7 +195,7 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
   reproduction.write_report(tmp_path, report, "python experiments/reproduce.py report")
   text = report.read_text()
   assert "| FL-CS-DP r=5% | 0.78 @197 ε 1 | 0.780 [0.760, 0.800] @3 ε 0.50 | 2 | 3 |" in text
-  assert "within 0.03" in text and "Rows run: 1;" in text
+  assert "within 0.03" in text and "Rows run: 1 (0 in a reduced setting);" in text
   assert "Not run yet (8): FL-RND-DP r=5%" in text
   for name in ("accuracy", "accuracy_vs_upstream", "epsilon"):
     png = tmp_path / "docs" / "REPRODUCTION_plots" / f"thesis-5.3-{name}.png"
@@ -209,6 +209,7 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
     (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
     (["thesis-5.3", "--sweep-flags", "--rounds 0"], "--rounds must be"),
     (["thesis-5.3", "extra"], "only 'list' takes a table"),
+    (["thesis-5.3", "--reduced"], "have no reduced setting"),
     (["thesis-5.3", "--out", "/proc/x/y"], "--out /proc/x/y cannot be written"),
 ])
 def test_bad_input_is_one_line_exit_2(args, needle):
@@ -237,3 +238,54 @@ def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path):
   report = _run("report", "--out", str(tmp_path), "--report", str(tmp_path / "R.md"))
   assert report.returncode == 0, report.stderr
   assert "No row has been run yet." in (tmp_path / "R.md").read_text()  # quick runs apart
+
+
+def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
+  t65 = reproduction.get_table("thesis-6.5")
+  row = t65.select(["FL-CS_r0.05_alpha0.4"])[0]
+  args, run = _planned(row)
+  assert run.config.attack.kind == "in-backdoor" and run.config.attack.boost == 1
+  assert (run.config.attack.source, run.config.attack.target) == (5, 7)
+  assert run.setting["local_steps"] == 3000 and run.setting["num_clients"] == 10
+  assert (row.paper.accuracy, row.attack_metric, row.paper_attack) == (
+      .97, "class_accuracy", .74)
+  reduced = experiment.plan(experiment.build_parser().parse_args(
+      row.argv(0, "OUT", row.reduced)))[0]
+  assert reduced.setting["local_steps"] == 300 and reduced.setting["rounds"] == 10
+  t61 = reproduction.get_table("thesis-6.1")
+  assert [r.diverges for r in t61.select(["*alpha0.1"])] == [False, True, True, True]
+
+
+def _attack_summary(row, accuracy, attack_value=None, reduced=False):
+  record = {"best_accuracy": accuracy, "best_round": 5, "epsilon": None, "rounds": 10}
+  if attack_value is not None:
+    record[row.attack_metric] = attack_value
+  return reproduction.summarize(row, [{"seed": 0, "record": record, "reduced": reduced}])
+
+
+def test_attack_rows_are_judged_on_both_metrics_and_on_divergence():
+  t65 = reproduction.get_table("thesis-6.5")
+  cs = t65.select(["FL-CS_r0.05_alpha0.4"])[0]  # paper .97 ; class .74
+  assert _attack_summary(cs, 0.96, 0.76).within
+  off = _attack_summary(cs, 0.96, 0.30)
+  assert not off.within and "class_accuracy off by -0.44" in off.verdict
+  assert "; class 0.30" in reproduction.ours_cell(off)
+  assert reproduction.paper_cell(cs) == "0.97 ; class 0.74"
+  small = _attack_summary(cs, 0.96, 0.76, reduced=True)
+  assert not small.within and small.verdict.startswith("reduced setting (--local-steps 300")
+  std = reproduction.get_table("thesis-6.1").select(["FL-STD_alpha0.2"])[0]
+  assert _attack_summary(std, 0.11).within  # "-" in the thesis: does not converge
+  assert _attack_summary(std, 0.11).verdict == "does not converge, as in the paper"
+  assert "converges (0.85) where the paper's does not" in _attack_summary(std, 0.85).verdict
+
+
+def test_reduced_records_are_reported_as_reduced(tmp_path):
+  table = reproduction.get_table("thesis-6.7")
+  row = table.select(["FL-STD_alpha0.1"])[0]
+  kept = reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9), "x", row.reduced)
+  assert reproduction.record_path(tmp_path, table, row, 0, row.reduced).name == (
+      "FL-STD_alpha0.1.seed0.reduced.json")
+  found = reproduction.kept_records(tmp_path, table)
+  assert found["FL-STD_alpha0.1"][0]["reduced"] and kept["argv"][-6] == "10"
+  body, summaries = reproduction.table_markdown(table, found)
+  assert summaries[0].reduced and "reduced setting (--local-steps 300 --rounds 10)" in body
