@@ -125,7 +125,8 @@ def plot_epsilon(records: list[dict], configs: list[dict],
         truncated_cohort=config.get("max_cohort"))
     ax.plot(rounds, eps, label=_label(record), linewidth=1.2)
   ax.set_xlabel("round")
-  ax.set_ylabel("epsilon (delta = {:g})".format(records[0].get("delta", 1e-5)))
+  deltas = {r["delta"] for r in records if r.get("epsilon") is not None}
+  ax.set_ylabel(f"epsilon (delta = {deltas.pop():g})" if len(deltas) == 1 else "epsilon")
   ax.grid(alpha=0.3)
   if ax.lines:
     ax.legend(fontsize=8)

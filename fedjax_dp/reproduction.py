@@ -678,7 +678,9 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       runs = [dict(records[s.row.slug][0]["record"], label=s.row.name) for s in summaries]
       configs = [records[s.row.slug][0]["sweep_config"] for s in summaries]
       paths = plots.plot_records(runs, plot_dir, prefix=f"{table.name}-")
-      paths.append(plots.plot_epsilon(runs, configs, plot_dir / f"{table.name}-epsilon.png"))
+      if any(run.get("epsilon") is not None for run in runs):
+        paths.append(plots.plot_epsilon(runs, configs,
+                                        plot_dir / f"{table.name}-epsilon.png"))
       figures = "\n" + " ".join(
           f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
     sections.append(f"## {table.title}\n\n{body}{figures}")

@@ -107,7 +107,18 @@ def test_select_patterns_and_bad_names():
     reproduction.get_table("table9")
 
 
-def _fake_sweep(calls, accuracy=0.5, code=0):
+def test_report_of_a_table_without_dp_rows_has_no_epsilon_plot(tmp_path):
+  table = reproduction.get_table("thesis-4.2")
+  row = table.select(["FL-CS_r0.05"])[0]
+  reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.8, dp=False), "x")
+  report = tmp_path / "R.md"
+  reproduction.write_report(tmp_path, report, "cmd")
+  assert "| FL-CS r=5% | 0.82 @200 | 0.800 @3 | 1 | 3 |" in report.read_text()
+  plots = sorted(p.name for p in (tmp_path / "R_plots").iterdir())
+  assert plots == ["thesis-4.2-accuracy.png", "thesis-4.2-accuracy_vs_upstream.png"]
+
+
+def _fake_sweep(calls, accuracy=0.5, code=0, dp=True):
   """A sweep that writes a results.json with a short history, like sweep.py."""
   def sweep(argv):
     calls.append(argv)
@@ -117,10 +128,10 @@ def _fake_sweep(calls, accuracy=0.5, code=0):
     out.mkdir(parents=True, exist_ok=True)
     history = [{"round": t, "accuracy": accuracy * t / 3} for t in (1, 2, 3)]
     record = {"scheme": argv[1], "ratio": float(argv[3]), "best_accuracy": accuracy,
-              "best_round": 3, "epsilon": 0.5, "rounds": 3, "seconds": 7.0,
-              "noise_multiplier": 1.54, "clients_per_round": 100, "num_clients": 6000,
-              "delta": 1e-5, "upstream_values": 83200, "upstream_bits": 32,
-              "history": history}
+              "best_round": 3, "epsilon": 0.5 if dp else None, "rounds": 3, "seconds": 7.0,
+              "noise_multiplier": 1.54 if dp else 0.0, "clients_per_round": 100,
+              "num_clients": 6000, "delta": 1e-5 if dp else None,
+              "upstream_values": 83200, "upstream_bits": 32, "history": history}
     (out / "results.json").write_text(json.dumps(
         {"config": {"accountant": "moments", "sampling": "poisson", "max_cohort": None},
          "runs": [record]}))
