@@ -61,4 +61,4 @@ def test_tiny_cdp_lq_sweep_reports_bits_compression_and_epsilon(tmp_path, capsys
   assert run["accountant"].startswith("record-level: pld") and run["delta"] == 1e-4
   assert run["lq_step_epsilon"] == 3.11 and run["paper_compression_factor"] == 8.03
   header = (out / "results.csv").read_text().splitlines()[0]
-  assert header.endswith("coded_bits_per_value,compression_factor")
+  assert "coded_bits_per_value,compression_factor" in header
