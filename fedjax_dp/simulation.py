@@ -269,17 +269,11 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
                              sent_by_attackers(take(ids)).astype(messages.dtype), messages)
       contribs, clipped = privatize(messages, take(smask), take(nkeys), num_shares)
       if sent_by_attackers is not None and cfg.attack.skip_noise:
-        # Attackers who skip their noise: eta_adv times the message, unclipped.
-        raw = (float(cfg.attack.boost) * messages.astype(jnp.float32)).astype(contribs.dtype)
-        contribs = jnp.where(take(roles)[:, None], raw, contribs)
+        contribs = _unprivatized(cfg.attack, take(roles), messages, contribs)
       return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
 
     if cfg.aggregator is not None:  # a robust rule: every update at once
-      contribs, num_clipped, pres_all = contributions(0)
-      num_present = jnp.sum(present)
-      total = aggregators.aggregate(cfg.aggregator, contribs, pres_all) * num_present
-      num_dropped = jnp.sum(slot_mask & fails).astype(jnp.int32)
-      return Aggregate(total, num_clipped, num_present, num_dropped, jnp.int32(0))
+      return _robust_aggregate(cfg.aggregator, contributions(0), slot_mask & fails)
 
     shape = jax.eval_shape(contributions, 0)[0]
     integer = jnp.issubdtype(shape.dtype, jnp.integer)
@@ -299,10 +293,8 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
         acc = acc + noise.masked_sum(contribs, pres_c).astype(acc.dtype)
       return (acc, clipped + nclip), None
 
-    if secure:
-      init = secure_aggregation.secure_init(shape.shape[1:])
-    else:
-      init = jnp.zeros(shape.shape[1:], jnp.int32 if integer else shape.dtype)
+    init = (secure_aggregation.secure_init(shape.shape[1:]) if secure else
+            jnp.zeros(shape.shape[1:], jnp.int32 if integer else shape.dtype))
     (acc, num_clipped), _ = jax.lax.scan(body, (init, jnp.int32(0)),
                                          jnp.arange(num_chunks))
     num_present = jnp.sum(present)
@@ -311,6 +303,25 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     return Aggregate(total, num_clipped, num_present, num_dropped, overflow)
 
   return aggregate
+
+
+def _unprivatized(attack: attacks.AttackConfig, roles: jax.Array, messages: jax.Array,
+                  contribs: jax.Array) -> jax.Array:
+  """Contributions where attackers who skip their noise send eta_adv times
+  their message, unclipped (thesis l.1789-1795), instead of privatize's."""
+  raw = (float(attack.boost) * messages.astype(jnp.float32)).astype(contribs.dtype)
+  return jnp.where(roles[:, None], raw, contribs)
+
+
+def _robust_aggregate(aggregator: aggregators.AggregatorConfig, chunk: tuple,
+                      dropped: jax.Array) -> Aggregate:
+  """The round's Aggregate under a robust rule, from the one chunk of all slots:
+  the rule's estimate times the present count stands for the sum."""
+  contribs, num_clipped, present = chunk
+  num_present = jnp.sum(present)
+  total = aggregators.aggregate(aggregator, contribs, present) * num_present
+  return Aggregate(total, num_clipped, num_present, jnp.sum(dropped).astype(jnp.int32),
+                   jnp.int32(0))
 
 
 def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: RoundInputs,

@@ -392,18 +392,8 @@ def make_operator(key: jax.Array, num_params: int, ratio: float, chunks: int = 2
 
   perm = np.asarray(jax.random.permutation(key, num_params)).astype(np.int64)
   sizes = num_params // chunks + (np.arange(chunks) < num_params % chunks)
-  starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
   order = _makhoul_order(chunk_len)  # Makhoul position j <- natural position order[j]
-  chunk_of, pos = _domain_positions(shape, method == "factored", np)
-  natural = order[pos]
-  real = _holds_weight(natural, sizes[chunk_of], chunk_len, np)
-  # rank[p, j]: how many weights chunk p holds before natural position j.
-  holds = _holds_weight(np.arange(chunk_len)[None, :], sizes[:, None], chunk_len, np)
-  rank = np.cumsum(holds, axis=1) - holds
-  src = np.where(real, starts[chunk_of] + rank[chunk_of, natural], 0)
-  gather = np.where(real, perm[src], num_params)
-  scatter = np.empty(num_params, np.int64)
-  scatter[gather[real]] = np.arange(gather.size).reshape(shape)[real]
+  gather, scatter = _layout(perm, sizes, order, shape, chunk_len, method == "factored")
 
   k = np.arange(mc)
   scale = np.where(k == 0, np.sqrt(1.0 / chunk_len), np.sqrt(2.0 / chunk_len))
@@ -431,6 +421,30 @@ def make_operator(key: jax.Array, num_params: int, ratio: float, chunks: int = 2
       coef_slot=i32(coef_slot), slot_coef=i32(slot_coef),
       num_params=num_params, chunks=chunks, chunk_len=chunk_len, coeffs=mc,
       method=method, factor=factor)
+
+
+def _layout(perm: np.ndarray, sizes: np.ndarray, order: np.ndarray, shape: tuple[int, ...],
+            chunk_len: int, factored: bool) -> tuple[np.ndarray, np.ndarray]:
+  """(gather, scatter) of :class:`ChunkedDCT`: which weight each chunk-domain
+  slot holds (n for padding) and the slot of each weight.
+
+  Chunk p takes the next ``sizes[p]`` weights of the permutation, in natural
+  order at the positions ``_holds_weight`` leaves to weights; ``order``
+  maps stored (Makhoul) positions to natural ones.
+  """
+  num_params = perm.size
+  starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+  chunk_of, pos = _domain_positions(shape, factored, np)
+  natural = order[pos]
+  real = _holds_weight(natural, sizes[chunk_of], chunk_len, np)
+  # rank[p, j]: how many weights chunk p holds before natural position j.
+  holds = _holds_weight(np.arange(chunk_len)[None, :], sizes[:, None], chunk_len, np)
+  rank = np.cumsum(holds, axis=1) - holds
+  src = np.where(real, starts[chunk_of] + rank[chunk_of, natural], 0)
+  gather = np.where(real, perm[src], num_params)
+  scatter = np.empty(num_params, np.int64)
+  scatter[gather[real]] = np.arange(gather.size).reshape(shape)[real]
+  return gather, scatter
 
 
 def _factored_weights(chunk_len: int, coeffs: int, q: int, rotation: np.ndarray):
