@@ -125,8 +125,11 @@ def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
   att.add_argument("--attack", choices=attacks.ATTACKS, default=None,
                    help="malicious clients' attack (default: none)")
   att.add_argument("--malicious-fraction", type=float, default=None,
-                   help="alpha in [0, 1): a fixed set of round(alpha N) malicious clients, "
+                   help="alpha in [0, 1): a pool of round(alpha N) malicious clients, "
                         "drawn from the seed")
+  att.add_argument("--malicious-selection", choices=attacks.SELECTIONS, default="cohort",
+                   help="cohort: the pool makes up alpha of every round's cohort (thesis "
+                        "l.1795, the default); fixed: the pool is sampled like every client")
   att.add_argument("--boost", type=float, default=1.0,
                    help="eta_adv >= 1: gradient ascent's step, the backdoors' boosting "
                         "(never applied to FL-CS; void under FL-SIGN; default 1)")
@@ -166,7 +169,8 @@ def _attack(args) -> attacks.AttackConfig | None:
                     else (None, None))
   return attacks.AttackConfig(args.attack, args.malicious_fraction, args.boost, source,
                               target, args.attack_sigma,
-                              skip_noise=args.attackers_skip_noise)
+                              skip_noise=args.attackers_skip_noise,
+                              selection=args.malicious_selection)
 
 
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:

@@ -23,7 +23,7 @@ RUN_FLAGS = {
     "dropout_rate": "--dropout-rate", "client_chunk": "--client-chunk",
     "devices": "--devices", "aggregator": "--aggregator", "trim": "--trim-fraction",
     "norm_bound": "--norm-bound", "fraction": "--malicious-fraction", "boost": "--boost",
-    "sigma": "--attack-sigma", "attack": "--attack",
+    "sigma": "--attack-sigma", "attack": "--attack", "selection": "--malicious-selection",
 }
 
 

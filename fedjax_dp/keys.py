@@ -24,7 +24,7 @@ import jax
 
 # Fixed integers for the purposes; changing them changes every run's draws.
 INIT, SETUP, ROUNDS = 0, 1, 2
-MALICIOUS = 3  # the fixed set of malicious clients (fedjax_dp.attacks)
+MALICIOUS = 3  # the pool of malicious clients (fedjax_dp.attacks)
 SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
 SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures
 ATTACK, ATTACK_CLIENTS = 6, 7  # colluding attackers' training; each attacker's draw

@@ -13,6 +13,8 @@ line per run, from the records of ``fedjax_dp.simulation.run``:
 
 :func:`plot_epsilon` draws epsilon against round for the DP runs, from the
 accountant each run used (``fedjax_dp.privacy.accounting.epsilon_curve``).
+:func:`plot_attack` draws a backdoor's metric against round, beside the
+model accuracy where asked (thesis Figure 6.1).
 
 Files are written atomically (a temporary file renamed into place).
 """
@@ -132,5 +134,42 @@ def plot_epsilon(records: list[dict], configs: list[dict],
     ax.legend(fontsize=8)
   else:
     ax.text(0.5, 0.5, "no DP run", ha="center", va="center", transform=ax.transAxes)
+  _save(fig, path)
+  return path
+
+
+_ATTACK_LABELS = {"class_accuracy": "accuracy on the attacked class",
+                  "attack_accuracy": "attack accuracy (source taken for target)",
+                  "main_accuracy": "accuracy without the source class"}
+
+
+def plot_attack(records: list[dict], metric: str, path: str | os.PathLike,
+                title: str = "", with_accuracy: bool = False) -> pathlib.Path:
+  """A backdoor's ``metric`` (``fedjax_dp.attacks.METRICS``) at every
+  evaluated round, one line per run; with ``with_accuracy``, each run's
+  model accuracy too (solid; the metric dashed), as thesis Figure 6.1.
+
+  Raises:
+    ValueError: A record whose history lacks ``metric``.
+  """
+  path = pathlib.Path(path)
+  if any(metric not in h for r in records for h in r.get("history", [])) or not records:
+    raise ValueError(f"plot_attack needs records whose history has {metric!r}")
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for record in records:
+    rounds = [h["round"] for h in record["history"]]
+    label = _label(record)
+    line, = ax.plot(rounds, [h[metric] for h in record["history"]], "--", linewidth=1.2,
+                    label=f"{label}: {_ATTACK_LABELS[metric]}" if with_accuracy else label)
+    if with_accuracy:
+      ax.plot(rounds, [h["accuracy"] for h in record["history"]], color=line.get_color(),
+              linewidth=1.2, label=f"{label}: test accuracy")
+  ax.set_xlabel("round")
+  ax.set_ylabel("accuracy" if with_accuracy else _ATTACK_LABELS[metric])
+  ax.set_ylim(-0.02, 1.02)
+  ax.set_title(title or records[0].get("dataset", ""))
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
   _save(fig, path)
   return path

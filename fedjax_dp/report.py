@@ -22,7 +22,8 @@ CSV_FIELDS = ("dataset", "scheme", "ratio", "best_accuracy", "best_round", "sele
               "clip_norm", "clipped_fraction", "rounds", "num_params", "num_clients",
               "clients_per_round", "capacity", "max_cohort", "truncated_rounds",
               "mean_cohort", "seed", "seconds", "coded_bits_per_value",
-              "compression_factor", "attack", "class_accuracy", "attack_accuracy")
+              "compression_factor", "attack", "class_accuracy", "attack_accuracy",
+              "main_accuracy")
 
 
 def _fmt(value, spec: str) -> str:
@@ -73,7 +74,8 @@ def attack_label(run: dict) -> str | None:
           f"boost={attack['boost_applied']:g}")
   if attack.get("source") is not None:
     text += f" {attack['source']}->{attack['target']}"
-  return text + (" no-noise" if attack.get("skip_noise") else "")
+  text += " no-noise" if attack.get("skip_noise") else ""
+  return text + (" fixed-pool" if attack.get("selection") == "fixed" else "")
 
 
 def _attack_table(runs: list[dict]) -> str:
@@ -82,12 +84,14 @@ def _attack_table(runs: list[dict]) -> str:
   if not attacked:
     return ""
   lines = ["", "| r | Algorithm | Attack | Accuracy | Attacked-class accuracy | "
-           "Attack accuracy |", "|---|---|---|---|---|---|"]
+           "Attack accuracy | Accuracy without the source class |",
+           "|---|---|---|---|---|---|---|"]
   for run in attacked:
     lines.append(
         f"| {run['ratio'] * 100:g}% | {run['scheme']} | {attack_label(run)} "
         f"| {run['best_accuracy']:.2f} | {_fmt(run.get('class_accuracy'), '.2f')} "
-        f"| {_fmt(run.get('attack_accuracy'), '.2f')} |")
+        f"| {_fmt(run.get('attack_accuracy'), '.2f')} "
+        f"| {_fmt(run.get('main_accuracy'), '.2f')} |")
   return "\n".join(lines) + "\n"
 
 

@@ -70,6 +70,9 @@ class Row:
     paper_attack: The paper's value of ``attack_metric``.
     reduced: Sweep flags of a documented reduced setting, for cells whose
       paper setting costs hours on a CPU (``reproduce.py --reduced``).
+    model_metric: The record's figure compared with ``paper.accuracy``:
+      ``best_accuracy``, or ``main_accuracy`` (accuracy without the source
+      class, at the best round) for the thesis' out-backdoor tables.
   """
 
   scheme: str
@@ -84,6 +87,7 @@ class Row:
   attack_metric: str = ""
   paper_attack: float | None = None
   reduced: tuple[str, ...] = ()
+  model_metric: str = "best_accuracy"
 
   @property
   def name(self) -> str:
@@ -124,6 +128,9 @@ class Table:
     setting: The stated setting, one line.
     rows: The cells, in the paper's order.
     claim: For a table without cells (Fed-SMP), the claim checked instead.
+    figure: A figure of the paper drawn from some rows' histories: its
+      caption and the row slugs (thesis Figure 6.1: model and attacked-class
+      accuracy against round).
   """
 
   name: str
@@ -131,6 +138,7 @@ class Table:
   setting: str
   rows: tuple[Row, ...]
   claim: str = ""
+  figure: tuple[str, tuple[str, ...]] = ("", ())
 
   def select(self, patterns: list[str] | None) -> list[Row]:
     """Rows whose name or slug matches one of the shell-style patterns.
@@ -310,7 +318,7 @@ def _thesis_degradation(number: str) -> Table:
   what = ("random update, sigma_adv 200" if number == "6.1"
           else "gradient ascent, eta_adv 10 (void under FL-SIGN)")
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} (MNIST)",
-               "thesis Table 8.1 on MNIST, a fixed set of alpha N malicious clients; FL-CS "
+               "thesis Table 8.1 on MNIST, malicious clients alpha of every cohort; FL-CS "
                "r 5%, FL-TOP r 0.5%; reduced: 25 of the 100 rounds", tuple(rows))
 
 
@@ -338,13 +346,86 @@ def _thesis_backdoor(number: str) -> Table:
                        "--malicious-fraction", f"{alpha:g}", "--boost", str(boosts[i]),
                        "--backdoor", classes),
                       tag=f"alpha={alpha:g}", attack_metric=metric,
-                      paper_attack=second[name][i], reduced=_REDUCED_8_3))
+                      paper_attack=second[name][i], reduced=_REDUCED_8_3,
+                      model_metric=_model_metric(kind)))
   what = ("in-backdoor 5 -> 7, eta_adv 7/3/1" if number == "6.5"
           else "out-backdoor 0 -> 1, no boosting")
+  figure = (("Thesis Figure 6.1: in-backdoor 5 -> 7 against FL-SIGN and FL-STD, eta_adv 7, "
+             "10% malicious", ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1"))
+            if number == "6.5" else ("", ()))
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} (MNIST)",
                f"thesis Table 8.3: N 10, C 1, |D_k| 6000, |B| 10, T_gd 3000, T_cl {rounds}, "
                "eta 0.215; FL-CS r 5% (never boosted), FL-TOP r 0.5%; reduced: T_gd 300, "
-               "10 rounds", tuple(rows))
+               "10 rounds", tuple(rows), figure=figure)
+
+
+def _model_metric(kind: str) -> str:
+  """The thesis' "model accuracy" under a backdoor: without the source class
+  for out-backdoor (``fedjax_dp.attacks.attack_metrics``), else all images."""
+  return "main_accuracy" if kind == "out-backdoor" else "best_accuracy"
+
+
+# Thesis Sec. 6.3 (l.1783-1795, Tables 6.9-6.12): FL-SIGN-DP against
+# backdoors in the Table 8.2 setting (the sweep's defaults, T_cl 200) with
+# gamma 0.001, at eps 1, 2, 4; its attackers skip their noise and send
+# 5000 * sign; FL-SIGN's row is the same setting without DP (its attackers'
+# signs cannot be boosted). Papers' cells: (model accuracy, second metric)
+# per alpha, for each eps, then FL-SIGN.
+_SIGN_DP_BACKDOORS = {
+    "6.9": ("mnist", "in-backdoor", "5:7", (0.1, 0.2, 0.4),
+            {1: ((.89, .90, .90), (0, 0, 0)), 2: ((.89, .90, .90), (0, 0, 0)),
+             4: ((.89, .90, .90), (0, 0, 0)), None: ((.98, .98, .90), (.97, .95, 0))}),
+    "6.10": ("fashion-mnist", "in-backdoor", "Sandal:Sneaker", (0.1, 0.2, 0.4),
+             {1: ((.77, .79, .80), (0, 0, 0)), 2: ((.77, .79, .80), (0, 0, 0)),
+              4: ((.77, .79, .80), (0, 0, 0)), None: ((.83, .84, .79), (.90, .84, 0))}),
+    "6.11": ("mnist", "out-backdoor", "0:1", (0.02, 0.1, 0.2, 0.4),
+             {1: ((.98, .98, .99, .99), (.98, .99, .99, 1.0)),
+              2: ((.98, .98, .98, .99), (.99, .98, .99, .99)),
+              4: ((.98, .98, .99, .99), (.99, .99, .99, .99)),
+              None: ((.98, .98, .98, .99), (0, .97, .99, .99))}),
+    "6.12": ("fashion-mnist", "out-backdoor", "T-shirt:Trouser", (0.1, 0.2, 0.4),
+             {1: ((.87, .88, .90), (.78, .81, .87)), 2: ((.88, .88, .90), (.78, .82, .85)),
+              4: ((.87, .89, .90), (.78, .81, .86)), None: ((.87, .88, .90), (0, .12, .83))}),
+}
+# A 200-round Table 8.2 run costs 35-50 minutes on the 2-core CPU.
+_REDUCED_8_2 = ("--rounds", "50")
+
+
+def _thesis_sign_dp_backdoor(number: str) -> Table:
+  """Thesis Table 6.9-6.12: FL-SIGN-DP (eps 1, 2, 4) and FL-SIGN against a backdoor."""
+  dataset, kind, classes, fractions, cells = _SIGN_DP_BACKDOORS[number]
+  metric = "class_accuracy" if kind == "in-backdoor" else "attack_accuracy"
+  rows = []
+  for eps, (model, second) in cells.items():
+    name = "FL-SIGN" if eps is None else "FL-SIGN-DP"
+    flags = ["--dataset", dataset, "--gamma", "0.001"]
+    if eps is not None:
+      flags += ["--noise-multiplier", f"{eps_sigma(eps):.4f}"]
+    for i, alpha in enumerate(fractions):
+      attack = ["--attack", kind, "--backdoor", classes, "--malicious-fraction", f"{alpha:g}"]
+      if eps is not None:  # thesis l.1791-1793: no noise, 5000 * sign
+        attack += ["--boost", "5000", "--attackers-skip-noise"]
+      tag = ("" if eps is None else f"eps={eps:g} ") + f"alpha={alpha:g}"
+      rows.append(Row(name, 1.0, presets.PaperResult(model[i], None, eps),
+                      f"thesis Table {number}", (*flags, *attack), tag=tag,
+                      attack_metric=metric, paper_attack=second[i], reduced=_REDUCED_8_2,
+                      model_metric=_model_metric(kind)))
+  if number == "6.11":  # l.1793: "2% ... 76% for FL-STD (without boosting)", accuracy .98
+    rows.append(Row("FL-STD", 1.0, presets.PaperResult(.98, None, None),
+                    "thesis Sec. 6.3 text (l.1793)",
+                    ("--dataset", dataset, "--attack", kind, "--backdoor", classes,
+                     "--malicious-fraction", "0.02"), tag="alpha=0.02",
+                    attack_metric=metric, paper_attack=.76, reduced=_REDUCED_8_2,
+                    model_metric=_model_metric(kind)))
+  source, target = classes.split(":")
+  what = f"{kind} {source} -> {target} against FL-SIGN-DP and FL-SIGN"
+  data = "MNIST" if dataset == "mnist" else "Fashion-MNIST"
+  return Table(f"thesis-{number}", f"Thesis Table {number}: {what} ({data})",
+               "thesis Table 8.2 (N 6000, C 1/60, |D_k| = |B| = 10, T_gd 5, T_cl 200, "
+               "S = sqrt(n)) with gamma 0.001, sigma from epsilon (moments accountant); "
+               "malicious clients are alpha of every cohort (l.1795), skip their noise and "
+               "send 5000 * sign under FL-SIGN-DP; reduced: 50 of the 200 rounds",
+               tuple(rows))
 
 
 @functools.lru_cache(maxsize=None)
@@ -353,7 +434,7 @@ def tables() -> dict[str, Table]:
   built = [_uai_table1(), _thesis_table4_1(), _thesis_cs(False), _thesis_cs(True),
            _thesis_eps_table("mnist"), _thesis_eps_table("fashion-mnist"), _fedsmp_curve(),
            _thesis_degradation("6.1"), _thesis_degradation("6.3"), _thesis_backdoor("6.5"),
-           _thesis_backdoor("6.7")]
+           _thesis_backdoor("6.7"), *(_thesis_sign_dp_backdoor(n) for n in _SIGN_DP_BACKDOORS)]
   return {t.name: t for t in built}
 
 
@@ -497,7 +578,8 @@ class Summary:
   Attributes:
     row: The row.
     seeds: Seeds run.
-    accuracy: Mean best accuracy (the selection metric) over the seeds.
+    accuracy: Mean best accuracy (the selection metric; the row's
+      ``model_metric`` at the best round) over the seeds.
     spread: (min, max) over the seeds.
     best_round: Mean round of the best accuracy.
     epsilon: Mean epsilon at the best round (None without DP).
@@ -567,7 +649,7 @@ class Summary:
 def summarize(row: Row, records: list[dict]) -> Summary:
   """Mean and spread of a row's kept records."""
   runs = [r["record"] for r in records]
-  acc = [r["best_accuracy"] for r in runs]
+  acc = [r[row.model_metric] for r in runs]
   eps = [r["epsilon"] for r in runs if r.get("epsilon") is not None]
   attack = [r[row.attack_metric] for r in runs if row.attack_metric in r]
   return Summary(row=row, seeds=tuple(r["seed"] for r in records),
@@ -581,6 +663,7 @@ def summarize(row: Row, records: list[dict]) -> Summary:
 
 
 _METRIC_NAMES = {"class_accuracy": "class", "attack_accuracy": "attack"}
+_MODEL_NAMES = {"best_accuracy": "", "main_accuracy": " (without the source class)"}
 
 
 def paper_cell(row: Row) -> str:
@@ -589,7 +672,7 @@ def paper_cell(row: Row) -> str:
     return "- (does not converge)"
   if row.paper is None:
     return "-"
-  parts = [f"{row.paper.accuracy:.2f}"]
+  parts = [f"{row.paper.accuracy:.2f}{_MODEL_NAMES[row.model_metric]}"]
   if row.paper.round is not None:
     parts.append(f"@{row.paper.round}")
   if row.paper.epsilon is not None:
@@ -601,7 +684,7 @@ def paper_cell(row: Row) -> str:
 
 def ours_cell(s: Summary) -> str:
   """Our figure of a row: mean [min, max] @round ε; class or attack accuracy."""
-  text = f"{s.accuracy:.3f}"
+  text = f"{s.accuracy:.3f}{_MODEL_NAMES[s.row.model_metric]}"
   if len(s.seeds) > 1:
     text += f" [{s.spread[0]:.3f}, {s.spread[1]:.3f}]"
   text += f" @{s.best_round:.0f}"
@@ -651,6 +734,25 @@ def claim_check(summaries: list[Summary]) -> str:
   return "; ".join(parts)
 
 
+def _attack_plots(table: Table, summaries: list[Summary], runs: list[dict],
+                  plot_dir: pathlib.Path) -> list[pathlib.Path]:
+  """A backdoor table's metric against round, and the paper's figure drawn
+  from its rows (where the table names one and they have run)."""
+  from fedjax_dp import plots  # pylint: disable=import-outside-toplevel
+
+  metric = table.rows[0].attack_metric
+  if not metric:
+    return []
+  paths = [plots.plot_attack(runs, metric, plot_dir / f"{table.name}-{metric}.png",
+                             table.title)]
+  caption, slugs = table.figure
+  shown = [run for s, run in zip(summaries, runs) if s.row.slug in slugs]
+  if shown:
+    paths.append(plots.plot_attack(shown, metric, plot_dir / f"{table.name}-figure.png",
+                                   caption, with_accuracy=True))
+  return paths
+
+
 def write_report(out: str | os.PathLike, report: str | os.PathLike,
                  command: str) -> pathlib.Path:
   """Writes REPRODUCTION.md (and its PNGs beside it) from the kept records.
@@ -681,6 +783,7 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       if any(run.get("epsilon") is not None for run in runs):
         paths.append(plots.plot_epsilon(runs, configs,
                                         plot_dir / f"{table.name}-epsilon.png"))
+      paths += _attack_plots(table, summaries, runs, plot_dir)
       figures = "\n" + " ".join(
           f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
     sections.append(f"## {table.title}\n\n{body}{figures}")

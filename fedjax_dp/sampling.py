@@ -19,10 +19,18 @@ smaller capacity gets *truncated* Poisson sampling (a uniformly random subset
 of ``capacity`` of the sampled clients) and :class:`Cohort` reports the
 untruncated size, so the truncation can be detected and accounted for
 (``TruncatedSubsampledGaussianDpEvent``, PLD accountant).
+
+Malicious clients (thesis Ch. 6, ``fedjax_dp.attacks``) may make up a set
+share of every cohort (:class:`Malicious`): the honest clients are then
+sampled exactly as above among the honest ones (Poisson at rate q, or
+|K| - m of them without replacement), and m of the malicious pool join so
+that they are a fraction alpha of the cohort. The honest clients' sampling,
+and so their epsilon, is the accountant's.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -30,6 +38,18 @@ import jax.numpy as jnp
 import numpy as np
 
 SAMPLERS = ("poisson", "fixed")
+
+
+class Malicious(NamedTuple):
+  """A malicious pool that fills a set share of every cohort.
+
+  Attributes:
+    pool: (N,) bool, the malicious clients (their poisoned data is theirs).
+    fraction: alpha, the share of every cohort they make up.
+  """
+
+  pool: jax.Array
+  fraction: float
 
 
 class Cohort(NamedTuple):
@@ -47,7 +67,7 @@ class Cohort(NamedTuple):
 
 
 def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
-                  sampler: str = "poisson") -> Cohort:
+                  sampler: str = "poisson", malicious: Malicious | None = None) -> Cohort:
   """Samples one round's cohort.
 
   Each client draws u ~ U(0, 1). Poisson: client i joins iff u_i < rate.
@@ -61,11 +81,15 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
     rate: q = C, the expected fraction of clients per round.
     capacity: Number of slots (static).
     sampler: "poisson" or "fixed".
+    malicious: A pool that makes up a share of the cohort (see the module
+      docstring; :func:`_with_malicious`); None: every client alike.
 
   Returns:
     The :class:`Cohort`.
   """
   u = jax.random.uniform(key, (num_clients,))
+  if malicious is not None:
+    return _with_malicious(u, rate, capacity, sampler, malicious)
   _, order = jax.lax.top_k(-u, capacity)
   if sampler == "poisson":
     num_sampled = jnp.sum(u < rate)
@@ -77,14 +101,79 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
   return Cohort(order.astype(jnp.int32), mask, num_sampled.astype(jnp.int32))
 
 
+def malicious_share(num_clients: int, rate: float, fraction: float) -> int:
+  """Fixed-size sampling: m = ceil(alpha |K|) malicious slots of every cohort.
+
+  Rounding up keeps the honest clients' rate (|K| - m) / (N - M) at or below
+  q = |K| / N when the pool is M = round(alpha N) (:func:`check_malicious`).
+  """
+  size = fixed_cohort_size(num_clients, rate)
+  return min(size, math.ceil(fraction * size - 1e-9))
+
+
+def check_malicious(num_clients: int, rate: float, sampler: str, pool_size: int,
+                    fraction: float) -> None:
+  """Raises ValueError (one line) if a pool of ``pool_size`` cannot make up
+  ``fraction`` of every fixed-size cohort with the honest clients sampled at
+  most at rate q (the accountant's epsilon would not hold for them)."""
+  if sampler != "fixed":
+    return
+  size = fixed_cohort_size(num_clients, rate)
+  share = malicious_share(num_clients, rate, fraction)
+  honest_rate = (size - share) / max(1, num_clients - pool_size)
+  if share > pool_size or honest_rate > size / num_clients + 1e-12:
+    raise ValueError(f"malicious fraction {fraction:g} of {num_clients} clients cannot fill "
+                     f"{share} of {size} cohort slots without sampling honest clients more "
+                     f"often than q = {size / num_clients:g}; use selection 'fixed'")
+
+
+def _with_malicious(u: jax.Array, rate: float, capacity: int, sampler: str,
+                    malicious: Malicious) -> Cohort:
+  """The cohort when the malicious pool fills a share alpha of it.
+
+  Honest clients join as without attackers, among the honest ones: Poisson
+  (u < q) or the |K| - m smallest u. Then m of the pool, the smallest u
+  first: m = ceil(alpha |K|) for fixed-size sampling, round(alpha / (1 -
+  alpha) h) for Poisson with h honest clients (so m / (h + m) is alpha up to
+  rounding), never more than the pool. Slots: honest, then malicious, then
+  padding (the slots without attackers would have had).
+  """
+  num_clients = u.shape[0]
+  pool = malicious.pool
+  pool_size = jnp.sum(pool)
+  _, honest_order = jax.lax.top_k(-jnp.where(pool, 2.0, u), capacity)
+  _, pool_order = jax.lax.top_k(-jnp.where(pool, u, 2.0), capacity)
+  if sampler == "poisson":
+    honest = jnp.sum((u < rate) & ~pool)
+    alpha = malicious.fraction
+    share = jnp.round(alpha / (1.0 - alpha) * honest).astype(jnp.int32)
+  elif sampler == "fixed":
+    share = jnp.int32(malicious_share(num_clients, rate, malicious.fraction))
+    honest = fixed_cohort_size(num_clients, rate) - share
+  else:
+    raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
+  share = jnp.minimum(share, pool_size)
+  slot = jnp.arange(capacity)
+  from_pool = (slot >= honest) & (slot < honest + share)
+  order = jnp.where(from_pool, pool_order[jnp.clip(slot - honest, 0, capacity - 1)],
+                    honest_order)
+  num_sampled = (honest + share).astype(jnp.int32)
+  return Cohort(order.astype(jnp.int32), slot < num_sampled, num_sampled)
+
+
 def fixed_cohort_size(num_clients: int, rate: float) -> int:
   """|K| = round(C * N) for fixed-size sampling, at least 1."""
   return max(1, int(round(rate * num_clients)))
 
 
 def planned_cohort_sizes(round_keys: jax.Array, num_clients: int, rate: float,
-                         sampler: str = "poisson") -> np.ndarray:
+                         sampler: str = "poisson", malicious: Malicious | None = None
+                         ) -> np.ndarray:
   """(rounds,) every round's cohort size |K_t|, from the keys the run will use."""
+  if malicious is not None:
+    sizes = jax.vmap(lambda k: sample_cohort(k, num_clients, rate, 1, sampler, malicious)
+                     .num_sampled)(round_keys)
+    return np.asarray(sizes, np.int64)
   if sampler == "fixed":
     return np.full((round_keys.shape[0],), fixed_cohort_size(num_clients, rate), np.int64)
   sizes = jax.vmap(lambda k: jnp.sum(jax.random.uniform(k, (num_clients,)) < rate)
@@ -117,14 +206,15 @@ def capacity_for(sizes: np.ndarray, num_clients: int, multiple: int = 4) -> int:
 
 
 def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
-                       capacity: int, sampler: str, rounds_list) -> list[int]:
+                       capacity: int, sampler: str, rounds_list,
+                       malicious: Malicious | None = None) -> list[int]:
   """Largest number of rounds any client joined within rounds 1..t, per t.
 
   Recomputes every round's cohort from the run's sampling keys exactly as
   the round does (:func:`sample_cohort` with the run's capacity).
   """
   cohorts = jax.jit(jax.vmap(lambda k: sample_cohort(k, num_clients, rate, capacity,
-                                                     sampler)))(sampling_keys)
+                                                     sampler, malicious)))(sampling_keys)
   indices, mask = np.asarray(cohorts.indices), np.asarray(cohorts.mask)
   joined = np.zeros((indices.shape[0], num_clients), np.int32)
   rows = np.repeat(np.arange(indices.shape[0]), indices.shape[1])

@@ -162,7 +162,8 @@ def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
   """
   rk = keys.round_keys(run_key, t)
   cohort = sampling.sample_cohort(rk.sampling, cfg.num_clients, cfg.rate, cfg.capacity,
-                                  cfg.sampler)
+                                  cfg.sampler, _cohort_share(cfg.attack, cfg.num_clients,
+                                                             run_key))
   plan = cfg.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
                                cfg.num_kept)
   train_keys, noise_keys = keys.client_keys(rk.round, cohort.indices)
@@ -174,6 +175,13 @@ def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
   attackers = jnp.nonzero(malicious, size=count)[0]
   return RoundInputs(rk, cohort, plan, train_keys, noise_keys,
                      malicious[cohort.indices] & cohort.mask, attackers)
+
+
+def _cohort_share(attack: attacks.AttackConfig | None, num_clients: int,
+                  run_key: jax.Array) -> sampling.Malicious | None:
+  """The malicious pool as the sampler sees it (the run key's
+  ``keys.MALICIOUS`` draw, as for the poisoned data)."""
+  return attacks.cohort_share(keys.purpose(run_key, keys.MALICIOUS), num_clients, attack)
 
 
 def make_train_fn(model: FlatModel, cfg: RoundConfig
@@ -645,15 +653,27 @@ class RunConfig:
     scheme.validate(num_params, self.ratio)
     self._check_aggregator(scheme)
     if self.attack is not None:
-      self.attack.validate()
-      if self.attack.skip_noise and not scheme.traits.dp:
-        raise ValueError(f"attack skip_noise applies to DP schemes; {scheme.name} adds "
-                         "no noise")
+      self._check_attack(scheme, num_clients)
     mechanism = scheme.mechanism(self.noise_multiplier,
                                  scheme.num_values(num_params, self.ratio), self.local,
                                  samples_per_client)
     accounting.check_mechanism(mechanism, self.accountant, self.sampler)
 
+
+  def _check_attack(self, scheme: Scheme, num_clients: int) -> None:
+    """The attack's own checks, and how its malicious pool joins cohorts."""
+    attack = self.attack
+    attack.validate()
+    if attack.skip_noise and not scheme.traits.dp:
+      raise ValueError(f"attack skip_noise applies to DP schemes; {scheme.name} adds "
+                       "no noise")
+    if attack.selection == "cohort":
+      if self.max_cohort is not None:
+        raise ValueError("max_cohort (truncated Poisson sampling) would cut the malicious "
+                         "share of the cohort; use selection 'fixed'")
+      sampling.check_malicious(num_clients, self.rate(num_clients), self.sampler,
+                               attacks.num_malicious(num_clients, attack.fraction),
+                               attack.fraction)
 
   def _check_aggregator(self, scheme: Scheme) -> None:
     """A robust aggregator needs every individual update in the clear."""
@@ -803,7 +823,8 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
                            )(jnp.arange(1, cfg.rounds + 1))
   mesh = sharding.client_mesh(cfg.devices)
   sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, cfg.rate(num_clients),
-                                        cfg.sampler)
+                                        cfg.sampler,
+                                        _cohort_share(cfg.attack, num_clients, root))
   capacity = sampling.capacity_for(sizes, num_clients,
                                    multiple=math.lcm(4, sharding.mesh_size(mesh)))
   if cfg.max_cohort is not None:  # truncated Poisson: keep a random subset
@@ -944,7 +965,7 @@ def _attack_record(rc: RoundConfig, best: dict) -> dict:
   boosted = (rc.attack.boost if rc.scheme.traits.boostable or rc.attack.skip_noise
              else 1.0)
   return {"attack": {**dataclasses.asdict(rc.attack), "boost_applied": boosted},
-          **{k: best[k] for k in ("class_accuracy", "attack_accuracy") if k in best}}
+          **{k: best[k] for k in attacks.METRICS if k in best}}
 
 
 def _attack_entry(attack: attacks.AttackConfig | None, labels: np.ndarray,
@@ -966,7 +987,8 @@ def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.Pr
 
   def participations(ts):
     return sampling.max_participations(prep.sampling_keys, rc.num_clients, rc.rate,
-                                       rc.capacity, rc.sampler, ts)
+                                       rc.capacity, rc.sampler, ts,
+                                       _cohort_share(rc.attack, rc.num_clients, prep.run_key))
 
   return accounting.report(
       prep.mechanism, rounds_list, cfg.delta, cfg.accountant,

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import attacks, keys, simulation
+from fedjax_dp import attacks, keys, sampling, simulation
 from fedjax_dp.attacks import AttackConfig
 from fedjax_dp.data.partitioning import PADDING_LABEL
 from fedjax_dp.schemes import get_scheme
@@ -67,6 +67,68 @@ def test_malicious_set_is_a_fixed_fraction_drawn_from_the_key():
   assert int(attacks.malicious_set(key, 10, 0.0).sum()) == 0
 
 
+# ------------------------------------------------------- who joins a round
+
+def _pool_cohorts(sampler, fraction=0.1, num_clients=1000, rate=0.1, trials=400):
+  pool = attacks.malicious_set(jax.random.PRNGKey(0), num_clients, fraction)
+  share = sampling.Malicious(pool, fraction)
+  ks = jax.random.split(jax.random.PRNGKey(1), trials)
+  cohorts = jax.vmap(lambda k: sampling.sample_cohort(k, num_clients, rate, 160, sampler,
+                                                      share))(ks)
+  idx, mask, pool = np.asarray(cohorts.indices), np.asarray(cohorts.mask), np.asarray(pool)
+  return idx, mask, pool, cohorts
+
+
+def test_the_pool_is_alpha_of_every_fixed_size_cohort_and_honest_rates_stay_q():
+  idx, mask, pool, cohorts = _pool_cohorts("fixed")
+  assert (np.asarray(cohorts.num_sampled) == 100).all()
+  assert ((pool[idx] & mask).sum(axis=1) == 10).all()  # ceil(0.1 * 100) every round
+  for t in range(idx.shape[0]):  # nobody twice in a cohort
+    assert len(set(idx[t][mask[t]])) == mask[t].sum()
+  honest = (~pool[idx] & mask).sum()
+  assert honest == 90 * idx.shape[0]  # (|K| - m) / (N - M) = 90 / 900 = q
+
+
+def test_poisson_honest_clients_join_at_rate_q_beside_an_alpha_share_of_attackers():
+  """Honest joins ~ Binomial(900 T, q): accept q = 0.1, reject 0.105."""
+  idx, mask, pool, cohorts = _pool_cohorts("poisson")
+  honest = (~pool[idx] & mask).sum(axis=1)
+  malicious = (pool[idx] & mask).sum(axis=1)
+  np.testing.assert_array_equal(malicious, np.round(honest * 0.1 / 0.9))
+  np.testing.assert_array_equal(np.asarray(cohorts.num_sampled), honest + malicious)
+  trials = 900 * idx.shape[0]
+  for q, accept in ((0.1, True), (0.105, False)):
+    z = (honest.sum() - q * trials) / np.sqrt(trials * q * (1 - q))
+    assert (abs(z) < 3.5) == accept, (q, z)
+
+
+@pytest.mark.parametrize("sampler", ["poisson", "fixed"])
+def test_a_pool_of_nobody_leaves_the_cohort_as_it_was(sampler):
+  key = jax.random.PRNGKey(5)
+  plain = sampling.sample_cohort(key, 1000, 0.1, 160, sampler)
+  empty = sampling.Malicious(jnp.zeros(1000, bool), 0.0)
+  pooled = sampling.sample_cohort(key, 1000, 0.1, 160, sampler, empty)
+  for a, b in zip(plain, pooled):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_pool_too_small_for_its_share_of_a_fixed_cohort_is_refused():
+  sampling.check_malicious(1000, 0.1, "fixed", 100, 0.1)  # 10 of 100, from 100: fine
+  with pytest.raises(ValueError, match="cannot fill 2 of 10 cohort slots"):
+    sampling.check_malicious(10, 1.0, "fixed", 1, 0.14)  # round(1.4) = 1 < ceil(1.4)
+
+
+def test_fixed_selection_samples_the_pool_like_everyone():
+  fixed = AttackConfig("random-update", 0.3, selection="fixed")
+  assert attacks.cohort_share(jax.random.PRNGKey(0), 100, fixed) is None
+  assert attacks.cohort_share(jax.random.PRNGKey(0), 100, None) is None
+  share = attacks.cohort_share(jax.random.PRNGKey(0), 100, dataclasses.replace(
+      fixed, selection="cohort"))
+  assert int(share.pool.sum()) == 30 and share.fraction == 0.3
+  with pytest.raises(ValueError, match="unknown selection 'some'"):
+    dataclasses.replace(fixed, selection="some").validate()
+
+
 def _federation():
   rng = np.random.default_rng(0)
   y = rng.integers(0, 10, (6, 40)).astype(np.int32)
@@ -120,7 +182,8 @@ def test_metrics_use_the_source_class_test_images():
   preds = np.array([5, 7, 7, 3, 1, 2, 7, 0])
   cfg = AttackConfig("in-backdoor", 0.1, source=5, target=7)
   m = attacks.attack_metrics(preds, labels, cfg)
-  assert m == {"accuracy": 4 / 8, "class_accuracy": 0.25, "attack_accuracy": 0.5}
+  assert m == {"accuracy": 4 / 8, "class_accuracy": 0.25, "attack_accuracy": 0.5,
+               "main_accuracy": 3 / 4}  # 1, 2, 7 right; the 7 taken for a 0 wrong
   assert attacks.attack_metrics(preds, labels, None) == {"accuracy": 4 / 8}
 
 

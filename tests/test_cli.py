@@ -41,6 +41,12 @@ def _run(args, tmp_path, env_extra=None):
      "--malicious-fraction, --backdoor and --attackers-skip-noise need --attack"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--attackers-skip-noise",
       "--schemes", "FL-STD"], "skip_noise applies to DP schemes; FL-STD adds no noise"),
+    (["--attack", "random-update", "--malicious-fraction", "0.1", "--max-cohort", "120",
+      "--accountant", "pld"],
+     "--max-cohort (truncated Poisson sampling) would cut the malicious share of the "
+     "cohort; use --malicious-selection fixed"),
+    (["--attack", "random-update", "--malicious-fraction", "0.1",
+      "--malicious-selection", "some"], "invalid choice: 'some'"),
     (["--aggregator", "median", "--schemes", "FL-STD-DP"],
      "--aggregator median needs the individual updates; FL-STD-DP's noise shares"),
     (["--aggregator", "median", "--schemes", "FL-SIGN", "--secure-aggregation"],
@@ -198,6 +204,7 @@ def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
   assert run["attack"]["kind"] == "in-backdoor" and run["attack"]["source"] == 5
   assert run["attack"]["target"] == 7 and run["attack"]["boost_applied"] == 3
   assert 0 <= run["attack_accuracy"] <= 1 and 0 <= run["class_accuracy"] <= 1
+  assert run["attack"]["selection"] == "cohort"  # the thesis' reading, the default
   assert run["history"][0]["malicious_clients"] >= 0
   table = (out / "results.md").read_text()
   assert "| 100% | FL-STD | in-backdoor alpha=0.2 boost=3 5->7 |" in table

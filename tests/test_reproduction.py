@@ -127,7 +127,11 @@ def _fake_sweep(calls, accuracy=0.5, code=0, dp=True):
     out = pathlib.Path(argv[argv.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
     history = [{"round": t, "accuracy": accuracy * t / 3} for t in (1, 2, 3)]
-    record = {"scheme": argv[1], "ratio": float(argv[3]), "best_accuracy": accuracy,
+    backdoor = {}
+    if "--backdoor" in argv:  # the backdoor metrics, at every round and the best
+      backdoor = {"class_accuracy": 0.25, "attack_accuracy": 0.5, "main_accuracy": 0.97}
+      history = [dict(h, **backdoor) for h in history]
+    record = {**backdoor,"scheme": argv[1], "ratio": float(argv[3]), "best_accuracy": accuracy,
               "best_round": 3, "epsilon": 0.5 if dp else None, "rounds": 3, "seconds": 7.0,
               "noise_multiplier": 1.54 if dp else 0.0, "clients_per_round": 100,
               "num_clients": 6000, "delta": 1e-5 if dp else None,
@@ -300,3 +304,49 @@ def test_reduced_records_are_reported_as_reduced(tmp_path):
   assert found["FL-STD_alpha0.1"][0]["reduced"] and kept["argv"][-6] == "10"
   body, summaries = reproduction.table_markdown(table, found)
   assert summaries[0].reduced and "reduced setting (--local-steps 300 --rounds 10)" in body
+
+
+def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
+  t611 = reproduction.get_table("thesis-6.11")
+  assert len(t611.rows) == 17  # 3 eps x 4 alpha, FL-SIGN x 4, FL-STD at 2% (l.1793)
+  row = t611.select(["FL-SIGN-DP_eps2-alpha0.02"])[0]
+  _, run = _planned(row)
+  attack = run.config.attack
+  assert (attack.kind, attack.source, attack.target) == ("out-backdoor", 0, 1)
+  assert attack.boost == 5000 and attack.skip_noise and attack.selection == "cohort"
+  assert attack.fraction == pytest.approx(0.02)
+  assert run.config.noise_multiplier == pytest.approx(reproduction.eps_sigma(2.0))
+  assert run.setting["rounds"] == 200 and run.setting["clients_per_round"] == 100
+  assert (row.paper.accuracy, row.paper_attack, row.model_metric) == (
+      .98, .99, "main_accuracy")
+  sign = t611.select(["FL-SIGN_alpha0.02"])[0]
+  _, run = _planned(sign)
+  assert run.config.attack.boost == 1 and not run.config.attack.skip_noise
+  assert sign.paper_attack == 0
+  t610 = reproduction.get_table("thesis-6.10")
+  fashion = t610.select(["FL-SIGN-DP_eps4-alpha0.4"])[0]
+  _, run = _planned(fashion)
+  assert (run.config.attack.source, run.config.attack.target) == (5, 7)  # Sandal, Sneaker
+  assert fashion.model_metric == "best_accuracy" and fashion.paper.accuracy == .80
+
+
+def test_out_backdoor_rows_compare_the_accuracy_without_the_source_class(tmp_path):
+  row = reproduction.get_table("thesis-6.7").select(["FL-STD_alpha0.4"])[0]
+  record = {"best_accuracy": 0.90, "main_accuracy": 0.985, "attack_accuracy": 0.99,
+            "best_round": 5, "epsilon": None, "rounds": 100}
+  s = reproduction.summarize(row, [{"seed": 0, "record": record}])
+  assert s.accuracy == 0.985 and s.within  # paper .99 ; attack .99 (all images: 0.90)
+  assert reproduction.paper_cell(row) == "0.99 (without the source class) ; attack 0.99"
+
+
+def test_report_draws_the_attack_metric_and_figure_6_1(tmp_path):
+  table = reproduction.get_table("thesis-6.5")
+  for slug in ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1", "FL-CS_r0.05_alpha0.4"):
+    row = table.select([slug])[0]
+    reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9, dp=False), "x")
+  report = tmp_path / "R.md"
+  reproduction.write_report(tmp_path, report, "cmd")
+  text = report.read_text()
+  assert "![thesis-6.5-class_accuracy](R_plots/thesis-6.5-class_accuracy.png)" in text
+  assert "![thesis-6.5-figure](R_plots/thesis-6.5-figure.png)" in text
+  assert (tmp_path / "R_plots" / "thesis-6.5-figure.png").stat().st_size > 1000
