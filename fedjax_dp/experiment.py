@@ -29,8 +29,8 @@ from typing import Callable, NamedTuple
 
 from tqdm import tqdm
 
-from fedjax_dp import (aggregators, attacks, datasets, flags, host_devices, plots, presets,
-                       report, sharding, simulation)
+from fedjax_dp import (aggregators, attacks, canaries, datasets, flags, host_devices, plots,
+                       presets, report, sharding, simulation)
 from fedjax_dp.data import DataError
 from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
 from fedjax_dp.models import FlatModel, get_model, medical_mlp
@@ -271,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
       "attacks (malicious clients, thesis Chapter 6; fedjax_dp.attacks)"))
   _add_aggregator_flags(p.add_argument_group(
       "aggregation (robust rules against malicious clients; fedjax_dp.aggregators)"))
+  audit = p.add_argument_group("privacy audit (canary clients; fedjax_dp.canaries, "
+                               "docs/privacy.md)")
+  audit.add_argument("--audit-canaries", type=int, default=0,
+                     help="K: 2K canary directions, each inserted as a client with "
+                          "probability 1/2; reports empirical_epsilon beside epsilon "
+                          "(DP schemes; default 0: no audit)")
+  audit.add_argument("--audit-confidence", type=float, default=0.95,
+                     help="confidence of the audit's one-run lower bound (default 0.95)")
   _add_secure_flags(p.add_argument_group(
       "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))
   _add_device_flags(p.add_argument_group("devices (docs/performance.md)"))
@@ -361,6 +369,19 @@ def _aggregator(args) -> aggregators.AggregatorConfig | None:
   return aggregators.AggregatorConfig(args.aggregator, args.trim_fraction, args.norm_bound)
 
 
+def _audit(args) -> canaries.AuditConfig | None:
+  """The --audit-canaries setting; None without one (0).
+
+  Raises:
+    ValueError: A negative count.
+  """
+  if args.audit_canaries < 0:
+    raise ValueError(f"--audit-canaries must be >= 0, got {args.audit_canaries}")
+  if args.audit_canaries == 0:
+    return None
+  return canaries.AuditConfig(args.audit_canaries, args.audit_confidence)
+
+
 def _run_config(args, scheme: Scheme, ratio: float, setting: dict,
                 clip: float | None) -> simulation.RunConfig:
   return simulation.RunConfig(
@@ -368,7 +389,7 @@ def _run_config(args, scheme: Scheme, ratio: float, setting: dict,
       local_steps=setting["local_steps"], batch_size=setting["batch_size"],
       lr=setting["lr"], noise_multiplier=family_of(scheme).noise_multiplier(scheme, args),
       clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
-      aggregator=_aggregator(args), attack=_attack(args),
+      aggregator=_aggregator(args), attack=_attack(args), audit=_audit(args),
       delta=args.delta, accountant=args.accountant, sampler=args.sampling,
       init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,

@@ -24,6 +24,7 @@ RUN_FLAGS = {
     "devices": "--devices", "aggregator": "--aggregator", "trim": "--trim-fraction",
     "norm_bound": "--norm-bound", "fraction": "--malicious-fraction", "boost": "--boost",
     "sigma": "--attack-sigma", "attack": "--attack", "selection": "--malicious-selection",
+    "audit_canaries": "--audit-canaries", "audit_confidence": "--audit-confidence",
 }
 
 

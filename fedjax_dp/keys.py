@@ -5,15 +5,19 @@ along a path that names its purpose, so no two draws share a key:
 
   run key -> "init" (w0), "setup" -> "subset" | "calibration" | "permutation"
                                       | "server" (public-data work before round 1),
-             "malicious" (the attackers' set),
+             "malicious" (the attackers' set), "audit" (canary directions and
+             which are inserted, fedjax_dp.canaries),
              "rounds" -> round t -> "sampling" | "mask" | "server_noise"
                                   | "clients" -> client id -> "train" | "noise"
                                   | "secure_agg" -> client pair -> ring offset
                                   | "dropout" | "attack"
                                   | "attack_clients" -> client id
+                                  | "canary_sampling"
 
 Client keys are folded in by *client id* (not slot), so a client's key in a
-round does not depend on where it sits in the cohort array.
+round does not depend on where it sits in the cohort array. Canary clients
+(``fedjax_dp.canaries``) have ids N + j, so their keys never meet a real
+client's.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import jax
 # Fixed integers for the purposes; changing them changes every run's draws.
 INIT, SETUP, ROUNDS = 0, 1, 2
 MALICIOUS = 3  # the pool of malicious clients (fedjax_dp.attacks)
+AUDIT = 4  # the audit's canaries (fedjax_dp.canaries)
 SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
 SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures
 ATTACK, ATTACK_CLIENTS = 6, 7  # colluding attackers' training; each attacker's draw
+CANARY_SAMPLING = 8  # which canary clients join the round
 TRAIN, NOISE = 0, 1
 # Sub-keys of the setup key. A run has one scheme, which uses each at most
 # once; SETUP_PERMUTATION (FL-CS's shared shuffle) and SETUP_SERVER (Fed-SMP's

@@ -23,7 +23,8 @@ CSV_FIELDS = ("dataset", "scheme", "ratio", "best_accuracy", "best_round", "sele
               "clients_per_round", "capacity", "max_cohort", "truncated_rounds",
               "mean_cohort", "seed", "seconds", "coded_bits_per_value",
               "compression_factor", "attack", "class_accuracy", "attack_accuracy",
-              "main_accuracy")
+              "main_accuracy", "empirical_epsilon", "empirical_epsilon_every_round",
+              "epsilon_lower_bound", "epsilon_lower_bound_every_round")
 
 
 def _fmt(value, spec: str) -> str:
@@ -49,7 +50,7 @@ def markdown_table(runs: list[dict]) -> str:
   Table 2 instead (:func:`balanced_table`).
   """
   if runs and runs[0].get("selection_metric") == "balanced_accuracy":
-    return balanced_table(runs) + _coded_table(runs) + _attack_table(runs)
+    return balanced_table(runs) + _coded_table(runs) + _attack_table(runs) + _audit_table(runs)
   lines = ["| r | Algorithm | Accuracy (paper) | Round (paper) | Downstream KB | "
            "Upstream KB | ε (paper) | S | Accountant |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -62,7 +63,7 @@ def markdown_table(runs: list[dict]) -> str:
         f"| {run['downstream_kb']:.2f} | {run['upstream_kb']:.2f} "
         f"| {_fmt(run['epsilon'], '.2f')} ({_paper(run, 'epsilon', '.2f')}) "
         f"| {_fmt(run['clip_norm'], '.3g')} | {run['accountant'] or 'N/A'} |")
-  return "\n".join(lines) + "\n" + _coded_table(runs) + _attack_table(runs)
+  return "\n".join(lines) + "\n" + _coded_table(runs) + _attack_table(runs) + _audit_table(runs)
 
 
 def attack_label(run: dict) -> str | None:
@@ -93,6 +94,30 @@ def _attack_table(runs: list[dict]) -> str:
         f"| {_fmt(run.get('attack_accuracy'), '.2f')} "
         f"| {_fmt(run.get('main_accuracy'), '.2f')} |")
   return "\n".join(lines) + "\n"
+
+
+def _audit_table(runs: list[dict]) -> str:
+  """The privacy audit of the audited runs (``fedjax_dp.canaries``), if any:
+  the accountant's epsilon after every round beside the canaries' estimate
+  and lower bound, for each threat model."""
+  audited = [r for r in runs if r.get("audit") is not None]
+  if not audited:
+    return ""
+  lines = ["", "| r | Algorithm | ε (accountant, all rounds) | canaries in / out "
+           "| empirical ε: final model | every round | lower bound: final model "
+           "| every round |", "|---|---|---|---|---|---|---|---|"]
+  for run in audited:
+    audit = run["audit"]
+    lines.append(
+        f"| {run['ratio'] * 100:g}% | {run['scheme']} | {_fmt(run['epsilon_final'], '.2f')} "
+        f"| {audit['inserted']} / {audit['held_out']} "
+        f"| {run['empirical_epsilon']:.2f} | {run['empirical_epsilon_every_round']:.2f} "
+        f"| {run['epsilon_lower_bound']:.2f} | {run['epsilon_lower_bound_every_round']:.2f} "
+        f"|")
+  confidence = audited[0]["audit"]["confidence"]
+  return "\n".join(lines) + (f"\n\nLower bounds hold with confidence {confidence:g} "
+                             "(Steinke et al. 2023); empirical ε is Andrew et al.'s "
+                             "estimate (docs/privacy.md).\n")
 
 
 def balanced_table(runs: list[dict]) -> str:

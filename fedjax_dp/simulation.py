@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import (aggregators, attacks, bandwidth, fast_prng, keys, metrics, sampling,
-                       sharding)
+from fedjax_dp import (aggregators, attacks, bandwidth, canaries, fast_prng, keys, metrics,
+                       sampling, sharding)
 from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.data import ClientData
@@ -43,10 +43,13 @@ class ServerState(NamedTuple):
     weights: (n,) the global model.
     scheme_state: The scheme's own state (a pytree), e.g. FL-TOP's Top-K
       indices, from ``scheme.setup``.
+    audit: The canaries and their statistics (``fedjax_dp.canaries``);
+      None without an audit.
   """
 
   weights: jax.Array
   scheme_state: Any
+  audit: canaries.AuditState | None = None
 
 
 class RoundInfo(NamedTuple):
@@ -77,6 +80,8 @@ class RoundConfig:
     clients_per_round: Expected cohort size C*N (the fixed size for the
       "fixed" sampler); also the DP aggregate's denominator.
     capacity: Cohort slots (see ``fedjax_dp.sampling``).
+    canary_slots: Slots after those for the audit's canary clients
+      (``fedjax_dp.canaries``); 0 without an audit.
     sampler: "poisson" or "fixed".
     num_kept: K, values per compressed update.
     local_steps: T_gd.
@@ -135,6 +140,12 @@ class RoundConfig:
     return LocalTraining(self.local_steps, self.batch_size, self.lr)
   aggregator: aggregators.AggregatorConfig | None = None
   attack: attacks.AttackConfig | None = None
+  canary_slots: int = 0
+
+  @property
+  def slots(self) -> int:
+    """Every slot of the round: the cohort's, then the canaries'."""
+    return self.capacity + self.canary_slots
 
 
 def _as_float(x: jax.Array) -> jax.Array:
@@ -151,6 +162,7 @@ class RoundInputs(NamedTuple):
   noise_keys: jax.Array
   roles: jax.Array | None = None  # (capacity,) bool: malicious slots (attacks only)
   attackers: jax.Array | None = None  # (round(alpha N),) the malicious clients' ids
+  audit: canaries.AuditState | None = None  # the canaries (audits only)
 
 
 def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
@@ -166,9 +178,14 @@ def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
                                                              run_key))
   plan = cfg.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
                                cfg.num_kept)
+  if cfg.canary_slots:  # canary j is client N + j, in the slots after the cohort's
+    which, joined = canaries.canary_cohort(canaries.round_key(run_key, t),
+                                           state.audit.inserted, cfg.rate, cfg.canary_slots)
+    cohort = cohort._replace(indices=jnp.concatenate([cohort.indices, cfg.num_clients + which]),
+                             mask=jnp.concatenate([cohort.mask, joined]))
   train_keys, noise_keys = keys.client_keys(rk.round, cohort.indices)
   if cfg.attack is None:
-    return RoundInputs(rk, cohort, plan, train_keys, noise_keys)
+    return RoundInputs(rk, cohort, plan, train_keys, noise_keys, audit=state.audit)
   malicious = attacks.malicious_set(keys.purpose(run_key, keys.MALICIOUS), cfg.num_clients,
                                     cfg.attack.fraction)
   count = attacks.num_malicious(cfg.num_clients, cfg.attack.fraction)
@@ -245,7 +262,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
   """
   train = make_train_fn(model, cfg)
   privatize = make_privatize_fn(cfg)
-  capacity = cfg.capacity
+  capacity = cfg.slots
   chunk = min(cfg.client_chunk or capacity, capacity)
   num_chunks = -(-capacity // chunk)
   padded = num_chunks * chunk
@@ -264,20 +281,23 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask, False), pad(present, False)
     tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
 
-    sent_by_attackers = None
+    sent_by_attackers, roles = None, None
     if cfg.attack is not None:
       roles = pad(inputs.roles, False)
       sent_by_attackers = attack_messages(model, cfg, w, inputs, data)
 
     def contributions(c):
       take = lambda a: jax.lax.dynamic_slice_in_dim(a, c * chunk, chunk)
-      messages = train(w, inputs.plan, data, take(ids), take(tkeys))
-      if sent_by_attackers is not None:  # a malicious slot sends the attack's message
-        messages = jnp.where(take(roles)[:, None],
-                             sent_by_attackers(take(ids)).astype(messages.dtype), messages)
+      # Canary slots (ids >= N) train on client 0's data; their message is replaced.
+      messages = train(w, inputs.plan, data, jnp.minimum(take(ids), cfg.num_clients - 1),
+                       take(tkeys))
+      messages = _replaced(cfg, messages, take(ids), None if roles is None else take(roles),
+                           sent_by_attackers, inputs.audit)
       contribs, clipped = privatize(messages, take(smask), take(nkeys), num_shares)
       if sent_by_attackers is not None and cfg.attack.skip_noise:
         contribs = _unprivatized(cfg.attack, take(roles), messages, contribs)
+      if cfg.canary_slots and not cfg.scheme.traits.fixed_sensitivity:
+        clipped = clipped - jnp.sum(take(smask) & (take(ids) >= cfg.num_clients))
       return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
 
     if cfg.aggregator is not None:  # a robust rule: every update at once
@@ -311,6 +331,23 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     return Aggregate(total, num_clipped, num_present, num_dropped, overflow)
 
   return aggregate
+
+
+def _replaced(cfg: RoundConfig, messages: jax.Array, ids: jax.Array, roles: jax.Array | None,
+              sent_by_attackers: Callable[[jax.Array], jax.Array] | None,
+              audit: canaries.AuditState | None) -> jax.Array:
+  """The slots' messages once a malicious slot sends the attack's message
+  and a canary slot (id N + j) canary j's (``fedjax_dp.canaries``)."""
+  if sent_by_attackers is not None:
+    messages = jnp.where(roles[:, None], sent_by_attackers(ids).astype(messages.dtype),
+                         messages)
+  if cfg.canary_slots:
+    is_canary = ids >= cfg.num_clients
+    sent = canaries.messages(audit, jnp.where(is_canary, ids - cfg.num_clients, 0),
+                             cfg.clip_norm, cfg.scheme.traits.fixed_sensitivity is not None,
+                             messages.dtype)
+    messages = jnp.where(is_canary[:, None], sent, messages)
+  return messages
 
 
 def _unprivatized(attack: attacks.AttackConfig, roles: jax.Array, messages: jax.Array,
@@ -367,8 +404,8 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
 def _failures(cfg: RoundConfig, inputs: RoundInputs) -> jax.Array:
   """(capacity,) bool: the slots whose client fails after the cohort is fixed."""
   if cfg.dropout_rate > 0:
-    return jax.random.bernoulli(inputs.keys.dropout, cfg.dropout_rate, (cfg.capacity,))
-  return jnp.zeros((cfg.capacity,), bool)
+    return jax.random.bernoulli(inputs.keys.dropout, cfg.dropout_rate, (cfg.slots,))
+  return jnp.zeros((cfg.slots,), bool)
 
 
 def _finish_sum(cfg: RoundConfig, acc, num_present: jax.Array,
@@ -425,7 +462,8 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
       mean = agg.total / jnp.maximum(agg.num_present, 1)  # equal |D_k|: FedAvg
     new_w, new_scheme_state = scheme.server_update(state.weights, state.scheme_state, mean,
                                                    inputs.plan)
-    return (ServerState(new_w, new_scheme_state),
+    audit = None if state.audit is None else canaries.observe(state.audit, agg.total)
+    return (ServerState(new_w, new_scheme_state, audit),
             RoundInfo(inputs.cohort.num_sampled, jnp.asarray(agg.num_clipped, jnp.int32),
                       agg.num_dropped, agg.overflow,
                       0 if inputs.roles is None else jnp.sum(inputs.roles, dtype=jnp.int32)))
@@ -570,6 +608,7 @@ class RunConfig:
   # A robust rule over the individual updates (thesis Sec. 3.3.2); None: the mean.
   aggregator: aggregators.AggregatorConfig | None = None
   attack: attacks.AttackConfig | None = None  # malicious clients (thesis Ch. 6)
+  audit: canaries.AuditConfig | None = None  # canary clients (empirical privacy)
 
   def validate(self, num_clients: int) -> None:
     """Raises ValueError with a one-line message naming the parameter.
@@ -654,6 +693,8 @@ class RunConfig:
     self._check_aggregator(scheme)
     if self.attack is not None:
       self._check_attack(scheme, num_clients)
+    if self.audit is not None:
+      self._check_audit(scheme, num_clients, num_params, samples_per_client)
     mechanism = scheme.mechanism(self.noise_multiplier,
                                  scheme.num_values(num_params, self.ratio), self.local,
                                  samples_per_client)
@@ -674,6 +715,25 @@ class RunConfig:
       sampling.check_malicious(num_clients, self.rate(num_clients), self.sampler,
                                attacks.num_malicious(num_clients, attack.fraction),
                                attack.fraction)
+
+  def _check_audit(self, scheme: Scheme, num_clients: int, num_params: int,
+                   samples_per_client: int) -> None:
+    """Canaries audit a client-level DP release: refused elsewhere (one line)."""
+    self.audit.validate(num_clients)
+    mechanism = scheme.mechanism(self.noise_multiplier, scheme.num_values(num_params,
+                                                                          self.ratio),
+                                 self.local, samples_per_client)
+    if mechanism.kind == "none":
+      raise ValueError(f"audit_canaries audits a DP release; {scheme.name} adds no noise, "
+                       "so there is no epsilon to audit")
+    if mechanism.level != "client":
+      raise ValueError(f"audit_canaries audits client-level DP; {scheme.name}'s DP is "
+                       f"{mechanism.level}-level")
+    if self.attack is not None:
+      raise ValueError("audit_canaries with an attack: the audit assumes honest clients")
+    if self.max_cohort is not None:
+      raise ValueError("audit_canaries with max_cohort (truncated Poisson sampling) is not "
+                       "supported")
 
   def _check_aggregator(self, scheme: Scheme) -> None:
     """A robust aggregator needs every individual update in the clear."""
@@ -786,7 +846,7 @@ def _check_clients(data: ClientData) -> None:
 
 
 # RunConfig fields newer than the checkpoint format (see ``run``).
-_LATER_FIELDS = ("clip_ratio", "aggregator", "attack")
+_LATER_FIELDS = ("clip_ratio", "aggregator", "attack", "audit")
 
 
 def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
@@ -796,6 +856,15 @@ def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
     return scheme.calibrate_clip(setup_data, state)
   at = setup_data._replace(ratio=clip_ratio)
   return scheme.calibrate_clip(at, scheme.setup(at))
+
+
+def _audit_setup(cfg: RunConfig, root: jax.Array, num_values: int, rate: float,
+                 multiple: int) -> tuple[canaries.AuditState | None, int]:
+  """The audit's canaries and the slots their rounds need (none without)."""
+  if cfg.audit is None:
+    return None, 0
+  state = canaries.init_state(root, num_values, cfg.audit)
+  return state, canaries.planned_capacity(root, state, rate, cfg.rounds, multiple)
 
 
 def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
@@ -825,13 +894,14 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, cfg.rate(num_clients),
                                         cfg.sampler,
                                         _cohort_share(cfg.attack, num_clients, root))
-  capacity = sampling.capacity_for(sizes, num_clients,
-                                   multiple=math.lcm(4, sharding.mesh_size(mesh)))
+  multiple = math.lcm(4, sharding.mesh_size(mesh))
+  capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
   if cfg.max_cohort is not None:  # truncated Poisson: keep a random subset
     capacity = min(capacity, cfg.max_cohort)
+  audit, canary_slots = _audit_setup(cfg, root, k, cfg.rate(num_clients), multiple)
   dropouts = cfg.max_dropouts if traits.dp else 0
   num_shares = (max(1, int(min(sizes.min(), capacity)) - dropouts),
-                max(1, capacity - dropouts))
+                max(1, capacity + canary_slots - dropouts))
   setup_data = SetupData(
       model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
       public_x=jnp.asarray(public[0]), public_y=jnp.asarray(public[1]),
@@ -849,7 +919,7 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       clip_norm = _calibrated_clip(scheme, setup_data, scheme_state, cfg.clip_ratio)
     scheme = scheme.bind(setup_data, clip_norm)
 
-  comm = communication(traits, cfg, capacity, clip_norm)
+  comm = communication(traits, cfg, capacity + canary_slots, clip_norm)
   client_chunk = cfg.client_chunk
   robust = cfg.aggregator is not None and cfg.aggregator.robust
   if client_chunk is None and capacity > AUTO_CHUNK_ABOVE and not robust:
@@ -862,9 +932,9 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       secure_scale=comm.secure_scale, secure_neighbours=cfg.secure_neighbours,
       max_dropouts=dropouts, dropout_rate=cfg.dropout_rate,
       client_chunk=client_chunk, mesh=mesh, aggregator=cfg.aggregator if robust else None,
-      attack=cfg.attack)
+      attack=cfg.attack, canary_slots=canary_slots)
   mechanism = scheme.mechanism(setup_data.noise_multiplier, k, cfg.local, samples)
-  return Prepared(scheme, ServerState(setup_data.w0, scheme_state), clip_norm, k,
+  return Prepared(scheme, ServerState(setup_data.w0, scheme_state, audit), clip_norm, k,
                   round_cfg, comm, mechanism, sampling_keys, root)
 
 
@@ -1051,6 +1121,7 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       "downstream_values": down_values,
       "epsilon": privacy.epsilons[0],
       "epsilon_final": privacy.epsilons[1],
+      **_audit_record(trained.state.audit, cfg),
       "delta": cfg.delta if dp else None,
       "accountant": privacy.label,
       "sampler": cfg.sampler,
@@ -1075,6 +1146,22 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       **coded,
   }
   return record
+
+
+def _audit_record(state: canaries.AuditState | None, cfg: RunConfig) -> dict:
+  """The audit's estimates beside the accountant's epsilon (none without).
+
+  Both threat models' statistics cover all ``cfg.rounds`` rounds, so they
+  compare with ``epsilon_final``.
+  """
+  if state is None:
+    return {}
+  found = canaries.report(state, cfg.delta, cfg.audit.confidence)
+  return {"empirical_epsilon": found["final_model"]["empirical_epsilon"],
+          "empirical_epsilon_every_round": found["every_round"]["empirical_epsilon"],
+          "epsilon_lower_bound": found["final_model"]["epsilon_lower_bound"],
+          "epsilon_lower_bound_every_round": found["every_round"]["epsilon_lower_bound"],
+          "audit": found}
 
 
 def poisoned(data: ClientData, cfg: RunConfig) -> ClientData:

@@ -47,6 +47,13 @@ def _run(args, tmp_path, env_extra=None):
      "cohort; use --malicious-selection fixed"),
     (["--attack", "random-update", "--malicious-fraction", "0.1",
       "--malicious-selection", "some"], "invalid choice: 'some'"),
+    (["--audit-canaries", "-1"], "--audit-canaries must be >= 0, got -1"),
+    (["--audit-canaries", "10", "--schemes", "FL-TOP-DP", "FL-STD"],
+     "--audit-canaries audits a DP release; FL-STD adds no noise"),
+    (["--audit-canaries", "7000", "--schemes", "FL-TOP-DP"],
+     "--audit-canaries 7000 exceeds the 6000 clients"),
+    (["--audit-canaries", "10", "--schemes", "CDP-LQ"],
+     "--audit-canaries audits client-level DP; CDP-LQ's DP is record-level"),
     (["--aggregator", "median", "--schemes", "FL-STD-DP"],
      "--aggregator median needs the individual updates; FL-STD-DP's noise shares"),
     (["--aggregator", "median", "--schemes", "FL-SIGN", "--secure-aggregation"],
@@ -287,3 +294,23 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
   for g, w in zip(got, want):
     assert g["history"] == w["history"] and g["best_accuracy"] == w["best_accuracy"]
   assert not calls[1].exists()
+
+
+def test_sweep_with_an_audit_reports_empirical_beside_accountant_epsilon(tmp_path, capsys):
+  out = tmp_path / "res"
+  code = experiment.main([
+      "--dataset", "mnist", "--schemes", "FL-TOP-DP", "--audit-canaries", "40",
+      "--rounds", "2", "--num-clients", "200", "--clients-per-round", "20",
+      "--out", str(out), "--quiet"])
+  assert code == 0, capsys.readouterr().err
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  audit = run["audit"]
+  assert audit["inserted"] + audit["held_out"] == 80
+  for model in ("final_model", "every_round"):
+    assert audit[model]["empirical_epsilon"] >= 0 and audit[model]["epsilon_lower_bound"] >= 0
+  assert run["empirical_epsilon"] == audit["final_model"]["empirical_epsilon"]
+  table = (out / "results.md").read_text()
+  assert "| empirical ε: final model | every round |" in table
+  header = (out / "results.csv").read_text().splitlines()[0]
+  assert header.endswith("empirical_epsilon,empirical_epsilon_every_round,"
+                         "epsilon_lower_bound,epsilon_lower_bound_every_round")

@@ -1,0 +1,475 @@
+"""Statistics of empirical privacy audits with canary clients.
+
+Andrew et al. (ICLR 2024, "One-shot Empirical Privacy Estimation for Federated
+Learning", Sections 3-4) insert canary clients whose update is a fixed random
+unit direction ``u_j`` (clipped to S) and, after training, compare the cosines
+of ``u_j`` with the released aggregate for inserted and held-out (never
+inserted) canaries. This module holds the pure pieces of that audit:
+
+* Canary directions that are never stored: ``u_j`` is a row of a randomized
+  Hadamard matrix, ``u_j[k] = signs[k] H[rows[j], positions[k]] / sqrt(m)``
+  (:class:`CanaryBasis`), so the dot products of all canaries with an
+  m-vector cost one fast Walsh-Hadamard transform (:func:`canary_dots`).
+* Andrew et al.'s epsilon estimate (:func:`estimate_epsilon`): the epsilon of
+  the pair of Gaussians fitted to the two sets of statistics
+  (:func:`gaussian_epsilon`, exact hockey-stick divergence).
+* The one-run auditing lower bound of Steinke, Nasr and Jagielski (NeurIPS
+  2023, "Privacy auditing with one (1) training run", Theorem 3.1):
+  :func:`one_run_lower_bound`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import special, stats
+
+# Largest epsilon searched; callers report a result equal to it as ">= EPS_CAP".
+EPS_CAP = 1000.0
+_BISECTION_STEPS = 100
+# Fractions of the m candidates guessed "inserted" by the one-run audit.
+ONE_RUN_GUESS_FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5)
+
+
+def _next_power_of_two(n: int) -> int:
+  return 1 << max(int(n) - 1, 0).bit_length()
+
+
+@jax.jit
+def fwht(x: jax.Array) -> jax.Array:
+  """Unnormalized fast Walsh-Hadamard transform along the last axis.
+
+  ``y[..., j] = sum_k H[j, k] x[..., k]`` with the Sylvester-ordered Hadamard
+  matrix ``H[j, k] = (-1)^popcount(j & k)``; ``fwht(fwht(x)) = d' x``. One
+  radix-2 butterfly per bit, O(d' log d') additions.
+
+  Args:
+    x: (..., d') array, d' a power of two.
+
+  Returns:
+    The (..., d') transform, same dtype.
+
+  Raises:
+    ValueError: If the last axis is not a power of two.
+  """
+  n = x.shape[-1]
+  if n < 1 or n & (n - 1):
+    raise ValueError(f"fwht needs a power-of-two last axis, got {n}.")
+  batch = x.shape[:-1]
+  h = 1
+  while h < n:
+    # Indices j and j + h of each 2h-block differ only in bit log2(h).
+    y = x.reshape(batch + (n // (2 * h), 2, h))
+    a, b = y[..., 0, :], y[..., 1, :]
+    x = jnp.stack([a + b, a - b], axis=-2).reshape(batch + (n,))
+    h *= 2
+  return x
+
+
+class CanaryBasis(NamedTuple):
+  """The canary directions of Andrew et al. (ICLR 2024), as randomized Hadamard rows.
+
+  Canary j's direction in the m-dimensional message space is
+  ``u_j[k] = signs[k] H[rows[j], positions[k]] / sqrt(m)``, a unit vector with
+  entries ``+-1/sqrt(m)``. Since ``H[r, p] H[r', p] = H[r ^ r', p]``,
+  ``<u_i, u_j> = (1/m) sum_k H[rows[i] ^ rows[j], positions[k]]``: the mean of
+  m values drawn without replacement from a balanced +-1 row, so 0 on average
+  with variance ``(d' - m) / (m (d' - 1)) <= 1/m``.
+
+  ``size`` (d') is not stored: it is derived from the static shapes,
+  ``next_power_of_two(max(m, num_canaries + 1))``, the rule of
+  :func:`canary_basis`. The tuple therefore holds arrays only and can be passed
+  to jitted functions as an ordinary argument. Keep it whole: select canaries
+  with the ``which`` argument of :func:`canary_directions`, or by indexing the
+  output of :func:`canary_dots`, never by slicing ``rows`` (that can change d').
+
+  Attributes:
+    rows: (num_canaries,) int32 distinct Hadamard rows in [1, d').
+    positions: (m,) int32 distinct positions in [0, d') of the m coordinates.
+    signs: (m,) float32 random signs +-1.
+  """
+  rows: jax.Array
+  positions: jax.Array
+  signs: jax.Array
+
+  @property
+  def num_values(self) -> int:
+    """m, the dimension of the message space."""
+    return self.positions.shape[-1]
+
+  @property
+  def num_canaries(self) -> int:
+    return self.rows.shape[-1]
+
+  @property
+  def size(self) -> int:
+    """d', the order of the Hadamard matrix (a static python int)."""
+    return _next_power_of_two(max(self.num_values, self.num_canaries + 1))
+
+
+def canary_basis(key: jax.Array, num_values: int, num_canaries: int) -> CanaryBasis:
+  """Draws the random Hadamard rows, positions and signs of the canaries.
+
+  d' is the smallest power of two >= ``num_values`` and >= ``num_canaries + 1``.
+  The rows are drawn without replacement from 1..d'-1 (never the constant row
+  0), the positions are the first m entries of a random permutation of d'
+  (a random injection of the m coordinates into d', which makes distinct
+  canaries nearly orthogonal even when m < d'), and the signs are Rademacher.
+
+  Args:
+    key: PRNG key used for nothing else.
+    num_values: m >= 1, the dimension of the message space.
+    num_canaries: The number of canaries (>= 1).
+
+  Returns:
+    The :class:`CanaryBasis`.
+  """
+  if int(num_values) != num_values or num_values < 1:
+    raise ValueError(f"num_values must be a positive int, got {num_values}.")
+  if int(num_canaries) != num_canaries or num_canaries < 1:
+    raise ValueError(f"num_canaries must be a positive int, got {num_canaries}.")
+  num_values, num_canaries = int(num_values), int(num_canaries)
+  size = _next_power_of_two(max(num_values, num_canaries + 1))
+  if size > 2**30:
+    raise ValueError(f"d' = {size} overflows the int32 Hadamard indices.")
+  k_rows, k_positions, k_signs = jax.random.split(key, 3)
+  rows = 1 + jax.random.choice(k_rows, size - 1, (num_canaries,), replace=False)
+  positions = jax.random.permutation(k_positions, size)[:num_values]
+  signs = jax.random.rademacher(k_signs, (num_values,), dtype=jnp.float32)
+  return CanaryBasis(rows.astype(jnp.int32), positions.astype(jnp.int32), signs)
+
+
+@jax.jit
+def canary_signs(basis: CanaryBasis, which: jax.Array) -> jax.Array:
+  """The canary directions as +-1 sign vectors, ``sqrt(m) u_{which}``.
+
+  For schemes whose messages are sign vectors. Computed from the parity of
+  ``rows & positions`` (``jax.lax.population_count``); nothing is stored
+  beyond the output.
+
+  Args:
+    basis: The :class:`CanaryBasis`.
+    which: Integer array of canary indices in [0, num_canaries).
+
+  Returns:
+    ``which.shape + (m,)`` int32 entries ``signs[k] H[rows[which], positions[k]]``.
+  """
+  rows = basis.rows[jnp.asarray(which)]
+  parity = jax.lax.population_count(rows[..., None] & basis.positions) & 1
+  return (1 - 2 * parity) * basis.signs.astype(jnp.int32)
+
+
+@jax.jit
+def canary_directions(basis: CanaryBasis, which: jax.Array) -> jax.Array:
+  """The unit canary directions ``u_{which}`` of Andrew et al. (ICLR 2024, Sec. 3).
+
+  Args:
+    basis: The :class:`CanaryBasis`.
+    which: Integer array of canary indices in [0, num_canaries).
+
+  Returns:
+    ``which.shape + (m,)`` float32 unit vectors with entries ``+-1/sqrt(m)``.
+  """
+  scale = 1.0 / math.sqrt(basis.num_values)
+  return canary_signs(basis, which).astype(jnp.float32) * scale
+
+
+@jax.jit
+def canary_dots(basis: CanaryBasis, v: jax.Array) -> jax.Array:
+  """``<u_j, v>`` for every canary j, with one fast Walsh-Hadamard transform.
+
+  ``<u_j, v> = (1/sqrt(m)) sum_k H[rows[j], positions[k]] signs[k] v[k]`` is
+  entry ``rows[j]`` of the transform of the d'-vector x with
+  ``x[positions] = signs * v`` and zeros elsewhere.
+
+  Args:
+    basis: The :class:`CanaryBasis`.
+    v: (..., m) vector(s) of the message space.
+
+  Returns:
+    (..., num_canaries) float32 dot products.
+  """
+  m = basis.num_values
+  if v.shape[-1] != m:
+    raise ValueError(f"v has {v.shape[-1]} values, the basis {m}.")
+  x = jnp.zeros(v.shape[:-1] + (basis.size,), jnp.float32)
+  x = x.at[..., basis.positions].set(basis.signs * v.astype(jnp.float32))
+  return fwht(x)[..., basis.rows] * (1.0 / math.sqrt(m))
+
+
+def _log_diff_exp(a: float, b: float) -> float:
+  """``log(e^a - e^b)``, -inf when ``b >= a``."""
+  if b >= a:
+    return -math.inf
+  return a + math.log1p(-math.exp(b - a))
+
+
+def _log_std_normal_prob(kind: str, t1: float, t2: float) -> float:
+  """log of the N(0, 1) probability of a region (see :func:`_loss_region`)."""
+  log_cdf = lambda z: float(special.log_ndtr(z))
+  log_sf = lambda z: float(special.log_ndtr(-z))
+  if kind == "empty":
+    return -math.inf
+  if kind == "all":
+    return 0.0
+  if kind == "above":
+    return log_sf(t1)
+  if kind == "below":
+    return log_cdf(t1)
+  if kind == "outside":
+    return float(np.logaddexp(log_cdf(t1), log_sf(t2)))
+  # "inside": difference of the tail probabilities on the side of the interval.
+  if t1 > 0:
+    return _log_diff_exp(log_sf(t1), log_sf(t2))
+  return _log_diff_exp(log_cdf(t2), log_cdf(t1))
+
+
+def _loss_region(m: float, s: float, eps: float) -> tuple[str, float, float]:
+  """``{y : log p(y)/q(y) > eps}`` for ``P = N(m, s^2)``, ``Q = N(0, 1)``.
+
+  ``log p/q = a y^2 + b y + c0`` with ``a = (1 - 1/s^2)/2``, ``b = m/s^2`` and
+  ``c0 = -log s - m^2/(2 s^2)``: a half-line (``a = 0``), the inside (``a < 0``)
+  or the outside (``a > 0``) of the interval between the roots.
+
+  Returns:
+    ``(kind, t1, t2)``, kind one of "empty", "all", "above" (``y > t1``),
+    "below" (``y < t1``), "inside" (``t1 < y < t2``), "outside".
+  """
+  a = 0.5 * (s - 1.0) * (s + 1.0) / (s * s)
+  b = m / (s * s)
+  c = -math.log(s) - m * m / (2.0 * s * s) - eps
+  if a == 0.0:
+    if b == 0.0:
+      return ("all" if c > 0 else "empty"), 0.0, 0.0
+    return ("above" if b > 0 else "below"), -c / b, 0.0
+  disc = b * b - 4.0 * a * c
+  if disc <= 0.0:
+    return ("all" if a > 0 else "empty"), 0.0, 0.0
+  # Numerically stable roots (no cancellation when a is tiny).
+  half = -0.5 * (b + math.copysign(math.sqrt(disc), b))
+  with np.errstate(divide="ignore", over="ignore"):
+    r1 = float(np.float64(half) / a)
+  r2 = c / half
+  t1, t2 = min(r1, r2), max(r1, r2)
+  return ("outside" if a > 0 else "inside"), t1, t2
+
+
+def _log_hockey_stick(eps: float, mu_p: float, sd_p: float, mu_q: float,
+                      sd_q: float) -> float:
+  """``log H_eps(P || Q)`` for ``P = N(mu_p, sd_p^2)``, ``Q = N(mu_q, sd_q^2)``.
+
+  ``H_eps(P || Q) = P(L > eps) - e^eps Q(L > eps)`` with ``L = log p/q``,
+  evaluated after standardizing Q (the divergence is invariant under affine
+  maps of x).
+  """
+  m, s = (mu_p - mu_q) / sd_q, sd_p / sd_q
+  kind, t1, t2 = _loss_region(m, s, eps)
+  log_q = _log_std_normal_prob(kind, t1, t2)
+  if kind in ("empty", "all"):
+    log_p = log_q
+  else:
+    with np.errstate(over="ignore"):
+      u1, u2 = (t1 - m) / s, (t2 - m) / s
+    log_p = _log_std_normal_prob(kind, u1, u2)
+  return _log_diff_exp(log_p, eps + log_q)
+
+
+def gaussian_epsilon(mu0: float, sd0: float, mu1: float, sd1: float,
+                     delta: float) -> float:
+  """The epsilon at delta of the pair ``P = N(mu1, sd1^2)``, ``Q = N(mu0, sd0^2)``.
+
+  The smallest ``eps >= 0`` with ``max(H_eps(P||Q), H_eps(Q||P)) <= delta``,
+  ``H_eps`` the hockey-stick divergence, as used by Andrew et al. (ICLR 2024,
+  Section 4) to turn the fitted canary-cosine Gaussians into an epsilon. The
+  privacy loss is quadratic in x, so ``H_eps`` is computed exactly from normal
+  tail probabilities (in log space), then bisected (it decreases in eps). With
+  equal variances this is the analytic Gaussian mechanism of Balle and Wang
+  (ICML 2018, Theorem 8) with ``mu = |mu1 - mu0| / sd``:
+  ``delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)``.
+
+  Args:
+    mu0: Mean of the held-out statistic (Q).
+    sd0: Its standard deviation (>= 0).
+    mu1: Mean of the inserted statistic (P).
+    sd1: Its standard deviation (>= 0).
+    delta: delta in (0, 1).
+
+  Returns:
+    epsilon in [0, EPS_CAP]; EPS_CAP means ">= EPS_CAP" (e.g. a zero standard
+    deviation with distinct distributions, where epsilon is infinite).
+  """
+  if not 0 < delta < 1:
+    raise ValueError(f"delta must be in (0, 1), got {delta}.")
+  for name, value in (("mu0", mu0), ("mu1", mu1)):
+    if not math.isfinite(value):
+      raise ValueError(f"{name} must be finite, got {value}.")
+  for name, value in (("sd0", sd0), ("sd1", sd1)):
+    if not (math.isfinite(value) and value >= 0):
+      raise ValueError(f"{name} must be a finite number >= 0, got {value}.")
+  mu0, sd0, mu1, sd1 = float(mu0), float(sd0), float(mu1), float(sd1)
+  if sd0 == 0 or sd1 == 0:
+    # A point mass against any other distribution has an infinite privacy loss.
+    return 0.0 if (sd0 == sd1 and mu0 == mu1) else EPS_CAP
+  log_delta = math.log(delta)
+
+  def ok(eps: float) -> bool:
+    return max(_log_hockey_stick(eps, mu1, sd1, mu0, sd0),
+               _log_hockey_stick(eps, mu0, sd0, mu1, sd1)) <= log_delta
+
+  if ok(0.0):
+    return 0.0
+  if not ok(EPS_CAP):
+    return EPS_CAP
+  lo, hi = 0.0, 1.0
+  while not ok(hi):
+    lo, hi = hi, min(2.0 * hi, EPS_CAP)
+  for _ in range(_BISECTION_STEPS):
+    mid = 0.5 * (lo + hi)
+    if ok(mid):
+      hi = mid
+    else:
+      lo = mid
+    if hi - lo <= 1e-12 * hi:
+      break
+  return hi
+
+
+def estimate_epsilon(inserted: np.ndarray, held_out: np.ndarray, delta: float) -> float:
+  """Andrew et al.'s one-shot epsilon estimate (ICLR 2024, Sections 3-4).
+
+  Fits a Gaussian (sample mean, sample standard deviation with ddof=1) to the
+  statistics (e.g. cosines with the released aggregate) of the inserted and of
+  the held-out canaries, and returns the epsilon of that pair of Gaussians,
+  :func:`gaussian_epsilon`.
+
+  Args:
+    inserted: Statistics of the inserted canaries (>= 2 values).
+    held_out: Statistics of the held-out canaries (>= 2 values).
+    delta: delta in (0, 1).
+
+  Returns:
+    The estimate in [0, EPS_CAP] (EPS_CAP meaning ">= EPS_CAP").
+  """
+  inserted = np.asarray(inserted, np.float64).ravel()
+  held_out = np.asarray(held_out, np.float64).ravel()
+  if inserted.size < 2 or held_out.size < 2:
+    raise ValueError(f"need >= 2 inserted and >= 2 held-out statistics, got "
+                     f"{inserted.size} and {held_out.size}.")
+  return gaussian_epsilon(float(held_out.mean()), float(held_out.std(ddof=1)),
+                          float(inserted.mean()), float(inserted.std(ddof=1)), delta)
+
+
+def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
+  """p-value of ``v`` correct guesses out of ``r`` under (eps, delta)-DP.
+
+  Steinke, Nasr and Jagielski (NeurIPS 2023), Theorem 3.1: if each of the m
+  candidates is inserted independently with probability 1/2 and the mechanism
+  is (eps, delta)-DP, the number V of correct guesses among r satisfies
+  ``P[V >= v] <= P[W >= v] + 2 m delta alpha(v)``, ``W ~ Binomial(r, q)``,
+  ``q = e^eps / (1 + e^eps)`` and
+  ``alpha(v) = max_{i=1..v} P[v > W >= v - i] / i``.
+
+  Args:
+    m: Number of candidate canaries.
+    r: Number of guesses (abstentions excluded), ``0 <= r <= m``.
+    v: Number of correct guesses, ``0 <= v <= r``.
+    eps: epsilon >= 0 of the null hypothesis.
+    delta: delta in [0, 1] of the null hypothesis.
+
+  Returns:
+    The p-value, at most 1.
+  """
+  if not 0 <= v <= r <= m:
+    raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}.")
+  if v == 0:
+    return 1.0
+  q = float(special.expit(eps))
+  beta = float(stats.binom.sf(v - 1, r, q))
+  # Partial sums P[v > W >= v - i] = sum_{k=v-i}^{v-1} P[W = k], i = 1..v.
+  tails = np.cumsum(stats.binom.pmf(np.arange(v - 1, -1, -1), r, q))
+  alpha = float(np.max(tails / np.arange(1, v + 1)))
+  return min(beta + 2.0 * m * delta * alpha, 1.0)
+
+
+def _one_run_epsilon(m: int, r: int, v: int, delta: float, threshold: float) -> float:
+  """The largest eps whose p-value is below ``threshold`` (0 when none is)."""
+  rejected = lambda eps: one_run_p_value(m, r, v, eps, delta) < threshold
+  if not rejected(0.0):
+    return 0.0
+  if rejected(EPS_CAP):
+    return EPS_CAP
+  lo, hi = 0.0, EPS_CAP
+  for _ in range(_BISECTION_STEPS):
+    mid = 0.5 * (lo + hi)
+    if rejected(mid):
+      lo = mid
+    else:
+      hi = mid
+    if hi - lo <= 1e-9 * max(hi, 1.0):
+      break
+  return lo
+
+
+def one_run_lower_bound(statistics: np.ndarray, inserted: np.ndarray, delta: float,
+                        confidence: float = 0.95) -> dict:
+  """The one-run auditing lower bound on epsilon (Steinke et al. 2023, Section 3).
+
+  Valid only when each of the m candidate canaries was inserted independently
+  with probability 1/2 (Steinke, Nasr and Jagielski, NeurIPS 2023, Theorem
+  3.1); the held-out canaries of a fixed split do not qualify. The auditor
+  ranks the candidates by statistic, guesses "inserted" for the k+ highest and
+  "held out" for the k- lowest and abstains on the rest; r = k+ + k- guesses
+  with v correct reject (eps, delta)-DP when :func:`one_run_p_value` is below
+  ``1 - confidence``. The grid ``k+ = ONE_RUN_GUESS_FRACTIONS * m`` (at least
+  1), ``k- in {0, k+}`` (pairs with ``k+ + k- > m`` and duplicates skipped) is
+  tested with a Bonferroni correction over the pairs tested (10 for m >= 100).
+  The p-value is assumed increasing in eps (bisection), as in the paper.
+
+  Args:
+    statistics: (m,) statistic per candidate, higher meaning "more inserted".
+    inserted: (m,) bool, the true memberships.
+    delta: delta in [0, 1) of the audited guarantee.
+    confidence: Confidence level c in (0, 1) of the bound.
+
+  Returns:
+    ``{"epsilon_lower_bound": float, "confidence": c, "guesses": r,
+    "correct": v}``, r and v those of the best pair (the first one tested when
+    all bounds are 0). An ``epsilon_lower_bound`` of EPS_CAP means ">=".
+  """
+  statistics = np.asarray(statistics, np.float64)
+  inserted = np.asarray(inserted)
+  if statistics.ndim != 1 or statistics.shape != inserted.shape or statistics.size < 1:
+    raise ValueError(f"statistics and inserted must be equal 1-D shapes, got "
+                     f"{statistics.shape} and {inserted.shape}.")
+  if inserted.dtype != bool:
+    raise ValueError(f"inserted must be bool, got {inserted.dtype}.")
+  if np.isnan(statistics).any():
+    raise ValueError("statistics contain NaN.")
+  if not 0 <= delta < 1:
+    raise ValueError(f"delta must be in [0, 1), got {delta}.")
+  if not 0 < confidence < 1:
+    raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
+  m = statistics.size
+  # Stable ranking: ties are broken by index, which does not depend on membership.
+  ranked = inserted[np.argsort(statistics, kind="stable")]
+  pairs = []
+  for k_minus_equal in (False, True):
+    for fraction in ONE_RUN_GUESS_FRACTIONS:
+      k_plus = max(1, round(fraction * m))
+      pair = (k_plus, k_plus if k_minus_equal else 0)
+      if sum(pair) <= m and pair not in pairs:
+        pairs.append(pair)
+  threshold = (1.0 - confidence) / len(pairs)
+  best = None
+  for k_plus, k_minus in pairs:
+    correct = int(ranked[m - k_plus:].sum()) + int((~ranked[:k_minus]).sum())
+    guesses = k_plus + k_minus
+    eps = _one_run_epsilon(m, guesses, correct, delta, threshold)
+    if best is None or eps > best[0]:
+      best = (eps, guesses, correct)
+  return {"epsilon_lower_bound": best[0], "confidence": confidence,
+          "guesses": best[1], "correct": best[2]}

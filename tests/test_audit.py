@@ -1,0 +1,167 @@
+"""The canary audit (fedjax_dp.canaries) in the round: estimates, faults, errors."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_dp import canaries, keys, simulation
+from fedjax_dp.privacy import audit as audit_stats
+from fedjax_dp.privacy import noise
+from fedjax_dp.privacy.clipping import clip_by_l2_norm
+from fedjax_dp.schemes import get_scheme
+from tiny_model import tiny_linear
+
+DELTA = 1e-5
+
+
+# ------------------------------------------------ the Gaussian mechanism alone
+
+@pytest.mark.parametrize("sigma", [0.7, 1.0, 1.5])
+def test_one_gaussian_release_is_estimated_at_its_analytic_epsilon(sigma):
+  """A sum of canaries clipped to S plus G(0, S^2 sigma^2): the estimate is
+  the analytic epsilon of one Gaussian release (Balle and Wang 2018) within
+  25%, for both threat models (one release: the same statistic). About 2,000
+  canaries a side: the two fitted variances' sampling error biases the
+  estimate upwards by about 10% (docs/privacy.md)."""
+  m, s = 2**18, 0.5
+  state = canaries.init_state(jax.random.PRNGKey(3), m, canaries.AuditConfig(2000))
+  # The inserted canaries at norm S, summed: H is symmetric, so sum_j u_j is
+  # one transform of the indicator of their rows (checked on a few below).
+  basis = state.basis()
+  rows = jnp.zeros(basis.size).at[basis.rows].add(state.inserted.astype(jnp.float32))
+  summed = basis.signs * audit_stats.fwht(rows)[basis.positions] / np.sqrt(m)
+  few = jnp.nonzero(state.inserted)[0][:3]
+  some = jnp.zeros(basis.size).at[basis.rows[few]].set(1.0)
+  np.testing.assert_allclose(basis.signs * audit_stats.fwht(some)[basis.positions] / np.sqrt(m),
+                             audit_stats.canary_directions(basis, few).sum(0), atol=1e-5)
+  release = s * summed + s * sigma * jax.random.normal(jax.random.PRNGKey(4), (m,))
+  found = canaries.report(canaries.observe(state, release), DELTA, 0.95)
+  analytic = audit_stats.gaussian_epsilon(0.0, 1.0, 1.0 / sigma, 1.0, DELTA)
+  for model in ("final_model", "every_round"):
+    assert found[model]["empirical_epsilon"] == pytest.approx(analytic, rel=0.25), model
+    assert found[model]["epsilon_lower_bound"] <= analytic
+  assert found["inserted"] + found["held_out"] == 4000
+
+
+# --------------------------------------------------------------- in the round
+
+_CFG = simulation.RunConfig(ratio=1.0, rounds=20, clients_per_round=60, eval_every=20,
+                            clip_norm=0.5, noise_multiplier=1.0,
+                            audit=canaries.AuditConfig(200))
+
+
+def _run(small_federation, scheme, **kw):
+  data, test, public = small_federation
+  cfg = dataclasses.replace(_CFG, **kw)
+  return simulation.run(tiny_linear(), scheme, data, test, public, cfg)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Faulty(type(get_scheme("FL-STD-DP"))):
+  """FL-STD-DP with a privacy bug the accountant does not know of."""
+
+  fault: str = ""
+
+  def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
+                num_shares):
+    if self.fault == "tenth-noise":
+      noise_multiplier = noise_multiplier / 10
+    if self.fault == "shares-by-cohort":  # S sigma / |K| instead of / sqrt(|K|)
+      num_shares = num_shares**2
+    contribs, clipped = noise.privatize(messages, slot_mask, noise_keys, clip_norm,
+                                        noise_multiplier, num_shares)
+    if self.fault == "no-clipping":
+      kept = jax.vmap(lambda u: clip_by_l2_norm(u, clip_norm)[0])(messages)
+      contribs = contribs + messages - kept
+    return contribs, clipped
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_correct_mechanism_stays_at_or_below_the_accountants_epsilon(small_federation,
+                                                                       seed):
+  record = _run(small_federation, get_scheme("FL-STD-DP"), seed=seed)
+  eps = record["epsilon_final"]
+  assert 0 < record["empirical_epsilon"] <= eps
+  assert 0 <= record["empirical_epsilon_every_round"] <= eps
+  assert record["epsilon_lower_bound"] <= eps
+  assert record["epsilon_lower_bound_every_round"] <= eps
+  audit = record["audit"]
+  assert audit["inserted"] + audit["held_out"] == 400 and audit["confidence"] == 0.95
+
+
+@pytest.mark.parametrize("fault", ["tenth-noise", "no-clipping", "shares-by-cohort"])
+def test_a_privacy_bug_shows_as_an_empirical_epsilon_above_the_accountants(
+    small_federation, fault):
+  base = get_scheme("FL-STD-DP")
+  faulty = _Faulty(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
+                   fault=fault)
+  record = _run(small_federation, faulty)
+  assert record["empirical_epsilon_every_round"] > record["epsilon_final"], record["audit"]
+
+
+def test_no_noise_gives_a_large_empirical_epsilon(small_federation):
+  """sigma = 0: every round's aggregate gives the canaries away (the final
+  model hides them only behind the honest updates, in 7,850 dimensions)."""
+  record = _run(small_federation, get_scheme("FL-STD-DP"), noise_multiplier=0.0)
+  assert record["epsilon_final"] == float("inf")
+  assert record["empirical_epsilon_every_round"] > 20
+  assert record["epsilon_lower_bound_every_round"] > 1
+
+
+def test_canaries_join_like_clients_and_leave_honest_keys_alone(small_federation):
+  """Canary j is client N + j; the real cohort and its keys are the run's without."""
+  data, _, public = small_federation
+  model, scheme = tiny_linear(), get_scheme("FL-TOP-DP")
+  plain = simulation.prepare(model, scheme, data, public, dataclasses.replace(_CFG, audit=None,
+                                                                              ratio=0.05))
+  audited = simulation.prepare(model, scheme, data, public, dataclasses.replace(_CFG,
+                                                                                ratio=0.05))
+  rc = audited.round_cfg
+  assert rc.canary_slots > 0 and rc.capacity == plain.round_cfg.capacity
+  key, t = keys.run_key(0), jnp.int32(3)
+  a = simulation.round_inputs(plain.round_cfg, plain.state, key, t)
+  b = simulation.round_inputs(rc, audited.state, key, t)
+  cap = rc.capacity
+  np.testing.assert_array_equal(a.cohort.indices, b.cohort.indices[:cap])
+  np.testing.assert_array_equal(a.noise_keys, b.noise_keys[:cap])
+  canary_ids = np.asarray(b.cohort.indices[cap:])[np.asarray(b.cohort.mask[cap:])]
+  assert (canary_ids >= 600).all()
+  assert np.asarray(audited.state.audit.inserted)[canary_ids - 600].all()
+  # A canary sends its direction at 10 S in the message space (k values): clipped to S.
+  sent = canaries.messages(audited.state.audit, jnp.arange(3), rc.clip_norm, False,
+                           jnp.float32)
+  assert sent.shape == (3, audited.num_values)
+  np.testing.assert_allclose(np.linalg.norm(sent, axis=1), canaries.CANARY_NORM
+                             * rc.clip_norm, rtol=1e-5)
+
+
+def test_sign_canaries_send_signs_and_the_audit_runs_under_secure_aggregation(
+    small_federation):
+  record = _run(small_federation, get_scheme("FL-SIGN-DP"), rounds=4, eval_every=4,
+                secure_aggregation=True, audit=canaries.AuditConfig(50))
+  assert record["audit"]["inserted"] + record["audit"]["held_out"] == 100
+  assert np.isfinite(record["empirical_epsilon"])
+  state = canaries.init_state(jax.random.PRNGKey(0), 7850, canaries.AuditConfig(5))
+  signs = canaries.messages(state, jnp.arange(10), 1.0, True, jnp.int32)
+  assert set(np.unique(np.asarray(signs))) == {-1, 1}
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(audit=canaries.AuditConfig(0)), "audit_canaries must be >= 1"),
+    (dict(audit=canaries.AuditConfig(601)), "audit_canaries 601 exceeds the 600 clients"),
+    (dict(audit=canaries.AuditConfig(10, confidence=1.0)), "audit_confidence must be"),
+])
+def test_bad_audits_are_refused(small_federation, kw, match):
+  data, _, public = small_federation
+  with pytest.raises(ValueError, match=match):
+    simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public,
+                       dataclasses.replace(_CFG, **kw))
+
+
+def test_an_audit_of_a_scheme_without_noise_is_refused(small_federation):
+  data, _, public = small_federation
+  with pytest.raises(ValueError, match="FL-STD adds no noise, so there is no epsilon"):
+    simulation.prepare(tiny_linear(), get_scheme("FL-STD"), data, public, _CFG)
