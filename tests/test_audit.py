@@ -138,15 +138,23 @@ def test_canaries_join_like_clients_and_leave_honest_keys_alone(small_federation
                              * rc.clip_norm, rtol=1e-5)
 
 
-def test_sign_canaries_send_signs_and_the_audit_runs_under_secure_aggregation(
-    small_federation):
-  record = _run(small_federation, get_scheme("FL-SIGN-DP"), rounds=4, eval_every=4,
-                secure_aggregation=True, audit=canaries.AuditConfig(50))
+@pytest.mark.parametrize("name,kw", [
+    ("FL-SIGN-DP", {}),  # discrete Gaussian shares; canaries send signs
+    ("FL-CS-DP", dict(ratio=0.2)),  # DCT coefficients
+    ("FL-TOP-DP", dict(ratio=0.05, secure_aggregation=True, dropout_rate=0.1,
+                       max_dropouts=2)),
+])
+def test_every_dp_family_runs_audited(small_federation, name, kw):
+  record = _run(small_federation, get_scheme(name), rounds=2, eval_every=2,
+                clients_per_round=10, audit=canaries.AuditConfig(50), **kw)
   assert record["audit"]["inserted"] + record["audit"]["held_out"] == 100
-  assert np.isfinite(record["empirical_epsilon"])
-  state = canaries.init_state(jax.random.PRNGKey(0), 7850, canaries.AuditConfig(5))
-  signs = canaries.messages(state, jnp.arange(10), 1.0, True, jnp.int32)
-  assert set(np.unique(np.asarray(signs))) == {-1, 1}
+  assert np.isfinite(record["empirical_epsilon"]) and record["empirical_epsilon"] >= 0
+  if kw.get("secure_aggregation"):
+    assert record["secure_aggregation"] and record["secure_overflows"] == 0
+  if name == "FL-SIGN-DP":  # its canaries send sign vectors, its messages' kind
+    state = canaries.init_state(jax.random.PRNGKey(0), 7850, canaries.AuditConfig(5))
+    signs = canaries.messages(state, jnp.arange(10), 1.0, True, jnp.int32)
+    assert set(np.unique(np.asarray(signs))) == {-1, 1}
 
 
 @pytest.mark.parametrize("kw,match", [
