@@ -50,7 +50,7 @@ def markdown_table(runs: list[dict]) -> str:
   Table 2 instead (:func:`balanced_table`).
   """
   if runs and runs[0].get("selection_metric") == "balanced_accuracy":
-    return balanced_table(runs) + _coded_table(runs) + _attack_table(runs) + _audit_table(runs)
+    return balanced_table(runs) + _extra_tables(runs)
   lines = ["| r | Algorithm | Accuracy (paper) | Round (paper) | Downstream KB | "
            "Upstream KB | ε (paper) | S | Accountant |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -63,7 +63,12 @@ def markdown_table(runs: list[dict]) -> str:
         f"| {run['downstream_kb']:.2f} | {run['upstream_kb']:.2f} "
         f"| {_fmt(run['epsilon'], '.2f')} ({_paper(run, 'epsilon', '.2f')}) "
         f"| {_fmt(run['clip_norm'], '.3g')} | {run['accountant'] or 'N/A'} |")
-  return "\n".join(lines) + "\n" + _coded_table(runs) + _attack_table(runs) + _audit_table(runs)
+  return "\n".join(lines) + "\n" + _extra_tables(runs)
+
+
+def _extra_tables(runs: list[dict]) -> str:
+  """The tables that only some runs have: coded sizes, attacks, audits."""
+  return _coded_table(runs) + _attack_table(runs) + _audit_table(runs)
 
 
 def attack_label(run: dict) -> str | None:

@@ -402,7 +402,8 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
 
 
 def _failures(cfg: RoundConfig, inputs: RoundInputs) -> jax.Array:
-  """(capacity,) bool: the slots whose client fails after the cohort is fixed."""
+  """(slots,) bool: the slots whose client (or canary) fails after the cohort
+  is fixed."""
   if cfg.dropout_rate > 0:
     return jax.random.bernoulli(inputs.keys.dropout, cfg.dropout_rate, (cfg.slots,))
   return jnp.zeros((cfg.slots,), bool)
@@ -693,13 +694,12 @@ class RunConfig:
     self._check_aggregator(scheme)
     if self.attack is not None:
       self._check_attack(scheme, num_clients)
-    if self.audit is not None:
-      self._check_audit(scheme, num_clients, num_params, samples_per_client)
     mechanism = scheme.mechanism(self.noise_multiplier,
                                  scheme.num_values(num_params, self.ratio), self.local,
                                  samples_per_client)
+    if self.audit is not None:
+      self._check_audit(scheme, mechanism, num_clients)
     accounting.check_mechanism(mechanism, self.accountant, self.sampler)
-
 
   def _check_attack(self, scheme: Scheme, num_clients: int) -> None:
     """The attack's own checks, and how its malicious pool joins cohorts."""
@@ -716,13 +716,10 @@ class RunConfig:
                                attacks.num_malicious(num_clients, attack.fraction),
                                attack.fraction)
 
-  def _check_audit(self, scheme: Scheme, num_clients: int, num_params: int,
-                   samples_per_client: int) -> None:
+  def _check_audit(self, scheme: Scheme, mechanism: accounting.Mechanism,
+                   num_clients: int) -> None:
     """Canaries audit a client-level DP release: refused elsewhere (one line)."""
     self.audit.validate(num_clients)
-    mechanism = scheme.mechanism(self.noise_multiplier, scheme.num_values(num_params,
-                                                                          self.ratio),
-                                 self.local, samples_per_client)
     if mechanism.kind == "none":
       raise ValueError(f"audit_canaries audits a DP release; {scheme.name} adds no noise, "
                        "so there is no epsilon to audit")
