@@ -37,10 +37,18 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def _env() -> dict:
+  """The environment of a subprocess: CPU, and no device count of ours (the
+  commands' --cpu-devices sets theirs)."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  return env
+
+
 def _start(args, out) -> subprocess.Popen:
   return subprocess.Popen([sys.executable, str(SWEEP), *args, "--out", str(out)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+                          env=_env())
 
 
 def _start_pair(args: list, outs: list) -> list[subprocess.Popen]:
@@ -179,3 +187,17 @@ def test_one_process_needs_no_collective(tmp_path):
   from_bytes = checkpoint.load(tmp_path / "elsewhere.npz", "key", state,
                                content=path.read_bytes())
   assert from_bytes.round == 3 and np.array_equal(from_bytes.state["w"], state["w"])
+
+
+def test_benchmark_compares_one_process_with_two_processes():
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "benchmarks" / "processes.py"), "--num-clients", "40",
+       "--clients-per-round", "4", "--repeats", "1", "--json"],
+      capture_output=True, text=True, timeout=TIMEOUT, env=_env(), check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  *layouts, summary = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+  assert [(r["layout"], r["processes"], r["devices"]) for r in layouts] == [
+      ("1x2", 1, 2), ("2x1", 2, 2)]
+  assert all(r["clients_per_sec"] > 0 and not r["recompiled"] for r in layouts)
+  assert summary["ratio"] == pytest.approx(
+      layouts[1]["clients_per_sec"] / layouts[0]["clients_per_sec"])
