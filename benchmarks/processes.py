@@ -14,8 +14,13 @@ is measured side by side on a shared machine.
 
   python benchmarks/processes.py --clients-per-round 100 --repeats 3 --alternations 2
 
-Prints one line per measurement and the ratio of the best clients/s of
-each layout (``--json``: one JSON line per measurement, then the summary).
+Prints one line per measurement and the ratios of the layouts' best
+clients/s and best clients per CPU second (``--json``: one JSON line per
+measurement, then the summary). CPU seconds are the user + system time of
+every thread of every process of the layout during a timed round: on a
+machine shared with other jobs, wall time also measures how much of the
+cores each layout's threads won (N processes run N thread pools), CPU time
+the work the layout did.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ host_devices.configure()  # the worker's --cpu-devices, before JAX starts
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 
 from fedjax_dp import distributed, sharding, simulation  # noqa: E402
 from fedjax_dp.data import load_federated, public_batch  # noqa: E402
@@ -54,18 +61,24 @@ def measure(args: argparse.Namespace) -> dict:
   cfg = prep.round_cfg
   state, data, run_key = sharding.replicate((prep.state, data, prep.run_key), cfg.mesh)
   rounds_fn = simulation.make_rounds_fn(model, cfg, 1)
-  times = []
+  times, cpu = [], []
   for t in range(1, args.repeats + 2):
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     state, _ = rounds_fn(state, data, run_key, jnp.int32(t))
     jax.block_until_ready(state)
     times.append(time.perf_counter() - start)
+    cpu.append(time.process_time() - cpu_start)
   best = min(times[1:])
+  # CPU seconds of a timed round, summed over the processes: the work done,
+  # whatever share of a busy machine each layout's threads got.
+  cpu_round = float(np.sum(multihost_utils.process_allgather(
+      np.float32(np.mean(cpu[1:])))))
   return {"scheme": prep.scheme.name, "processes": jax.process_count(),
           "devices": sharding.mesh_size(cfg.mesh),
           "clients_per_round": args.clients_per_round, "clients_per_sec":
           args.clients_per_round / best, "round_seconds": best,
-          "first_call_seconds": times[0], "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
+          "first_call_seconds": times[0], "cpu_seconds_per_round": cpu_round,
+          "clients_per_cpu_second": args.clients_per_round / cpu_round, "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
           "machine": host_devices.machine(), "load_average": round(os.getloadavg()[0], 2)}
 
 
@@ -158,17 +171,23 @@ def main() -> int:
       records.append(record)
       print(json.dumps(record) if args.json else
             f"{record['layout']}: {record['clients_per_sec']:.2f} clients/s "
-            f"({record['round_seconds']:.2f} s a round, first call "
+            f"({record['round_seconds']:.2f} s a round, "
+            f"{record['clients_per_cpu_second']:.2f} clients per CPU second, first call "
             f"{record['first_call_seconds']:.1f} s, load {record['load_average']})",
             flush=True)
   best = {r["layout"]: max(x["clients_per_sec"] for x in records if x["layout"] == r["layout"])
           for r in records}
-  one, many = best[f"1x{args.devices}"], best[f"{args.devices}x1"]
-  summary = {"best_clients_per_sec": best, "ratio": many / one,
+  per_cpu = {r["layout"]: max(x["clients_per_cpu_second"] for x in records
+                              if x["layout"] == r["layout"]) for r in records}
+  one, many = f"1x{args.devices}", f"{args.devices}x1"
+  summary = {"best_clients_per_sec": best, "ratio": best[many] / best[one],
+             "best_clients_per_cpu_second": per_cpu,
+             "cpu_ratio": per_cpu[many] / per_cpu[one],
              "machine": records[0]["machine"], "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                      time.gmtime())}
   print(json.dumps(summary) if args.json else
-        f"{args.devices}x1 / 1x{args.devices}: {many / one:.3f} ({records[0]['machine']})")
+        f"{many} / {one}: {summary['ratio']:.3f} in clients/s, {summary['cpu_ratio']:.3f} "
+        f"in clients per CPU second ({records[0]['machine']})")
   return 0
 
 

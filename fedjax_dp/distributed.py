@@ -112,27 +112,28 @@ def address(coordinator: str) -> tuple[str, int]:
   return host.strip("[]"), int(port)
 
 
-def _env_int(name: str) -> int | None:
-  value = os.environ.get(name)
-  return None if value in (None, "") else int(value)
-
-
 def add_flags(group: argparse._ArgumentGroup) -> None:
-  """--coordinator, --num-processes, --process-id, --process-timeout (defaults
-  from the ``ENV`` variables)."""
+  """--coordinator, --num-processes, --process-id, --process-timeout.
+
+  Their defaults come from the ``ENV`` variables (argparse parses a string
+  default as it parses the flag, so a bad value is a one-line usage error).
+  """
   group.add_argument("--coordinator", default=os.environ.get(ENV["coordinator"]) or None,
                      help="HOST:PORT of process 0 (it listens there) to run as one of "
                           "--num-processes processes, or 'auto' under SLURM/MPI "
                           f"(default: ${ENV['coordinator']}, else one process)")
-  group.add_argument("--num-processes", type=int, default=_env_int(ENV["num_processes"]),
+  group.add_argument("--num-processes", type=int,
+                     default=os.environ.get(ENV["num_processes"]) or None,
                      help=f"processes of the run (default: ${ENV['num_processes']})")
-  group.add_argument("--process-id", type=int, default=_env_int(ENV["process_id"]),
+  group.add_argument("--process-id", type=int,
+                     default=os.environ.get(ENV["process_id"]) or None,
                      help="this process's index, 0 writes the results (default: "
                           f"${ENV['process_id']})")
   group.add_argument("--process-timeout", type=int,
-                     default=_env_int(ENV["timeout"]) or DEFAULT_TIMEOUT,
+                     default=os.environ.get(ENV["timeout"]) or DEFAULT_TIMEOUT,
                      help="seconds processes wait for each other at start, and for a "
-                          f"silent process before the others stop (default {DEFAULT_TIMEOUT})")
+                          "silent process before the others stop (default: "
+                          f"${ENV['timeout']}, else {DEFAULT_TIMEOUT})")
 
 
 def from_args(args: argparse.Namespace) -> Processes:

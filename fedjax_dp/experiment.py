@@ -59,6 +59,11 @@ class _Parser(argparse.ArgumentParser):
     raise UsageError(message)
 
 
+# Flags that spread a run over processes without changing its numbers.
+PROCESS_FLAGS = ("coordinator", "num_processes", "process_id", "process_timeout")
+# Flags each process may set for itself: its id, and what process 0 alone uses.
+_OWN_FLAGS = ("process_id", "process_timeout", "out", "quiet", "plot")
+
 # Flags whose default is the scheme's preset, then the UAI default.
 PRESET_FLAGS = ("rounds", "num_clients", "samples_per_client", "clients_per_round",
                 "local_steps", "batch_size", "lr")
@@ -601,12 +606,6 @@ def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
       {k: v for k, v in mine.items() if k not in display}):
     return {}
   return {(r["scheme"], r["ratio"]): r for r in saved.get("runs", [])}
-
-
-# Flags that spread a run over processes without changing its numbers.
-PROCESS_FLAGS = ("coordinator", "num_processes", "process_id", "process_timeout")
-# Flags each process may set for itself: its id, and what process 0 alone uses.
-_OWN_FLAGS = ("process_id", "process_timeout", "out", "quiet", "plot")
 
 
 def check_out(out: str) -> None:

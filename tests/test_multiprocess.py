@@ -199,5 +199,8 @@ def test_benchmark_compares_one_process_with_two_processes():
   assert [(r["layout"], r["processes"], r["devices"]) for r in layouts] == [
       ("1x2", 1, 2), ("2x1", 2, 2)]
   assert all(r["clients_per_sec"] > 0 and not r["recompiled"] for r in layouts)
+  assert all(r["cpu_seconds_per_round"] > 0 for r in layouts)
   assert summary["ratio"] == pytest.approx(
       layouts[1]["clients_per_sec"] / layouts[0]["clients_per_sec"])
+  assert summary["cpu_ratio"] == pytest.approx(
+      layouts[1]["clients_per_cpu_second"] / layouts[0]["clients_per_cpu_second"])
