@@ -202,8 +202,10 @@ def initialize(cfg: Processes, prog: str) -> bool:
         cfg.process_id, initialization_timeout=cfg.timeout,
         heartbeat_timeout_seconds=cfg.timeout, shutdown_timeout_seconds=cfg.timeout)
   except (RuntimeError, ValueError) as e:  # JaxRuntimeError is a RuntimeError
-    raise ValueError(f"--coordinator {cfg.coordinator}: "
-                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if cfg.coordinator == AUTO:
+      why = f"no SLURM, Open MPI or Kubernetes job detected ({why})"
+    raise ValueError(f"--coordinator {cfg.coordinator}: {why}") from None
   if jax.process_count() > 1:
     _Watchdog.start_for(prog)
     _handshake()

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from fedjax_dp import checkpoint, distributed
+from fedjax_dp import checkpoint, distributed, experiment
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "experiments" / "sweep.py"
@@ -21,14 +21,16 @@ SWEEP = ROOT / "experiments" / "sweep.py"
 TINY = ["--dataset", "medical-synth", "--num-clients", "40", "--samples-per-client", "10",
         "--clients-per-round", "8", "--rounds", "2", "--local-steps", "1", "--test-size",
         "100", "--ratio", "0.001", "--quiet"]
-# A DP scheme, a Top-K one and FL-CS with plain sums; DP ones under secure aggregation.
+# A DP Top-K scheme and FL-CS with plain sums; a DP scheme under secure aggregation.
 SETTINGS = {"plain": (["FL-TOP-DP", "FL-CS"], []),
-            "secure": (["FL-STD-DP", "FL-TOP-DP"], ["--secure-aggregation"])}
+            "secure": (["FL-STD-DP"], ["--secure-aggregation"])}
 # What may differ between the two launches: time, the process layout, the folder.
 RUN_EXCLUDED = ("seconds", "processes")
 CONFIG_EXCLUDED = ("cpu_devices", "coordinator", "num_processes", "process_id",
                    "process_timeout", "out")
 TIMEOUT = 400  # seconds, per process; about 60 s on an idle 2-core machine
+# Variables by which JAX detects a cluster job (--coordinator auto).
+CLUSTER_ENV = ("SLURM_", "OMPI_", "KUBERNETES_", "JAX_COORDINATOR")
 
 
 def _free_port() -> int:
@@ -38,11 +40,11 @@ def _free_port() -> int:
 
 
 def _env() -> dict:
-  """The environment of a subprocess: CPU, and no device count of ours (the
-  commands' --cpu-devices sets theirs)."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
-  return env
+  """The environment of a subprocess: CPU, no device count of ours (the
+  commands' --cpu-devices sets theirs), no cluster job (--coordinator auto)."""
+  env = {k: v for k, v in os.environ.items()
+         if k != "XLA_FLAGS" and not k.startswith(CLUSTER_ENV)}
+  return dict(env, JAX_PLATFORMS="cpu")
 
 
 def _start(args, out) -> subprocess.Popen:
@@ -87,7 +89,7 @@ def test_two_processes_write_the_records_of_one_process_with_two_devices(setting
   assert code == 0, err[-3000:]
   (code0, out0, err0), (code1, out1, err1) = map(_finish, pair)
   assert code0 == 0 and code1 == 0, (err0[-3000:], err1[-3000:])
-  assert "wrote" in err0 and "FL-TOP-DP" in out0  # process 0 writes and reports
+  assert "wrote" in err0 and schemes[0] in out0  # process 0 writes and reports
   assert out1 == "" and "wrote" not in err1  # process 1 writes nothing
   assert not (tmp_path / "process1").exists()
   saved = json.loads((tmp_path / "two" / "results.json").read_text())
@@ -104,20 +106,12 @@ def test_two_processes_write_the_records_of_one_process_with_two_devices(setting
 @pytest.mark.parametrize("args,needle", [
     (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"],
      "--process-id must be in [0, 1] for --num-processes 2, got 2"),
-    (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "-1"],
-     "--process-id must be in [0, 1]"),
-    (["--num-processes", "2", "--process-id", "0"],
-     "--num-processes and --process-id need --coordinator"),
-    (["--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"],
-     "--coordinator takes HOST:PORT or 'auto', got 'nohost'"),
-    (["--coordinator", "127.0.0.1:1", "--process-id", "0"],
-     "--coordinator 127.0.0.1:1 needs --num-processes and --process-id"),
     (["--coordinator", "127.0.0.1:FREEPORT", "--num-processes", "2", "--process-id", "1",
       "--process-timeout", "2"],
      "--coordinator 127.0.0.1:FREEPORT unreachable from process 1 within --process-timeout 2 s"),
     (["--coordinator", "127.0.0.1:BUSYPORT", "--num-processes", "2", "--process-id", "0"],
      "process 0 cannot listen on port BUSYPORT"),
-    (["--process-timeout", "0"], "--process-timeout must be >= 1, got 0"),
+    (["--coordinator", "auto"], "--coordinator auto: no SLURM, Open MPI or Kubernetes job"),
 ])
 def test_bad_process_settings_are_one_line_exit_2(args, needle, tmp_path):
   with socket.socket() as busy:
@@ -133,6 +127,26 @@ def test_bad_process_settings_are_one_line_exit_2(args, needle, tmp_path):
   lines = err.strip().splitlines()
   assert len(lines) == 1 and needle in lines[0], err
   assert time.monotonic() - started < 60
+  assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--coordinator", "h:1", "--num-processes", "2", "--process-id", "-1"],
+     "--process-id must be in [0, 1]"),
+    (["--num-processes", "2", "--process-id", "0"],
+     "--num-processes and --process-id need --coordinator"),
+    (["--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"],
+     "--coordinator takes HOST:PORT or 'auto', got 'nohost'"),
+    (["--coordinator", "h:1", "--process-id", "0"],
+     "--coordinator h:1 needs --num-processes and --process-id"),
+    (["--process-timeout", "0"], "--process-timeout must be >= 1, got 0"),
+    (["--num-processes", "two"], "argument --num-processes: invalid int value: 'two'"),
+])
+def test_bad_process_flags_in_process(args, needle, tmp_path, capsys):
+  """Checked before JAX is touched: main returns 2 with one line."""
+  assert experiment.main([*args, "--out", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and needle in err[0], err
   assert not (tmp_path / "out").exists()
 
 
@@ -190,9 +204,10 @@ def test_one_process_needs_no_collective(tmp_path):
 
 
 def test_benchmark_compares_one_process_with_two_processes():
+  # FL-STD: the quickest round to compile, and its sum is the whole model.
   proc = subprocess.run(
       [sys.executable, str(ROOT / "benchmarks" / "processes.py"), "--num-clients", "40",
-       "--clients-per-round", "4", "--repeats", "1", "--json"],
+       "--clients-per-round", "4", "--repeats", "1", "--scheme", "FL-STD", "--json"],
       capture_output=True, text=True, timeout=TIMEOUT, env=_env(), check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   *layouts, summary = [json.loads(line) for line in proc.stdout.strip().splitlines()]
