@@ -73,13 +73,15 @@ def measure(args: argparse.Namespace) -> dict:
   # whatever share of a busy machine each layout's threads got.
   cpu_round = float(np.sum(multihost_utils.process_allgather(
       np.float32(np.mean(cpu[1:])))))
+  recompiled = rounds_fn._cache_size() != 1  # pylint: disable=protected-access
   return {"scheme": prep.scheme.name, "processes": jax.process_count(),
           "devices": sharding.mesh_size(cfg.mesh),
-          "clients_per_round": args.clients_per_round, "clients_per_sec":
-          args.clients_per_round / best, "round_seconds": best,
+          "clients_per_round": args.clients_per_round,
+          "clients_per_sec": args.clients_per_round / best, "round_seconds": best,
           "first_call_seconds": times[0], "cpu_seconds_per_round": cpu_round,
-          "clients_per_cpu_second": args.clients_per_round / cpu_round, "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
-          "machine": host_devices.machine(), "load_average": round(os.getloadavg()[0], 2)}
+          "clients_per_cpu_second": args.clients_per_round / cpu_round,
+          "recompiled": recompiled, "machine": host_devices.machine(),
+          "load_average": round(os.getloadavg()[0], 2)}
 
 
 def _worker(args: argparse.Namespace) -> int:
