@@ -76,7 +76,9 @@ def replicate(tree, mesh: jax.sharding.Mesh | None):
 
   Put a sharded round's state, data and key there before its first call:
   the round returns its state so placed, and arguments placed alike on
-  every call keep the first compiled program.
+  every call keep the first compiled program. With several processes each
+  passes the same values and gets one global array, whole on every
+  process's devices (what a computation over the mesh takes).
   """
   if mesh is None or mesh_size(mesh) == 1:
     return tree

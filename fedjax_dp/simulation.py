@@ -527,9 +527,10 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
 
   With a ``mesh`` (``fedjax_dp.sharding.client_mesh``) the batches are split
   over its devices and the outputs replicated over them (every process of a
-  multi-process run reads them). Batches of 250 images evaluate the paper CNN 15% faster
-  than 500 on this project's 2-core CPU, at 57-86% of the float32 matmul
-  rate measured beside it (``benchmarks/throughput.py``; docs/performance.md).
+  multi-process run reads them). Batches of 250 images evaluate the paper
+  CNN 15% faster than 500 on this project's 2-core CPU, at 57-86% of the
+  float32 matmul rate measured beside it (``benchmarks/throughput.py``;
+  docs/performance.md).
   """
   devices = sharding.mesh_size(mesh)
 
