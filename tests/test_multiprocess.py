@@ -102,6 +102,12 @@ def test_two_processes_write_the_records_of_one_process_with_two_devices(setting
   # The same XLA program on the same two-device mesh; a sum over two
   # devices has one order, so the numbers are equal, not merely close.
   assert two_runs == one_run
+  if setting == "secure":  # the same command again: process 0 tells both to skip
+    again = _start_pair([args] * 2, [tmp_path / "two", tmp_path / "process1"])
+    (code0, _, err0), (code1, _, err1) = map(_finish, again)
+    assert (code0, code1) == (0, 0), (err0[-3000:], err1[-3000:])
+    assert "resuming: 1 finished runs kept" in err0 and "resuming" not in err1
+    assert _comparable(tmp_path / "two") == one_run
 
 
 @pytest.mark.parametrize("args,needle", [
