@@ -39,6 +39,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import time
@@ -47,13 +48,15 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, experiment, simulation  # noqa: E402
+from fedjax_dp import datasets, distributed, experiment, simulation  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
 from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
 
 RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 OWN = ("--ratio", "--noise-multiplier", "--out", "--schemes")
+# sweep.py's options for several processes, refused here.
+PROCESSES = ("--coordinator", "--num-processes", "--process-id")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -173,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     if clash:
       raise ValueError(f"{clash[0]} is set by this script (use --ratios, --epsilon, "
                        "--schemes, --out)")
+    several = [o for f in flags for o in PROCESSES if o.startswith(f) and len(f) > 3]
+    if several or os.environ.get(distributed.ENV["coordinator"]):
+      raise ValueError(f"{(several or ['$' + distributed.ENV['coordinator']])[0]}: this "
+                       "script runs in one process (several processes: "
+                       "experiments/sweep.py)")
     if not args.epsilon > 0:
       raise ValueError(f"--epsilon must be > 0, got {args.epsilon}")
     if not any(f.split("=")[0] == "--accountant" for f in forward):

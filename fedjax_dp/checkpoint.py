@@ -12,6 +12,7 @@ holds a state of the same structure, shapes and dtypes.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pathlib
@@ -68,7 +69,8 @@ def save(path: str | os.PathLike, key: str, saved: Saved) -> None:
     np.savez(f, meta=np.array(meta), **arrays)
 
 
-def load(path: str | os.PathLike, key: str, like_state: Any) -> Saved | None:
+def load(path: str | os.PathLike, key: str, like_state: Any, *,
+         content: bytes | None = None) -> Saved | None:
   """The checkpoint at ``path`` if it belongs to this run, else None.
 
   Args:
@@ -76,12 +78,14 @@ def load(path: str | os.PathLike, key: str, like_state: Any) -> Saved | None:
     key: The run's :func:`fingerprint`.
     like_state: A state of the run (its initial one): the saved leaves must
       match its tree's number of leaves, shapes and dtypes.
+    content: The file's bytes, read elsewhere (process 0 of a multi-process
+      run reads them for every process); None: read ``path``.
   """
   path = pathlib.Path(path)
-  if not path.is_file():
+  if content is None and not path.is_file():
     return None
   try:
-    with np.load(path) as f:
+    with np.load(path if content is None else io.BytesIO(content)) as f:
       meta = json.loads(str(f["meta"]))
       leaves = [f[f"leaf{i}"] for i in range(len(f.files) - 1)]
   except (OSError, ValueError, KeyError) as e:

@@ -25,12 +25,15 @@ import json
 import pathlib
 import sys
 import tempfile
+import traceback
 from typing import Callable, NamedTuple
 
+import jax
+import numpy as np
 from tqdm import tqdm
 
-from fedjax_dp import (aggregators, attacks, canaries, datasets, flags, host_devices, plots,
-                       presets, report, sharding, simulation)
+from fedjax_dp import (aggregators, attacks, canaries, datasets, distributed, flags,
+                       host_devices, plots, presets, report, sharding, simulation)
 from fedjax_dp.data import DataError
 from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
 from fedjax_dp.models import FlatModel, get_model, medical_mlp
@@ -55,6 +58,11 @@ class _Parser(argparse.ArgumentParser):
   def error(self, message):  # one line, exit code 2 (argparse prints usage too)
     raise UsageError(message)
 
+
+# Flags that spread a run over processes without changing its numbers.
+PROCESS_FLAGS = ("coordinator", "num_processes", "process_id", "process_timeout")
+# Flags each process may set for itself: its id, and what process 0 alone uses.
+_OWN_FLAGS = ("process_id", "process_timeout", "out", "quiet", "plot")
 
 # Flags whose default is the scheme's preset, then the UAI default.
 PRESET_FLAGS = ("rounds", "num_clients", "samples_per_client", "clients_per_round",
@@ -282,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
   _add_secure_flags(p.add_argument_group(
       "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))
   _add_device_flags(p.add_argument_group("devices (docs/performance.md)"))
+  distributed.add_flags(p.add_argument_group(
+      "several processes, e.g. one per host (docs/cli.md#several-processes)"))
   p.add_argument("--out", default="results", help="output folder (default ./results)")
   p.add_argument("--plot", action="store_true",
                  help="also write accuracy.png and accuracy_vs_upstream.png to --out: the "
@@ -547,8 +557,10 @@ def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
     saved = checkpoint_path(args, run)
     record = simulation.run(model, run.scheme, fed.data, fed.test, fed.public, run.config,
                             progress=progress, checkpoint=saved)
-    with contextlib.suppress(OSError):  # the folder, once no run has a checkpoint
-      saved.parent.rmdir()
+    if distributed.is_main():
+      with contextlib.suppress(OSError):  # the folder, once no run has a checkpoint
+        saved.parent.rmdir()
+    record["processes"] = jax.process_count()
     record["dataset"] = dataset.label
     record["data_summary"] = fed.summary
     record["clip_source"] = run.clip_source
@@ -579,7 +591,8 @@ def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
   """The records already in ``--out`` from a sweep with the same settings.
 
   Keyed by (scheme, ratio); empty when ``--out`` holds no results.json or
-  one written with other settings (``--quiet`` aside).
+  one written with other settings (how results are shown and how the run
+  is spread over processes aside).
   """
   path = pathlib.Path(args.out) / "results.json"
   try:
@@ -588,7 +601,7 @@ def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
     return {}
   mine = _config(args)
   theirs = saved.get("config", {})
-  display = ("quiet", "plot")  # how results are shown, not what they are
+  display = ("quiet", "plot", *PROCESS_FLAGS)  # not what the results are
   if ({k: v for k, v in theirs.items() if k not in display} !=
       {k: v for k, v in mine.items() if k not in display}):
     return {}
@@ -619,6 +632,45 @@ def check_out(out: str) -> None:
         folder.rmdir()
 
 
+PROG = "sweep.py"
+
+
+def _error(e: Exception) -> int:
+  """Prints the one-line error; with several processes, stops them all."""
+  print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
+  distributed.abort(str(e), 2)  # returns only when this process runs alone
+  return 2
+
+
+def _setup(args: argparse.Namespace) -> tuple[list[PlannedRun], Data]:
+  """The planned runs and their data; with several processes, checked to be
+  the same everywhere (process 0 alone checks ``--out``: it alone writes).
+
+  Raises:
+    ValueError, DataError: One line.
+  """
+  runs = plan(args)
+  if distributed.is_main():
+    check_out(args.out)
+  data = load_data(args, runs)
+  if distributed.joined():
+    mine = {k: v for k, v in _config(args).items() if k not in _OWN_FLAGS}
+    distributed.check_same("settings", json.dumps(mine, sort_keys=True).encode())
+    distributed.check_same("data", distributed.digest(*[
+        np.asarray(a) for _, fed in sorted(data.federations.items())
+        for a in (fed.data.x, fed.data.y, *fed.test, *fed.public)]))
+  return runs, data
+
+
+def _finished(args: argparse.Namespace) -> dict[tuple[str, float], dict | None]:
+  """:func:`finished_runs` as process 0 reads them (the others learn which
+  runs to skip; process 0 alone keeps their records, to write them)."""
+  done = finished_runs(args) if distributed.is_main() else {}
+  shared = distributed.broadcast_bytes(json.dumps(sorted(done)).encode()
+                                       if distributed.is_main() else None)
+  return {(name, ratio): done.get((name, ratio)) for name, ratio in json.loads(shared)}
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the sweep; returns the exit code.
 
@@ -626,24 +678,45 @@ def main(argv: list[str] | None = None) -> int:
   finished so far) and each run in progress saves its state after every
   evaluation, so the same command run again after an interruption keeps the
   finished runs and continues the interrupted one where it stopped.
+
+  With ``--coordinator`` the sweep is one of ``--num-processes`` processes
+  (``fedjax_dp.distributed``): every process computes every run, the cohort
+  sharded over all their devices; process 0 alone writes and shows
+  progress; a process that fails stops the others.
   """
   try:
     args = build_parser().parse_args(argv)
-    runs = plan(args)
-    check_out(args.out)
-    data = load_data(args, runs)
+    distributed.initialize(distributed.from_args(args), PROG)
+  except (UsageError, ValueError) as e:
+    return _error(e)
+  try:
+    return _sweep(args)
+  except (Exception, KeyboardInterrupt) as e:  # several processes: one failing stops all
+    if not distributed.joined():
+      raise
+    distributed.stop_if_another_failed()  # then this error is its echo
+    traceback.print_exc()
+    distributed.abort(f"{type(e).__name__}: {e}",
+                      130 if isinstance(e, KeyboardInterrupt) else 1)
+    raise
+
+
+def _sweep(args: argparse.Namespace) -> int:
+  """:func:`main` once the processes are joined."""
+  try:
+    runs, data = _setup(args)
   except (UsageError, ValueError, DataError) as e:
-    print(f"sweep.py: error: {e}", file=sys.stderr)
-    return 2
+    return _error(e)
+  writer = distributed.is_main()
   bar = tqdm(total=sum(r.setting["rounds"] for r in runs), unit="round",
-             disable=args.quiet, file=sys.stderr, dynamic_ncols=True)
+             disable=args.quiet or not writer, file=sys.stderr, dynamic_ncols=True)
 
   def progress(rounds):
     bar.update(rounds)
 
-  done = finished_runs(args)
-  if done:
-    print(f"sweep.py: resuming: {len(done)} finished runs kept from {args.out}",
+  done = _finished(args)
+  if done and writer:
+    print(f"{PROG}: resuming: {len(done)} finished runs kept from {args.out}",
           file=sys.stderr)
   records = []
   try:
@@ -654,14 +727,17 @@ def main(argv: list[str] | None = None) -> int:
         bar.update(run.setting["rounds"])
         continue
       records += execute(args, [run], data, progress)
-      write(args, records)
+      if writer:
+        write(args, records)
   except KeyboardInterrupt:
     bar.close()
-    kept = (f"the {len(records)} finished runs are in {args.out}" if records
+    kept = (f"the {len(records)} finished runs are in {args.out}" if records and writer
             else "nothing written")
-    print(f"sweep.py: interrupted; {kept}", file=sys.stderr)
+    print(f"{PROG}: interrupted; {kept}", file=sys.stderr, flush=True)
+    distributed.abort("interrupted", 130)
     return 130
   bar.close()
-  print(report.markdown_table(records), end="")
-  print(f"\nwrote {args.out}/results.json, results.csv, results.md", file=sys.stderr)
+  if writer:
+    print(report.markdown_table(records), end="")
+    print(f"\nwrote {args.out}/results.json, results.csv, results.md", file=sys.stderr)
   return 0

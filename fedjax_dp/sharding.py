@@ -8,16 +8,15 @@ devices (XLA inserts the all-reduce). Results equal those on one device up
 to the order of floating-point sums.
 
 On one host the mesh spans its local devices (CPU cores exposed as devices
-with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``, or GPUs). On
-several hosts call :func:`initialize_distributed` first in every process
-(the same program, data and seed everywhere); ``jax.devices()`` then lists
-every host's devices and the same mesh spans them all.
+with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``, or GPUs). In a
+run of several processes (``fedjax_dp.distributed``: the same program, data
+and seed in each) ``jax.devices()`` lists every process's devices and the
+mesh spans them all, the same number from each process.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from typing import Callable
 
 import jax
@@ -26,39 +25,37 @@ import numpy as np
 
 AXIS = "clients"
 
-# Environment variables that ask for multi-host initialisation.
-_DISTRIBUTED_ENV = ("FEDJAX_DP_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS")
-
-
-def initialize_distributed() -> bool:
-  """Calls ``jax.distributed.initialize()`` when the environment asks for it.
-
-  Set ``FEDJAX_DP_DISTRIBUTED=1`` (cluster auto-detection: SLURM, Cloud TPU,
-  ...) or ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES`` and
-  ``JAX_PROCESS_ID``) in every process, before anything else touches JAX.
-
-  Returns:
-    Whether it initialised.
-  """
-  if not any(os.environ.get(name) for name in _DISTRIBUTED_ENV):
-    return False
-  jax.distributed.initialize()
-  return True
-
 
 def client_mesh(num_devices: int | None = None) -> jax.sharding.Mesh | None:
-  """A 1-D mesh over the first ``num_devices`` devices (None: all of them).
+  """A 1-D mesh over ``num_devices`` devices (None: all of them).
+
+  With several processes, the first ``num_devices / processes`` local
+  devices of each process, in process order.
 
   Returns:
     The mesh, or None for a single device (no sharding).
 
   Raises:
-    ValueError: If more devices are asked for than exist.
+    ValueError: If more devices are asked for than exist, or a count that
+      does not split evenly over the processes.
   """
   devices = jax.devices()
   count = len(devices) if num_devices is None else num_devices
   if not 1 <= count <= len(devices):
     raise ValueError(f"--devices must be in [1, {len(devices)}], got {count}")
+  processes = jax.process_count()
+  if processes > 1:
+    if count % processes:
+      raise ValueError(f"--devices must be a multiple of the {processes} processes, "
+                       f"got {count}")
+    local = [[d for d in devices if d.process_index == p] for p in range(processes)]
+    short = [p for p, own in enumerate(local) if len(own) < count // processes]
+    if short:
+      raise ValueError(f"--devices {count} takes {count // processes} devices from each of "
+                       f"the {processes} processes; process {short[0]} has "
+                       f"{len(local[short[0]])} (see --cpu-devices)")
+    chosen = [d for own in local for d in own[:count // processes]]
+    return jax.sharding.Mesh(np.asarray(chosen), (AXIS,))
   if count == 1:
     return None
   return jax.sharding.Mesh(np.asarray(devices[:count]), (AXIS,))
@@ -79,7 +76,9 @@ def replicate(tree, mesh: jax.sharding.Mesh | None):
 
   Put a sharded round's state, data and key there before its first call:
   the round returns its state so placed, and arguments placed alike on
-  every call keep the first compiled program.
+  every call keep the first compiled program. With several processes each
+  passes the same values and gets one global array, whole on every
+  process's devices (what a computation over the mesh takes).
   """
   if mesh is None or mesh_size(mesh) == 1:
     return tree

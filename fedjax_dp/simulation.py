@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import (aggregators, attacks, bandwidth, canaries, fast_prng, keys, metrics,
-                       sampling, sharding)
+from fedjax_dp import (aggregators, attacks, bandwidth, canaries, distributed, fast_prng, keys,
+                       metrics, sampling, sharding)
 from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.data import ClientData
@@ -503,7 +503,8 @@ def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
   round's own cohort, plan and client keys (:func:`round_inputs`), so they
   are bit for bit what those clients send in round t; ``real`` marks real
   (not padding) slots. Their coded size is measured outside ``jit``
-  (CDP-LQ: bzip2).
+  (CDP-LQ: bzip2). With ``cfg.mesh`` both are replicated over it, so that
+  every process can read them.
   """
   scheme = cfg.scheme
   num = min(num_measured, cfg.capacity)
@@ -516,6 +517,8 @@ def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
             _as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
     return out, inputs.cohort.mask[:num]
 
+  if sharding.mesh_size(cfg.mesh) > 1:
+    return jax.jit(streams, out_shardings=sharding.replicated(cfg.mesh))
   return jax.jit(streams)
 
 
@@ -524,9 +527,11 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
   """Jitted ``fn(w, x) -> (predictions, scores)`` over a test set in batches.
 
   With a ``mesh`` (``fedjax_dp.sharding.client_mesh``) the batches are split
-  over its devices. Batches of 250 images evaluate the paper CNN 15% faster
-  than 500 on this project's 2-core CPU, at 57-86% of the float32 matmul
-  rate measured beside it (``benchmarks/throughput.py``; docs/performance.md).
+  over its devices and the outputs replicated over them (every process of a
+  multi-process run reads them). Batches of 250 images evaluate the paper
+  CNN 15% faster than 500 on this project's 2-core CPU, at 57-86% of the
+  float32 matmul rate measured beside it (``benchmarks/throughput.py``;
+  docs/performance.md).
   """
   devices = sharding.mesh_size(mesh)
 
@@ -547,6 +552,8 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
     preds, scores = predict_batches(w, xb)
     return (preds.reshape((-1,) + preds.shape[2:])[:num],
             scores.reshape((-1,) + scores.shape[2:])[:num])
+  if devices > 1:
+    return jax.jit(evaluate, out_shardings=sharding.replicated(mesh))
   return jax.jit(evaluate)
 
 
@@ -979,7 +986,8 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
   ``checkpoint = (path, fingerprint)`` the loop saves its state after every
   evaluation (``fedjax_dp.checkpoint``) and, if ``path`` holds a checkpoint
   of the same run, continues from it with the numbers of an uninterrupted
-  run.
+  run. In a multi-process run (``fedjax_dp.distributed``) process 0 alone
+  reads and writes the checkpoint; the others resume from what it read.
   """
   scheme, cfg = prep.scheme, prep.round_cfg
   mesh = cfg.mesh
@@ -990,7 +998,7 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
   state, root = prep.state, prep.run_key
   history, coded_sizes, counters = [], [], Counters()
   t, started, earlier = 1, time.perf_counter(), 0.0
-  saved = None if checkpoint is None else checkpoint_lib.load(*checkpoint, state)
+  saved = None if checkpoint is None else _resume(checkpoint, state)
   if saved is not None:
     earlier = saved.seconds
     state, history, coded_sizes = saved.state, saved.history, saved.coded_sizes
@@ -1016,13 +1024,25 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
                     **evaluation_metrics(model, test_y, np.asarray(preds), np.asarray(scores)),
                     **_attack_entry(cfg.attack, test_y, np.asarray(preds), infos),
                     **scheme.diagnostics(state.scheme_state, t - 1)})
-    if checkpoint is not None:
+    if checkpoint is not None and distributed.is_main():
       checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
           t - 1, state, history, tuple(counters), coded_sizes,
           earlier + time.perf_counter() - started))
     if progress is not None:
       progress(chunk)
   return Trained(state, history, counters, coded_sizes, earlier)
+
+
+def _resume(checkpoint: tuple[str, str], state: ServerState) -> checkpoint_lib.Saved | None:
+  """The run's checkpoint, if any, as process 0 reads it (every process
+  resumes from the same one; ``checkpoint = (path, fingerprint)``)."""
+  path, key = checkpoint
+  if jax.process_count() == 1:
+    return checkpoint_lib.load(path, key, state)
+  found = pathlib.Path(path)
+  content = distributed.broadcast_bytes(
+      found.read_bytes() if distributed.is_main() and found.is_file() else None)
+  return checkpoint_lib.load(path, key, state, content=content) if content else None
 
 
 def _attack_record(rc: RoundConfig, best: dict) -> dict:
@@ -1199,6 +1219,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     checkpoint: A file to save the run to after every evaluation; a run
       started again with the same file, model, scheme, data and config
       continues from it with the same numbers. Deleted when the run ends.
+      Several processes (``fedjax_dp.distributed``): process 0 alone
+      writes it.
 
   Returns:
     A JSON-ready record: scheme, ratio, best_accuracy, best_round,
@@ -1228,6 +1250,6 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   # Wall time over every process that trained this run (setup counted once).
   record = make_record(model, prep, cfg, trained,
                        time.perf_counter() - start + trained.earlier_seconds)
-  if checkpoint is not None:
+  if checkpoint is not None and distributed.is_main():
     pathlib.Path(checkpoint).unlink(missing_ok=True)
   return (record, trained.state) if return_state else record

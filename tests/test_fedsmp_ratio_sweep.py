@@ -29,6 +29,8 @@ def _ratio_sweep():
     (["--momentum", "2"], "--momentum must be in [0, 1)"),
     (["--schemes", "Fed-SMP-nope"], "unknown scheme"),
     (["--clip-at", "0"], "--clip-at must be in (0, 1]"),
+    (["--coordinator", "h:1", "--num-processes", "2", "--process-id", "0"],
+     "--coordinator: this script runs in one process"),
 ])
 def test_ratio_sweep_bad_input_exits_2(args, needle, tmp_path, capsys, monkeypatch):
   monkeypatch.setattr(experiment, "main", lambda argv: pytest.fail(f"ran a sweep: {argv}"))
