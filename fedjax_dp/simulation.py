@@ -296,9 +296,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
       contribs, clipped = privatize(messages, take(smask), take(nkeys), num_shares)
       if sent_by_attackers is not None and cfg.attack.skip_noise:
         contribs = _unprivatized(cfg.attack, take(roles), messages, contribs)
-      if cfg.canary_slots and not cfg.scheme.traits.fixed_sensitivity:
-        clipped = clipped - jnp.sum(take(smask) & (take(ids) >= cfg.num_clients))
-      return contribs, jnp.asarray(clipped, jnp.int32), take(pres)
+      return contribs, _honest_clipped(cfg, clipped, take(ids), take(smask)), take(pres)
 
     if cfg.aggregator is not None:  # a robust rule: every update at once
       return _robust_aggregate(cfg.aggregator, contributions(0), slot_mask & fails)
@@ -331,6 +329,14 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     return Aggregate(total, num_clipped, num_present, num_dropped, overflow)
 
   return aggregate
+
+
+def _honest_clipped(cfg: RoundConfig, clipped: jax.Array, ids: jax.Array,
+                    slot_mask: jax.Array) -> jax.Array:
+  """Clipped real clients: canaries (ids >= N), always clipped, not counted."""
+  if cfg.canary_slots and not cfg.scheme.traits.fixed_sensitivity:
+    clipped = clipped - jnp.sum(slot_mask & (ids >= cfg.num_clients))
+  return jnp.asarray(clipped, jnp.int32)
 
 
 def _replaced(cfg: RoundConfig, messages: jax.Array, ids: jax.Array, roles: jax.Array | None,
