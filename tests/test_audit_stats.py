@@ -12,6 +12,7 @@ from scipy import special, stats
 
 from fedjax_dp.privacy import analytic_gaussian
 from fedjax_dp.privacy import audit
+from fedjax_dp.privacy import bisection
 
 DELTA = 1e-5
 
@@ -197,3 +198,17 @@ def test_one_run_lower_bound_below_gaussian_mechanism_epsilon():
   true_eps = audit.gaussian_epsilon(0.0, 1.0, 1.0, 1.0, DELTA)
   assert 0.5 < result["epsilon_lower_bound"] < true_eps
   assert result["correct"] <= result["guesses"]
+
+
+@pytest.mark.parametrize("root,floor", [(math.pi, 0.0), (1e-6, 1.0), (700.0, 1.0)])
+def test_bisection_keeps_the_predicate_true_at_the_upper_end(root, floor):
+  calls = []
+
+  def ok(x):
+    calls.append(x)
+    return x >= root
+
+  lo, hi = bisection.bisect(ok, 0.0, 1000.0, rel_tol=1e-9, floor=floor)
+  assert not ok(lo) and ok(hi) and lo < root <= hi
+  assert hi - lo <= 1e-9 * max(hi, floor)
+  assert len(calls) < 80  # stops at the tolerance, not after every step

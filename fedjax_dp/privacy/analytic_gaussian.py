@@ -25,6 +25,8 @@ import math
 
 from scipy import special
 
+from fedjax_dp.privacy import bisection
+
 _BISECTION_STEPS = 200
 
 
@@ -133,15 +135,7 @@ def epsilon_for_sigma(sigma: float, delta: float, sensitivity: float = 1.0) -> f
   lo, hi = 0.0, 1.0
   while not ok(hi):
     lo, hi = hi, 2.0 * hi
-  for _ in range(_BISECTION_STEPS):
-    mid = 0.5 * (lo + hi)
-    if ok(mid):
-      hi = mid
-    else:
-      lo = mid
-    if hi - lo <= 1e-13 * hi:
-      break
-  return hi
+  return bisection.bisect(ok, lo, hi, rel_tol=1e-13)[1]
 
 
 def classical_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:

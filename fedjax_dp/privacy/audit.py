@@ -28,9 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special, stats
 
+from fedjax_dp.privacy import bisection
+
 # Largest epsilon searched; callers report a result equal to it as ">= EPS_CAP".
 EPS_CAP = 1000.0
-_BISECTION_STEPS = 100
 # Fractions of the m candidates guessed "inserted" by the one-run audit.
 ONE_RUN_GUESS_FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5)
 
@@ -327,15 +328,7 @@ def gaussian_epsilon(mu0: float, sd0: float, mu1: float, sd1: float,
   lo, hi = 0.0, 1.0
   while not ok(hi):
     lo, hi = hi, min(2.0 * hi, EPS_CAP)
-  for _ in range(_BISECTION_STEPS):
-    mid = 0.5 * (lo + hi)
-    if ok(mid):
-      hi = mid
-    else:
-      lo = mid
-    if hi - lo <= 1e-12 * hi:
-      break
-  return hi
+  return bisection.bisect(ok, lo, hi, rel_tol=1e-12)[1]
 
 
 def estimate_epsilon(inserted: np.ndarray, held_out: np.ndarray, delta: float) -> float:
@@ -402,16 +395,9 @@ def _one_run_epsilon(m: int, r: int, v: int, delta: float, threshold: float) -> 
     return 0.0
   if rejected(EPS_CAP):
     return EPS_CAP
-  lo, hi = 0.0, EPS_CAP
-  for _ in range(_BISECTION_STEPS):
-    mid = 0.5 * (lo + hi)
-    if rejected(mid):
-      lo = mid
-    else:
-      hi = mid
-    if hi - lo <= 1e-9 * max(hi, 1.0):
-      break
-  return lo
+  # The last eps still rejected: the bound holds at the stated confidence.
+  return bisection.bisect(lambda eps: not rejected(eps), 0.0, EPS_CAP, rel_tol=1e-9,
+                          floor=1.0)[0]
 
 
 def one_run_lower_bound(statistics: np.ndarray, inserted: np.ndarray, delta: float,
