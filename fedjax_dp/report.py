@@ -68,7 +68,17 @@ def markdown_table(runs: list[dict]) -> str:
 
 def _extra_tables(runs: list[dict]) -> str:
   """The tables that only some runs have: coded sizes, attacks, audits."""
-  return _coded_table(runs) + _attack_table(runs) + _audit_table(runs)
+  return (_coded_table(runs) + _attack_table(runs) + _audit_table(runs)
+          + _test_subset_note(runs))
+
+
+def _test_subset_note(runs: list[dict]) -> str:
+  """Says so when accuracy was measured on part of the test set (--test-size)."""
+  sizes = sorted({(run.get("data_summary") or {}).get("test_subset") for run in runs} - {None})
+  if not sizes:
+    return ""
+  return (f"\nAccuracy on the first {', '.join(map(str, sizes))} examples of the test set "
+          "(--test-size), not all of it: not comparable with the papers' figures.\n")
 
 
 def attack_label(run: dict) -> str | None:

@@ -1,14 +1,27 @@
 """Shared fixtures: the real data, loaded once per session."""
 
+import atexit
 import os
 import pathlib
-
-import jax.numpy as jnp
-import pytest
+import shutil
+import tempfile
 
 _SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 os.environ.setdefault("FEDJAX_DP_DATA", str(_SHARED))
 os.environ.setdefault("FEDJAX_DP_NO_DOWNLOAD", "1")
+
+# One persistent XLA compilation cache for the whole run: many tests compile
+# the same programs (the paper CNN's round and evaluation), and the pytest-xdist
+# workers and the CLI tests' subprocesses inherit this environment. Set before
+# jax is imported; a cache the caller chose is kept, the run's own is removed.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _CACHE = tempfile.mkdtemp(prefix="fedjax_dp_tests_xla_")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+  atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+
+import jax.numpy as jnp  # noqa: E402  (after the cache's environment)
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")

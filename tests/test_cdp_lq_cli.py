@@ -46,7 +46,7 @@ def test_tiny_cdp_lq_sweep_reports_bits_compression_and_epsilon(tmp_path, capsys
       "8", "--batch-size", "4", "--clients-per-round", "all", "--clip", "1",
       "--lattice", "hexagonal", "--lattice-step", "0.5", "--lq-step-epsilon", "3.11",
       "--delta", "1e-4", "--lq-microbatch", "4", "--accountant", "pld", "--out", str(out),
-      "--quiet"])
+      "--test-size", "1000", "--quiet"])
   assert code == 0
   table = capsys.readouterr().out
   assert "| 100% | CDP-LQ |" in table and "| CDP-LQ | hexagonal | 0.5 | 2 |" in table

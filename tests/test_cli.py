@@ -20,10 +20,28 @@ def _run(args, tmp_path, env_extra=None):
                         capture_output=True, text=True, env=env, timeout=300)
 
 
+# Through the script (a fresh interpreter each, about 4 s): an argparse error,
+# a validation error, and the device flags, which act before JAX starts.
 @pytest.mark.parametrize("args,needle", [
     (["--ratio", "0"], "--ratio must be in (0, 1]"),
-    (["--ratio", "1.5"], "--ratio must be in (0, 1]"),
     (["--schemes", "FL-NOPE"], "unknown scheme 'FL-NOPE'"),
+    (["--rounds", "many"], "invalid int value"),
+    (["--devices", "99"], "--devices must be in [1,"),
+    (["--cpu-devices", "0"], "--cpu-devices must be > 0"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path):
+  proc = _run(args, tmp_path)
+  assert proc.returncode == 2, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and needle in lines[0], proc.stderr
+  assert "Traceback" not in proc.stderr
+  assert not (tmp_path / "out").exists()
+
+
+# The rest through ``experiment.main``, which the script runs (the cases above
+# show that its exit code and message are the script's).
+@pytest.mark.parametrize("args,needle", [
+    (["--ratio", "1.5"], "--ratio must be in (0, 1]"),
     (["--noise-multiplier", "-1"], "--noise-multiplier must be >= 0"),
     (["--clients-per-round", "7000"], "exceeds the number of clients 6000"),
     (["--clip", "-2"], "--clip must be > 0"),
@@ -65,17 +83,14 @@ def _run(args, tmp_path, env_extra=None):
     (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),
-    (["--rounds", "many"], "invalid int value"),
-    (["--devices", "99"], "--devices must be in [1,"),
-    (["--cpu-devices", "0"], "--cpu-devices must be > 0"),
 ])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path):
-  proc = _run(args, tmp_path)
-  assert proc.returncode == 2, proc.stderr
-  lines = proc.stderr.strip().splitlines()
-  assert len(lines) == 1 and needle in lines[0], proc.stderr
-  assert "Traceback" not in proc.stderr
-  assert not (tmp_path / "out").exists()
+def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
+  out = tmp_path / "out"
+  assert experiment.main([*args, "--out", str(out)]) == 2
+  err = capsys.readouterr().err
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("sweep.py: error: "), err
+  assert not out.exists()
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -91,7 +106,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "split by hospital"),
     (["--dropout", "0.5"], "--dropout applies to the medical MLP"),
     (["--dataset", "medical-synth", "--dropout", "1.5"], "--dropout must be in [0, 1)"),
-    (["--test-size", "100"], "--test-size applies to medical-synth"),
+    (["--test-size", "10001"], "--test-size must be in [1, 10000] for fashion-mnist, got 10001"),
     (["--dataset", "medical-synth", "--public-size", "5"], "--public-size must be even"),
 ])
 def test_bad_data_flags_are_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
@@ -119,7 +134,7 @@ def test_small_sweep_writes_table_json_and_csv(tmp_path, capsys):
   code = experiment.main([
       "--ratio", "0.005", "--schemes", "fl-top-dp", "FL-STD", "--rounds", "2",
       "--num-clients", "120", "--clients-per-round", "8", "--out", str(out), "--quiet",
-      "--plot"])
+      "--test-size", "1000", "--plot"])
   assert code == 0
   for png in ("accuracy.png", "accuracy_vs_upstream.png"):
     assert (out / png).read_bytes()[:4] == b"\x89PNG"
@@ -138,6 +153,8 @@ def test_small_sweep_writes_table_json_and_csv(tmp_path, capsys):
   assert dp["epsilon"] > 0 and dp["delta"] == 1e-5 and "moments" in dp["accountant"]
   assert dp["clip_source"].startswith("calibrated") and dp["clip_norm"] > 0
   assert runs["FL-STD"]["epsilon"] is None
+  assert dp["data_summary"]["test_subset"] == 1000  # --test-size, said under the table
+  assert "Accuracy on the first 1000 examples of the test set" in table
   csv_lines = (out / "results.csv").read_text().strip().splitlines()
   assert len(csv_lines) == 3 and csv_lines[0].startswith("dataset,scheme,ratio,best_accuracy")
 
@@ -176,7 +193,7 @@ def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
   code = experiment.main([
       "--dataset", "mnist", "--partition", "dirichlet", "--dirichlet-alpha", "0.1",
       "--schemes", "FL-STD", "--rounds", "1", "--num-clients", "100",
-      "--clients-per-round", "4", "--out", str(out), "--quiet"])
+      "--clients-per-round", "4", "--out", str(out), "--quiet", "--test-size", "1000"])
   assert code == 0
   assert "| 100% | FL-STD |" in capsys.readouterr().out
   run = json.loads((out / "results.json").read_text())["runs"][0]
@@ -192,7 +209,7 @@ def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys):
   code = experiment.main([
       "--schemes", "FL-STD", "--aggregator", "trimmed-mean", "--trim-fraction", "0.25",
       "--rounds", "1", "--num-clients", "100", "--clients-per-round", "8",
-      "--out", str(out), "--quiet"])
+      "--out", str(out), "--quiet", "--test-size", "1000"])
   assert code == 0, capsys.readouterr().err
   run = json.loads((out / "results.json").read_text())["runs"][0]
   assert run["aggregator"] == {"name": "trimmed-mean", "trim": 0.25, "norm_bound": None}
@@ -205,7 +222,7 @@ def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
       "--dataset", "mnist", "--schemes", "FL-STD", "--attack", "in-backdoor",
       "--malicious-fraction", "0.2", "--boost", "3", "--backdoor", "5:7",
       "--rounds", "1", "--num-clients", "50", "--clients-per-round", "10",
-      "--out", str(out), "--quiet"])
+      "--out", str(out), "--quiet", "--test-size", "1000"])
   assert code == 0, capsys.readouterr().err
   run = json.loads((out / "results.json").read_text())["runs"][0]
   assert run["attack"]["kind"] == "in-backdoor" and run["attack"]["source"] == 5
@@ -248,7 +265,8 @@ def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch):
 
   monkeypatch.setattr(experiment.simulation, "run", run_then_interrupt)
   code = experiment.main(["--schemes", "FL-STD", "FL-TOP", "--rounds", "1", "--num-clients",
-                          "60", "--clients-per-round", "3", "--out", str(out), "--quiet"])
+                          "60", "--clients-per-round", "3", "--out", str(out), "--quiet",
+                          "--test-size", "1000"])
   assert code == 130 and len(calls) == 2
   assert "the 1 finished runs are in" in capsys.readouterr().err
   runs = json.loads((out / "results.json").read_text())["runs"]
@@ -262,7 +280,7 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
   keeps the first run's record, continues the second from its checkpoint,
   and ends with the records of an uninterrupted sweep."""
   argv = ["--schemes", "FL-STD", "FL-TOP", "--rounds", "3", "--num-clients", "60",
-          "--clients-per-round", "3", "--quiet"]
+          "--clients-per-round", "3", "--quiet", "--test-size", "1000"]
   whole = tmp_path / "whole"
   assert experiment.main([*argv, "--out", str(whole)]) == 0
   out = tmp_path / "res"
@@ -301,7 +319,7 @@ def test_sweep_with_an_audit_reports_empirical_beside_accountant_epsilon(tmp_pat
   code = experiment.main([
       "--dataset", "mnist", "--schemes", "FL-TOP-DP", "--audit-canaries", "40",
       "--rounds", "2", "--num-clients", "200", "--clients-per-round", "20",
-      "--out", str(out), "--quiet"])
+      "--out", str(out), "--quiet", "--test-size", "1000"])
   assert code == 0, capsys.readouterr().err
   run = json.loads((out / "results.json").read_text())["runs"][0]
   audit = run["audit"]

@@ -65,12 +65,22 @@ def test_medical_synth_federation(tmp_path, monkeypatch):
   assert datasets.DATASETS["medical-synth"].label == "medical-synth (synthetic stand-in)"
 
 
+def test_image_test_size_keeps_the_first_test_examples():
+  whole, part = datasets.load("mnist", 5, 10), datasets.load("mnist", 5, 10, test_size=300)
+  assert len(whole.test[1]) == 10000 and part.test[0].shape[0] == len(part.test[1]) == 300
+  np.testing.assert_array_equal(part.test[0], whole.test[0][:300])
+  np.testing.assert_array_equal(part.test[1], whole.test[1][:300])
+  np.testing.assert_array_equal(part.data.x, whole.data.x)  # the clients' data unchanged
+  assert part.summary["test_subset"] == 300 and "test_subset" not in whole.summary
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda: datasets.get_dataset("cifar"), "unknown dataset 'cifar'"),
     (lambda: datasets.load("medical-synth", 5, 203,
                            partition=datasets.PartitionConfig("dirichlet", alpha=1.0)),
      "split by hospital"),
-    (lambda: datasets.load("mnist", 5, 10, test_size=100), "test_size applies"),
+    (lambda: datasets.load("mnist", 5, 10, test_size=10001),
+     r"test_size must be in \[1, 10000\] for mnist, got 10001"),
     (lambda: datasets.load("medical-synth", 5, 203, public_size=5), "must be even"),
     (lambda: datasets.load("mnist", 5000, 12,
                            partition=datasets.PartitionConfig("shards", shards_per_client=2)),

@@ -48,7 +48,8 @@ def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
   proc = subprocess.run(
       [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--schemes", "FL-TOP-DP",
        "--ratio", "0.005", "--rounds", "1", "--num-clients", "30", "--clients-per-round", "4",
-       "--clip", "1", "--cpu-devices", "3", "--out", str(out), "--quiet"],
+       "--clip", "1", "--cpu-devices", "3", "--test-size", "1000", "--out", str(out),
+       "--quiet"],
       capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((out / "results.json").read_text())

@@ -1,5 +1,6 @@
 """experiments/reproduce.py and fedjax_dp.reproduction: tables, kept records, report."""
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -218,13 +219,16 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
     assert f"REPRODUCTION_plots/thesis-5.3-{name}.png" in text
 
 
+def _script_main():
+  spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.main
+
+
+# Through the script (about 4 s each): a bad name, an unwritable folder.
 @pytest.mark.parametrize("args,needle", [
     (["table9"], "unknown table 'table9'"),
-    (["thesis-5.3", "--rows", "FL-TOP"], "matches no row of thesis-5.3"),
-    (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
-    (["thesis-5.3", "--sweep-flags", "--rounds 0"], "--rounds must be"),
-    (["thesis-5.3", "extra"], "only 'list' takes a table"),
-    (["thesis-5.3", "--reduced"], "have no reduced setting"),
     (["thesis-5.3", "--out", "/proc/x/y"], "--out /proc/x/y cannot be written"),
 ])
 def test_bad_input_is_one_line_exit_2(args, needle):
@@ -234,9 +238,24 @@ def test_bad_input_is_one_line_exit_2(args, needle):
   assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["thesis-5.3", "--rows", "FL-TOP"], "matches no row of thesis-5.3"),
+    (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
+    (["thesis-5.3", "--sweep-flags", "--rounds 0"], "--rounds must be"),
+    (["thesis-5.3", "extra"], "only 'list' takes a table"),
+    (["thesis-5.3", "--reduced"], "have no reduced setting"),
+])
+def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
+  assert _script_main()([*args, "--out", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and needle in lines[0], err
+  assert not (tmp_path / "out").exists()
+
+
 def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path):
   quick = ("--rounds 2 --num-clients 40 --clients-per-round 4 --samples-per-client 10 "
-           "--local-steps 1")
+           "--local-steps 1 --test-size 1000")
   args = ["thesis-4.1", "--rows", "FL-STD_fashion-mnist", "--out", str(tmp_path),
           "--sweep-flags", quick]
   proc = _run(*args)
