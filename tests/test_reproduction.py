@@ -1,5 +1,6 @@
 """experiments/reproduce.py and fedjax_dp.reproduction: tables, kept records, report."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -219,7 +220,9 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
     assert f"REPRODUCTION_plots/thesis-5.3-{name}.png" in text
 
 
+@functools.cache
 def _script_main():
+  """experiments/reproduce.py's ``main``, loaded once."""
   spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
