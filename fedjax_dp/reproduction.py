@@ -46,7 +46,11 @@ SEEDS_HEADLINE = (0, 1, 2)
 _TABLE8_1 = ("--num-clients", "1000", "--clients-per-round", "100",
              "--samples-per-client", "60", "--batch-size", "10", "--local-steps", "30",
              "--rounds", "100", "--lr", "0.215")
-# Thesis Table 8.2 / UAI Table 5: T_cl = 200 (the sweep's defaults).
+# Thesis Table 8.2 / UAI Table 5 (the sweep's defaults and FL-SIGN-DP's
+# preset), spelled out for schemes whose preset differs (FL-SIGN: Table 8.1).
+_TABLE8_2 = ("--num-clients", "6000", "--clients-per-round", "100",
+             "--samples-per-client", "10", "--batch-size", "10", "--local-steps", "5",
+             "--rounds", "200", "--lr", "0.215")
 _EPS_ROUNDS, _EPS_RATE, _EPS_CLIENTS, _EPS_DELTA = 200, 100 / 6000, 6000, 1e-5
 
 
@@ -393,8 +397,8 @@ def _model_metric(kind: str) -> str:
 # Thesis Sec. 6.3 (l.1783-1795, Tables 6.9-6.12): FL-SIGN-DP against
 # backdoors in the Table 8.2 setting (the sweep's defaults, T_cl 200) with
 # gamma 0.001, at eps 1, 2, 4; its attackers skip their noise and send
-# 5000 * sign; FL-SIGN's row is the same setting without DP (its attackers'
-# signs cannot be boosted). Papers' cells: (model accuracy, second metric)
+# 5000 * sign; FL-SIGN's row is the same setting (Table 8.2, l.1789) without
+# DP (its attackers' signs cannot be boosted). Papers' cells: (model accuracy, second metric)
 # per alpha, for each eps, then FL-SIGN.
 _SIGN_DP_BACKDOORS = {
     "6.9": ("mnist", "in-backdoor", "5:7", (0.1, 0.2, 0.4),
@@ -424,7 +428,9 @@ def _thesis_sign_dp_backdoor(number: str) -> Table:
   for eps, (model, second) in cells.items():
     name = "FL-SIGN" if eps is None else "FL-SIGN-DP"
     flags = ["--dataset", dataset, "--gamma", "0.001"]
-    if eps is not None:
+    if eps is None:  # l.1789: Table 8.2 for FL-SIGN too, not its Table 8.1 preset
+      flags += _TABLE8_2
+    else:
       flags += ["--noise-multiplier", f"{eps_sigma(eps):.4f}"]
     for i, alpha in enumerate(fractions):
       attack = ["--attack", kind, "--backdoor", classes, "--malicious-fraction", f"{alpha:g}"]

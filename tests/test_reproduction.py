@@ -344,6 +344,13 @@ def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
   sign = t611.select(["FL-SIGN_alpha0.02"])[0]
   _, run = _planned(sign)
   assert run.config.attack.boost == 1 and not run.config.attack.skip_noise
+  # Thesis l.1789: every row in Table 8.2's setting, FL-SIGN's (preset: Table 8.1) too.
+  table8_2 = {"num_clients": 6000, "clients_per_round": 100, "samples_per_client": 10,
+              "batch_size": 10, "local_steps": 5, "rounds": 200, "lr": 0.215}
+  for number in ("6.9", "6.10", "6.11", "6.12"):
+    for row in reproduction.get_table(f"thesis-{number}").rows:
+      setting = _planned(row)[1].setting
+      assert {k: setting[k] for k in table8_2} == table8_2, (number, row.slug)
   assert sign.paper_attack == 0
   t610 = reproduction.get_table("thesis-6.10")
   fashion = t610.select(["FL-SIGN-DP_eps4-alpha0.4"])[0]
