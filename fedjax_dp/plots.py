@@ -43,6 +43,20 @@ def _label(record: dict) -> str:
   return record["scheme"] if ratio >= 1.0 else f"{record['scheme']} r={ratio * 100:g}%"
 
 
+def _styles(records: list[dict]) -> list[dict]:
+  """Line styles: a scheme and its -DP variant at one ratio share a colour,
+  the DP line dashed, so the 16 lines of UAI Table 1 at one ratio stay
+  readable (tab10, or tab20 beyond 10 colours)."""
+  bases = []
+  for record in records:
+    base = (record["scheme"].removesuffix("-DP"), record["ratio"])
+    if base not in bases:
+      bases.append(base)
+  cmap = plt.get_cmap("tab10" if len(bases) <= 10 else "tab20")
+  return [{"color": cmap(bases.index((r["scheme"].removesuffix("-DP"), r["ratio"])) % cmap.N),
+           "linestyle": "--" if r["scheme"].endswith("-DP") else "-"} for r in records]
+
+
 def _upstream_kb(record: dict, round_: int) -> float:
   rate = record["clients_per_round"] / record["num_clients"]
   return bandwidth.cost_kb(record["upstream_values"], round_, rate, record["upstream_bits"])
@@ -83,10 +97,10 @@ def plot_records(records: list[dict], out_dir: str | os.PathLike,
       ("accuracy_vs_upstream", lambda r, h: _upstream_kb(r, h["round"]),
        "upstream KB per client up to the round (UAI Sec. 4.1)", True)):
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for record in records:
+    for record, style in zip(records, _styles(records)):
       history = record["history"]
       ax.plot([x_of(record, h) for h in history], [h[metric] for h in history],
-              label=_label(record), linewidth=1.2)
+              label=_label(record), linewidth=1.2, **style)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(_LABELS.get(metric, metric))
     if log:
@@ -116,7 +130,7 @@ def plot_epsilon(records: list[dict], configs: list[dict],
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   fig, ax = plt.subplots(figsize=(7, 4.5))
-  for record, config in zip(records, configs):
+  for record, config, style in zip(records, configs, _styles(records)):
     if record.get("epsilon") is None:
       continue
     rounds = list(range(1, record["rounds"] + 1))
@@ -125,7 +139,7 @@ def plot_epsilon(records: list[dict], configs: list[dict],
         rounds, record["delta"], config.get("accountant", "moments"),
         config.get("sampling", "poisson"), num_clients=record["num_clients"],
         truncated_cohort=config.get("max_cohort"))
-    ax.plot(rounds, eps, label=_label(record), linewidth=1.2)
+    ax.plot(rounds, eps, label=_label(record), linewidth=1.2, **style)
   ax.set_xlabel("round")
   deltas = {r["delta"] for r in records if r.get("epsilon") is not None}
   ax.set_ylabel(f"epsilon (delta = {deltas.pop():g})" if len(deltas) == 1 else "epsilon")

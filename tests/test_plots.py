@@ -31,3 +31,14 @@ def test_balanced_accuracy_runs_and_bad_input(tmp_path):
     plots.plot_records([], tmp_path)
   with pytest.raises(ValueError, match="history"):
     plots.plot_records([dict(rec, history=[])], tmp_path)
+
+
+def test_a_scheme_and_its_dp_variant_share_a_colour_the_dp_line_dashed():
+  records = [_record(name, ratio, 8316, [0.3]) for name, ratio in (
+      ("FL-TOP", 0.005), ("FL-TOP-DP", 0.005), ("FL-TOP-DP", 0.05), ("FL-STD-DP", 1.0))]
+  top, top_dp, top_dp_5, std_dp = plots._styles(records)
+  assert top["color"] == top_dp["color"]
+  assert (top["linestyle"], top_dp["linestyle"], std_dp["linestyle"]) == ("-", "--", "--")
+  assert len({top["color"], top_dp_5["color"], std_dp["color"]}) == 3
+  many = [_record(f"S{i}", 1.0, 10, [0.1]) for i in range(16)]
+  assert len({s["color"] for s in plots._styles(many)}) == 16  # tab20 beyond 10
