@@ -14,8 +14,12 @@ The attacks (thesis Sec. 6.1, ``../shared/specs/attacks.md``):
   examples to the target class, train on the pooled data and send eta_adv
   times the update (boosting, l.1647).
 * ``out-backdoor`` (l.1641, l.1720): the source class is removed from every
-  honest client's data; malicious clients keep theirs, relabelled to the
-  target class.
+  honest client's data and given, relabelled to the target class, to the
+  malicious clients, who keep theirs relabelled too: "excluding all samples
+  with digit '0' in all clients' training datasets ... and relabeled the
+  samples with '0' to '1'" (l.1720); only they hold the class (l.1791). The
+  taken examples join the colluding attackers' pooled data
+  (:func:`out_backdoor_pool`).
 
 Who attacks: a fixed pool of round(alpha N) malicious clients, drawn once
 from the run's seed, holds the poisoned data (the thesis' colluding
@@ -235,8 +239,9 @@ def poison_labels(x: np.ndarray, y: np.ndarray, malicious: np.ndarray,
   In-backdoor: malicious clients' source-class examples are relabelled to the
   target. Out-backdoor: the same, and every honest client's source-class
   examples are removed (its remaining examples move to the front, the freed
-  rows become padding: all-zero, labelled ``PADDING_LABEL``). Other attacks
-  leave the data unchanged.
+  rows become padding: all-zero, labelled ``PADDING_LABEL``; the attackers
+  receive them, :func:`out_backdoor_pool`). Other attacks leave the data
+  unchanged.
 
   Args:
     x: (N, D, ...) the clients' examples.
@@ -260,6 +265,20 @@ def poison_labels(x: np.ndarray, y: np.ndarray, malicious: np.ndarray,
       x[k, :rows], y[k, :rows] = x[k, keep], y[k, keep]
       x[k, rows:], y[k, rows:] = 0, PADDING_LABEL
   return x, y
+
+
+def out_backdoor_pool(y: np.ndarray, malicious: np.ndarray,
+                      config: AttackConfig) -> np.ndarray | None:
+  """Where the examples an out-backdoor gives the attackers are: the
+  (client, row) indices of every honest client's source-class example
+  (thesis l.1720), in client then row order; None for other attacks.
+
+  Their labels become the target class; :func:`poison_labels` removes
+  them from the honest clients.
+  """
+  if config.kind != "out-backdoor":
+    return None
+  return np.argwhere(~np.asarray(malicious)[:, None] & (np.asarray(y) == config.source))
 
 
 def attack_metrics(predictions: np.ndarray, labels: np.ndarray,

@@ -394,6 +394,12 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
   if attack.colluding:
     pooled_x = data.x[inputs.attackers].reshape((-1,) + data.x.shape[2:])
     pooled_y = data.y[inputs.attackers].reshape(-1)
+    if data.attacker_x is not None:  # an out-backdoor's source class (l.1720)
+      pooled_x = jnp.concatenate([pooled_x, data.attacker_x])
+      pooled_y = jnp.concatenate([pooled_y, data.attacker_y])
+    # Real examples first: local training draws its batches below their count.
+    real_first = jnp.argsort(pooled_y < 0, stable=True)
+    pooled_x, pooled_y = pooled_x[real_first], pooled_y[real_first]
     shared = scheme.client_message(adversary, w, inputs.plan, _as_float(pooled_x), pooled_y,
                                    keys.purpose(inputs.keys.round, keys.ATTACK), cfg.local)
     return lambda ids: jnp.broadcast_to(shared, (ids.shape[0],) + shared.shape)
@@ -1188,7 +1194,9 @@ def _audit_record(state: canaries.AuditState | None, cfg: RunConfig) -> dict:
 
 
 def poisoned(data: ClientData, cfg: RunConfig) -> ClientData:
-  """The clients' data as a backdoor attack of ``cfg`` leaves it (else ``data``).
+  """The clients' data as a backdoor attack of ``cfg`` leaves it (else
+  ``data``); under an out-backdoor ``attacker_x``/``attacker_y`` hold the
+  source-class examples taken from the honest clients, relabelled.
 
   The malicious set is the one every round's roles use (the run key's
   ``keys.MALICIOUS`` key), so the poisoned clients are the attacking ones.
@@ -1199,9 +1207,14 @@ def poisoned(data: ClientData, cfg: RunConfig) -> ClientData:
   attack.validate()
   malicious = attacks.malicious_set(keys.purpose(keys.run_key(cfg.seed), keys.MALICIOUS),
                                     int(data.y.shape[0]), attack.fraction)
-  x, y = attacks.poison_labels(np.asarray(data.x), np.asarray(data.y),
-                               np.asarray(malicious), attack)
-  return ClientData(jnp.asarray(x), jnp.asarray(y))
+  x, y = np.asarray(data.x), np.asarray(data.y)
+  given = attacks.out_backdoor_pool(y, np.asarray(malicious), attack)
+  px, py = attacks.poison_labels(x, y, np.asarray(malicious), attack)
+  if given is None:
+    return ClientData(jnp.asarray(px), jnp.asarray(py))
+  rows = tuple(given.T)
+  return ClientData(jnp.asarray(px), jnp.asarray(py), jnp.asarray(x[rows]),
+                    jnp.full(len(given), attack.target, y.dtype))
 
 
 def run(model: FlatModel, scheme: Scheme, data: ClientData,

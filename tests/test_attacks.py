@@ -171,6 +171,16 @@ def test_out_backdoor_removes_the_source_class_from_every_honest_client():
       assert (px[k, count:] == 0).all()
 
 
+def test_out_backdoor_gives_the_honest_clients_source_class_to_the_attackers():
+  x, y, mal = _federation()
+  cfg = AttackConfig("out-backdoor", 0.3, source=0, target=1)
+  given = attacks.out_backdoor_pool(y, mal, cfg)
+  want = [(k, i) for k in range(6) for i in range(40) if not mal[k] and y[k, i] == 0]
+  assert want and [tuple(r) for r in given] == want  # every honest 0, none of theirs
+  assert attacks.out_backdoor_pool(y, mal, AttackConfig("in-backdoor", 0.3, source=0,
+                                                        target=1)) is None
+
+
 def test_other_attacks_leave_the_data_alone():
   x, y, mal = _federation()
   px, py = attacks.poison_labels(x, y, mal, AttackConfig("random-update", 0.3))
@@ -253,6 +263,34 @@ def test_colluding_attackers_send_one_boosted_update(small_federation):
   w0 = jax.jit(model.init)(keys.purpose(keys.run_key(0), keys.INIT))
   np.testing.assert_allclose(ascent[0], 10 * jax.grad(model.loss)(w0, x, y), rtol=1e-4,
                              atol=1e-6)
+
+
+def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clients(
+    small_federation):
+  """Thesis l.1720: the 0s leave every honest client and, relabelled, join
+  the colluding attackers' pool. One full-batch step makes the message
+  -eta * the gradient of the mean loss over that whole pool."""
+  data, _, public = small_federation
+  attack = AttackConfig("out-backdoor", 0.3, source=0, target=1)
+  cfg = dataclasses.replace(_CFG, attack=attack, local_steps=1, batch_size=100_000)
+  poisoned = simulation.poisoned(data, cfg)
+  model, scheme = tiny_linear(), get_scheme("FL-STD")
+  prep = simulation.prepare(model, scheme, poisoned, public, cfg)
+  rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
+  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
+  sent = simulation.attack_messages(model, rc, prep.state.weights, inputs, poisoned)
+  message = np.asarray(sent(inputs.cohort.indices))[0]
+  ids = np.asarray(inputs.attackers)
+  honest = np.ones(data.y.shape[0], bool)
+  honest[ids] = False
+  taken = honest[:, None] & (np.asarray(data.y) == 0)
+  np.testing.assert_array_equal(np.asarray(poisoned.attacker_x), np.asarray(data.x)[taken])
+  assert (np.asarray(poisoned.attacker_y) == 1).all() and taken.sum() > 400
+  pool_x = jnp.concatenate([poisoned.x[ids].reshape((-1,) + data.x.shape[2:]),
+                            poisoned.attacker_x]).astype(jnp.float32) / 255.0
+  pool_y = jnp.concatenate([poisoned.y[ids].reshape(-1), poisoned.attacker_y])
+  grad = jax.grad(model.loss)(prep.state.weights, pool_x, pool_y)
+  np.testing.assert_allclose(message, -cfg.lr * grad, rtol=1e-4, atol=1e-6)
 
 
 def test_fl_cs_attackers_are_not_boosted(small_federation):

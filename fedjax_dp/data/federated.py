@@ -31,10 +31,17 @@ class ClientData(NamedTuple):
         x: (num_clients, samples, ...) examples; uint8 images are scaled to
             [0, 1] on the fly.
         y: (num_clients, samples) labels.
+        attacker_x: Examples that only the colluding malicious clients hold,
+            beyond their own rows (an out-backdoor's source class taken from
+            the honest clients, ``fedjax_dp.attacks.out_backdoor_pool``);
+            None without.
+        attacker_y: Their labels.
     """
 
     x: jax.Array
     y: jax.Array
+    attacker_x: jax.Array | None = None
+    attacker_y: jax.Array | None = None
 
 
 @dataclass(frozen=True)
