@@ -807,6 +807,8 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
     body, summaries = table_markdown(table, records)
     everything += summaries
     figures = ""
+    for stale in plot_dir.glob(f"{table.name}-*.png"):  # a removed row's or table's
+      stale.unlink()
     if summaries:
       runs = [dict(records[s.row.slug][0]["record"], label=s.row.name) for s in summaries]
       configs = [records[s.row.slug][0]["sweep_config"] for s in summaries]

@@ -218,6 +218,12 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
     png = tmp_path / "docs" / "REPRODUCTION_plots" / f"thesis-5.3-{name}.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert f"REPRODUCTION_plots/thesis-5.3-{name}.png" in text
+  # A table whose records are gone loses its plots; the others keep theirs.
+  stale = tmp_path / "docs" / "REPRODUCTION_plots" / "thesis-6.11-accuracy.png"
+  stale.write_bytes(b"old")
+  reproduction.write_report(tmp_path, report, "python experiments/reproduce.py report")
+  assert not stale.exists()
+  assert (tmp_path / "docs" / "REPRODUCTION_plots" / "thesis-5.3-accuracy.png").exists()
 
 
 @functools.cache
