@@ -408,8 +408,8 @@ def _model_metric(kind: str) -> str:
 # backdoors in the Table 8.2 setting (the sweep's defaults, T_cl 200) with
 # gamma 0.001, at eps 1, 2, 4; its attackers skip their noise and send
 # 5000 * sign; FL-SIGN's row is the same setting (Table 8.2, l.1789) without
-# DP (its attackers' signs cannot be boosted). Papers' cells: (model accuracy, second metric)
-# per alpha, for each eps, then FL-SIGN.
+# DP (its attackers' signs cannot be boosted). Papers' cells: (model
+# accuracy, second metric) per alpha, for each eps, then FL-SIGN.
 _SIGN_DP_BACKDOORS = {
     "6.9": ("mnist", "in-backdoor", "5:7", (0.1, 0.2, 0.4),
             {1: ((.89, .90, .90), (0, 0, 0)), 2: ((.89, .90, .90), (0, 0, 0)),
