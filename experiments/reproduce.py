@@ -5,8 +5,9 @@
   python experiments/reproduce.py list [TABLE]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
-thesis-5.2, fedsmp, thesis-6.1, thesis-6.3, thesis-6.5, thesis-6.7
-(``fedjax_dp.reproduction.tables()``; ``list`` shows their rows).
+thesis-5.2, fedsmp, thesis-6.1, thesis-6.3, thesis-6.5, thesis-6.7, thesis-6.9,
+thesis-6.10, thesis-6.11, thesis-6.12 (``fedjax_dp.reproduction.tables()``;
+``list`` shows their rows).
 Each (row, seed) runs ``experiments/sweep.py`` with the paper's setting and
 is kept as ``DIR/<table>/<row>.seed<k>.json``; a kept record is not run
 again, and an interrupted run continues from its last checkpoint

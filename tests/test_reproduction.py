@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -262,7 +263,7 @@ def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys)
   assert not (tmp_path / "out").exists()
 
 
-def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path):
+def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path, capsys):
   quick = ("--rounds 2 --num-clients 40 --clients-per-round 4 --samples-per-client 10 "
            "--local-steps 1 --test-size 1000")
   args = ["thesis-4.1", "--rows", "FL-STD_fashion-mnist", "--out", str(tmp_path),
@@ -274,12 +275,12 @@ def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path):
   kept = json.loads(records[0].read_text())
   assert kept["record"]["rounds"] == 2 and len(kept["record"]["history"]) == 2
   assert "--lr 0.215" in kept["command"] and "--rounds 2" in kept["command"]
-  again = _run(*args)
-  assert again.returncode == 0 and json.loads(records[0].read_text()) == kept
-  listed = _run("list", "thesis-4.1")
-  assert listed.returncode == 0 and "FL-SIGN_mnist" in listed.stdout
-  report = _run("report", "--out", str(tmp_path), "--report", str(tmp_path / "R.md"))
-  assert report.returncode == 0, report.stderr
+  # The rest in process (the script's main; a fresh interpreter costs ~4 s).
+  assert _script_main()(args) == 0 and json.loads(records[0].read_text()) == kept
+  assert _script_main()(["list", "thesis-4.1"]) == 0
+  assert "FL-SIGN_mnist" in capsys.readouterr().out
+  assert _script_main()(["report", "--out", str(tmp_path), "--report",
+                         str(tmp_path / "R.md")]) == 0
   assert "No row has been run yet." in (tmp_path / "R.md").read_text()  # quick runs apart
 
 
@@ -385,3 +386,10 @@ def test_report_draws_the_attack_metric_and_figure_6_1(tmp_path):
   assert "![thesis-6.5-class_accuracy](R_plots/thesis-6.5-class_accuracy.png)" in text
   assert "![thesis-6.5-figure](R_plots/thesis-6.5-figure.png)" in text
   assert (tmp_path / "R_plots" / "thesis-6.5-figure.png").stat().st_size > 1000
+
+
+def test_the_script_names_every_table():
+  """reproduce.py's usage lists each table ``reproduction.tables()`` runs."""
+  usage = SCRIPT.read_text().split('"""')[1]
+  named = set(re.findall(r"\b(?:uai|thesis|fedsmp)[\w.-]*\d|\bfedsmp\b", usage))
+  assert set(reproduction.tables()) <= named, set(reproduction.tables()) - named
