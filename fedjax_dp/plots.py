@@ -24,14 +24,18 @@ from __future__ import annotations
 import os
 import pathlib
 
-import matplotlib
+from fedjax_dp import bandwidth
+from fedjax_dp.privacy import accounting
+from fedjax_dp.atomic import atomic_file
 
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
+def _pyplot():
+  """matplotlib's pyplot on the file-only Agg backend, imported when a plot is
+  drawn: at module level it would add about a second to every command."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  return plt
 
-from fedjax_dp import bandwidth  # noqa: E402
-from fedjax_dp.privacy import accounting  # noqa: E402
-from fedjax_dp.atomic import atomic_file  # noqa: E402
 
 _LABELS = {"accuracy": "test accuracy", "balanced_accuracy": "balanced accuracy"}
 
@@ -52,7 +56,7 @@ def _styles(records: list[dict]) -> list[dict]:
     base = (record["scheme"].removesuffix("-DP"), record["ratio"])
     if base not in bases:
       bases.append(base)
-  cmap = plt.get_cmap("tab10" if len(bases) <= 10 else "tab20")
+  cmap = _pyplot().get_cmap("tab10" if len(bases) <= 10 else "tab20")
   return [{"color": cmap(bases.index((r["scheme"].removesuffix("-DP"), r["ratio"])) % cmap.N),
            "linestyle": "--" if r["scheme"].endswith("-DP") else "-"} for r in records]
 
@@ -67,7 +71,7 @@ def _save(fig, path: pathlib.Path) -> None:
     with atomic_file(path) as f:
       fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
   finally:
-    plt.close(fig)
+    _pyplot().close(fig)
 
 
 def plot_records(records: list[dict], out_dir: str | os.PathLike,
@@ -96,7 +100,7 @@ def plot_records(records: list[dict], out_dir: str | os.PathLike,
       ("accuracy", lambda r, h: h["round"], "round", False),
       ("accuracy_vs_upstream", lambda r, h: _upstream_kb(r, h["round"]),
        "upstream KB per client up to the round (UAI Sec. 4.1)", True)):
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = _pyplot().subplots(figsize=(7, 4.5))
     for record, style in zip(records, _styles(records)):
       history = record["history"]
       ax.plot([x_of(record, h) for h in history], [h[metric] for h in history],
@@ -129,7 +133,7 @@ def plot_epsilon(records: list[dict], configs: list[dict],
   """
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  fig, ax = plt.subplots(figsize=(7, 4.5))
+  fig, ax = _pyplot().subplots(figsize=(7, 4.5))
   for record, config, style in zip(records, configs, _styles(records)):
     if record.get("epsilon") is None:
       continue
@@ -170,7 +174,7 @@ def plot_attack(records: list[dict], metric: str, path: str | os.PathLike,
   if any(metric not in h for r in records for h in r.get("history", [])) or not records:
     raise ValueError(f"plot_attack needs records whose history has {metric!r}")
   path.parent.mkdir(parents=True, exist_ok=True)
-  fig, ax = plt.subplots(figsize=(7, 4.5))
+  fig, ax = _pyplot().subplots(figsize=(7, 4.5))
   for record in records:
     rounds = [h["round"] for h in record["history"]]
     label = _label(record)

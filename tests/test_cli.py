@@ -279,8 +279,9 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
   """Killed in its second run after one evaluation: the same command again
   keeps the first run's record, continues the second from its checkpoint,
   and ends with the records of an uninterrupted sweep."""
-  argv = ["--schemes", "FL-STD", "FL-TOP", "--rounds", "3", "--num-clients", "60",
-          "--clients-per-round", "3", "--quiet", "--test-size", "1000"]
+  argv = ["--dataset", "medical-synth", "--schemes", "FL-STD", "FL-TOP", "--rounds", "3",
+          "--num-clients", "60", "--samples-per-client", "10", "--clients-per-round", "3",
+          "--local-steps", "1", "--quiet", "--test-size", "100"]
   whole = tmp_path / "whole"
   assert experiment.main([*argv, "--out", str(whole)]) == 0
   out = tmp_path / "res"
@@ -317,9 +318,10 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
 def test_sweep_with_an_audit_reports_empirical_beside_accountant_epsilon(tmp_path, capsys):
   out = tmp_path / "res"
   code = experiment.main([
-      "--dataset", "mnist", "--schemes", "FL-TOP-DP", "--audit-canaries", "40",
-      "--rounds", "2", "--num-clients", "200", "--clients-per-round", "20",
-      "--out", str(out), "--quiet", "--test-size", "1000"])
+      "--dataset", "medical-synth", "--schemes", "FL-TOP-DP", "--audit-canaries", "40",
+      "--rounds", "2", "--num-clients", "200", "--samples-per-client", "10",
+      "--clients-per-round", "20", "--local-steps", "1", "--out", str(out), "--quiet",
+      "--test-size", "100"])
   assert code == 0, capsys.readouterr().err
   run = json.loads((out / "results.json").read_text())["runs"][0]
   audit = run["audit"]

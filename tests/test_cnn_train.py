@@ -32,10 +32,9 @@ def test_fast_update_equals_local_sgd(small_federation, cnn):
   assert cnn.local_update_fn is not None
   x, y, k = _clients(small_federation)
   w = cnn.init(jax.random.PRNGKey(0))
-  for steps in (1, 3):  # one step: the same gradient; three: the same trajectory
-    ref = np.asarray(_generic(cnn, w, steps, 0.215)(x, y, k))
-    new = np.asarray(_fast(cnn, w, steps, 0.215)(x, y, k))
-    np.testing.assert_allclose(new, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+  ref = np.asarray(_generic(cnn, w, 3, 0.215)(x, y, k))  # the same trajectory
+  new = np.asarray(_fast(cnn, w, 3, 0.215)(x, y, k))
+  np.testing.assert_allclose(new, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
   # One client without vmap: the same as under vmap.
   one = cnn.local_update(w, x[1], y[1], k[1], steps=3, batch_size=10, lr=0.215)
   np.testing.assert_allclose(one, new[1], rtol=0, atol=1e-6 * np.abs(ref).max())

@@ -46,9 +46,10 @@ def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
   env["JAX_PLATFORMS"] = "cpu"
   out = tmp_path / "out"
   proc = subprocess.run(
-      [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--schemes", "FL-TOP-DP",
-       "--ratio", "0.005", "--rounds", "1", "--num-clients", "30", "--clients-per-round", "4",
-       "--clip", "1", "--cpu-devices", "3", "--test-size", "1000", "--out", str(out),
+      [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--dataset", "medical-synth",
+       "--schemes", "FL-TOP-DP", "--ratio", "0.005", "--rounds", "1", "--num-clients", "30",
+       "--samples-per-client", "10", "--clients-per-round", "4", "--local-steps", "1",
+       "--clip", "1", "--cpu-devices", "3", "--test-size", "100", "--out", str(out),
        "--quiet"],
       capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]

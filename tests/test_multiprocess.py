@@ -21,9 +21,9 @@ SWEEP = ROOT / "experiments" / "sweep.py"
 TINY = ["--dataset", "medical-synth", "--num-clients", "40", "--samples-per-client", "10",
         "--clients-per-round", "8", "--rounds", "2", "--local-steps", "1", "--test-size",
         "100", "--ratio", "0.001", "--quiet"]
-# A DP scheme and FL-CS with plain sums; a DP Top-K scheme under secure
-# aggregation (FL-STD-DP's masks over every weight would double the time).
-SETTINGS = {"plain": (["FL-STD-DP", "FL-CS"], []),
+# A DP scheme with plain sums; a DP Top-K scheme under secure aggregation
+# (FL-STD-DP's masks over every weight would double the time).
+SETTINGS = {"plain": (["FL-STD-DP"], []),
             "secure": (["FL-TOP-DP"], ["--secure-aggregation"])}
 # What may differ between the two launches: time, the process layout, the folder.
 RUN_EXCLUDED = ("seconds", "processes")
