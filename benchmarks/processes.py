@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 
 from fedjax_dp import distributed, sharding, simulation  # noqa: E402
-from fedjax_dp.data import load_federated, public_batch  # noqa: E402
+from fedjax_dp.data import DataError, load_federated, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
 from throughput import prepared_round  # noqa: E402  (benchmarks/throughput.py)
 
@@ -161,6 +161,11 @@ def main() -> int:
   if args.devices < 2 or min(args.repeats, args.alternations, args.clients_per_round) < 1:
     print(f"{PROG}: error: --devices must be >= 2 and --repeats, --alternations, "
           "--clients-per-round >= 1", file=sys.stderr)
+    return 2
+  try:  # here, in one line, rather than in every worker
+    load_federated("fashion-mnist", args.num_clients, 10, seed=0)
+  except (DataError, ValueError) as e:
+    print(f"{PROG}: error: {e}", file=sys.stderr)
     return 2
   records = []
   for _ in range(args.alternations):

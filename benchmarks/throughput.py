@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 
 from common import load_paper_data, machine  # noqa: E402  (benchmarks/common.py)
 from fedjax_dp import sharding, simulation  # noqa: E402
-from fedjax_dp.data import public_batch  # noqa: E402
+from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
 from fedjax_dp.privacy import noise  # noqa: E402
 from fedjax_dp.schemes import SCHEMES, get_scheme  # noqa: E402
@@ -395,7 +395,11 @@ def main() -> None:
   except ValueError as e:
     print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
     sys.exit(2)
-  data, test_x, _ = load_paper_data()
+  try:
+    data, test_x, _ = load_paper_data()
+  except DataError as e:  # missing or corrupt files: one line, as sweep.py
+    print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
+    sys.exit(2)
   records = []
   for name in names:
     try:

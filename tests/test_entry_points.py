@@ -107,3 +107,15 @@ def test_cs_decoder_benchmark_runs_small():
   assert proc.returncode == 0, proc.stderr
   rec = json.loads(proc.stdout.strip().splitlines()[-1])
   assert rec["num_params"] == 5000 and rec["chunks"] == 10
+
+
+@pytest.mark.parametrize("command", [["benchmarks/throughput.py", "--no-torch"],
+                                     ["benchmarks/processes.py"]])
+def test_benchmarks_without_data_end_in_one_line_exit_2(command, tmp_path):
+  env = dict(os.environ, FEDJAX_DP_DATA=str(tmp_path / "nowhere"),
+             FEDJAX_DP_CACHE=str(tmp_path / "cache"), FEDJAX_DP_NO_DOWNLOAD="1")
+  proc = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=300)
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+  assert "not found" in lines[0] and "FEDJAX_DP_DATA" in lines[0]
