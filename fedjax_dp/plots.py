@@ -25,8 +25,9 @@ import os
 import pathlib
 
 from fedjax_dp import bandwidth
-from fedjax_dp.privacy import accounting
 from fedjax_dp.atomic import atomic_file
+from fedjax_dp.privacy import accounting
+
 
 def _pyplot():
   """matplotlib's pyplot on the file-only Agg backend, imported when a plot is

@@ -46,7 +46,7 @@ def _compare(got, want, where, loose):
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_golden(case, request):
   got = golden_cases.run_case(case)
-  if case.model == "cnn":  # the paper CNN learns (chance 0.1; 0.15 is 7 standard errors above)
+  if case.model == "cnn":  # the paper CNN learns: chance is 0.1, 0.15 is 7 standard errors above
     assert got["record"]["best_accuracy"] > 0.15, got["record"]["history"]
   path = golden_cases.path(case)
   if request.config.getoption("--update-golden"):
