@@ -3,12 +3,19 @@
 Regenerate with ``python -m pytest tests/test_golden.py --update-golden`` in a
 commit of its own that says why the numbers changed.
 
-Under the JAX version that wrote a record, weights must agree to float32
-round-off, integers, strings and flags exactly, other floats (S, epsilon, KB)
-to 1e-6 relative and accuracies to 0.002 (two of the 1,000 test images):
-XLA's CPU code, hence float32 round-off, differs between processor models.
-Under another JAX version weights, floats and accuracies agree to 1e-3
-relative, 1e-3 and 0.02; the rest exactly.
+Under the JAX version that wrote a record, weights and other floats (S,
+epsilon, KB, norms) must agree to amplified float32 round-off (``ROUNDOFF``),
+integers, strings and flags exactly, and accuracies to 0.002 (two of the 1,000
+test images). XLA's CPU code, hence float32 round-off, differs between
+processor models, and some paths amplify it: secure aggregation rounds each
+update to integers (one ulp can move a value across a rounding boundary), and
+FL-CS's decoder iterates. Between the 2-core VMs of this project (the one of
+2026-11-24 is an AMD EPYC with AVX-512) the largest differences were 9.3e-6
+relative on the weights (FL-CS-DP) and 6.5e-6 on a picked weight; on the
+other floats, FL-CS-DP's error-feedback norm moved by 3.4e-4 relative and
+every other by 1.1e-6 or less. A real change (another key, scale or formula)
+moves them by 1e-3 or more. Under another JAX version weights,
+floats and accuracies agree to 1e-3 relative, 1e-3 and 0.02; the rest exactly.
 """
 
 import json
@@ -21,6 +28,13 @@ import pytest
 import golden_cases
 
 CASES = golden_cases.cases()
+# Same JAX version: relative tolerance of weight sums and norms and of other
+# floats, and absolute tolerance of the picked weights (the measured
+# differences between processor models, above, times about 3 to 10).
+# FL-CS's error-feedback norm is a residual, the difference of two nearly
+# equal vectors: its round-off is relative to them, not to it (3.4e-4 seen
+# under FL-CS-DP).
+ROUNDOFF = {"weights": 3e-5, "picks": 3e-5, "floats": 1e-5, "error_norm": 2e-3}
 
 
 def _compare(got, want, where, loose):
@@ -36,7 +50,8 @@ def _compare(got, want, where, loose):
   elif isinstance(want, float) and "accuracy" in where and not isinstance(got, bool):
     assert abs(got - want) <= (0.02 if loose else 0.002), f"{where}: {got} != {want}"
   elif isinstance(want, float) and isinstance(got, float) and math.isfinite(want):
-    assert got == pytest.approx(want, rel=1e-3 if loose else 1e-6, abs=1e-12), (
+    rel = ROUNDOFF["error_norm" if where.endswith("error_norm") else "floats"]
+    assert got == pytest.approx(want, rel=max(rel, 1e-3) if loose else rel, abs=1e-12), (
         f"{where}: {got!r} != {want!r}")
   else:
     assert got == want or (isinstance(want, float) and math.isnan(want) and math.isnan(got)), (
@@ -57,11 +72,12 @@ def test_golden(case, request):
   want = json.loads(path.read_text())
   loose = want["jax"] != jax.__version__
   gw, ww = got["weights"], want["weights"]
-  rtol = 1e-3 if loose else 2e-6
+  rtol = 1e-3 if loose else ROUNDOFF["weights"]
   for key in ("sum", "abs_sum", "l2"):
     np.testing.assert_allclose(gw[key], ww[key], rtol=rtol, atol=rtol * ww["abs_sum"] / 1e3,
                                err_msg=f"weights.{key}")
-  np.testing.assert_allclose(gw["picks"], ww["picks"], rtol=rtol, atol=1e-6 if not loose else 1e-4,
+  np.testing.assert_allclose(gw["picks"], ww["picks"], rtol=rtol,
+                             atol=1e-4 if loose else ROUNDOFF["picks"],
                              err_msg="weights.picks")
   _compare(got["record"], want["record"], "record", loose)
 
