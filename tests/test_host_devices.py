@@ -41,6 +41,28 @@ def test_configure_does_nothing_once_jax_runs(monkeypatch):
   assert os.environ["XLA_FLAGS"] == ""
 
 
+_CPUINFO = """processor	: 0
+vendor_id	: AuthenticAMD
+cpu family	: 25
+model		: 17
+model name	: AMD EPYC
+flags		: fpu sse2 avx avx2 avx512f avx512bw
+
+processor	: 1
+model name	: another
+"""
+
+
+@pytest.mark.parametrize("text,name", [
+    (_CPUINFO, "AMD EPYC (family 25, model 17, AVX-512)"),
+    (_CPUINFO.replace(" avx512f avx512bw", ""), "AMD EPYC (family 25, model 17, AVX2)"),
+    ("model name\t: Some CPU\n", "Some CPU"),  # no numbers, no flags
+    ("processor\t: 0\nfeatures\t: fp asimd\n", ""),  # no model name (ARM)
+])
+def test_cpu_name_tells_processors_of_one_name_apart(text, name):
+  assert host_devices.cpu_name(text) == name
+
+
 def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["JAX_PLATFORMS"] = "cpu"
