@@ -69,7 +69,11 @@ def test_golden(case, request):
     path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     return
   assert path.exists(), f"no golden record {path.name}: run with --update-golden"
-  want = json.loads(path.read_text())
+  _check(got, json.loads(path.read_text()))
+
+
+def _check(got: dict, want: dict) -> None:
+  """Asserts that a case's output ``got`` agrees with its record ``want``."""
   loose = want["jax"] != jax.__version__
   gw, ww = got["weights"], want["weights"]
   rtol = 1e-3 if loose else ROUNDOFF["weights"]
@@ -80,6 +84,34 @@ def test_golden(case, request):
                              atol=1e-4 if loose else ROUNDOFF["picks"],
                              err_msg="weights.picks")
   _compare(got["record"], want["record"], "record", loose)
+
+
+def _moved(record: dict, where: tuple, factor: float) -> dict:
+  """A deep copy of ``record`` with the number at path ``where`` times ``factor``."""
+  out = json.loads(json.dumps(record))
+  node = out
+  for key in where[:-1]:
+    node = node[key]
+  node[where[-1]] = node[where[-1]] * factor
+  return out
+
+
+@pytest.mark.parametrize("where,factor", [
+    (("weights", "sum"), 1 + 1e-4),  # a weight change 3x the tolerance
+    (("weights", "l2"), 1 - 1e-4),
+    (("weights", "picks", 0), 1 + 1e-2),
+    (("record", "epsilon"), 1 + 1e-4),
+    (("record", "history", -1, "error_norm"), 1 + 1e-2),
+])
+def test_a_change_beyond_round_off_fails_the_comparison(where, factor):
+  """The tolerances catch a real change (another key, scale or formula moves
+  numbers by 1e-3 or more) on the stored FL-CS-DP record, whose round-off
+  is the largest."""
+  want = json.loads(golden_cases.path(
+      next(c for c in CASES if c.name == "FL-CS-DP")).read_text())
+  _check(want, want)
+  with pytest.raises(AssertionError):
+    _check(_moved(want, where, factor), want)
 
 
 def test_every_registered_scheme_has_a_golden_case():
