@@ -323,6 +323,33 @@ def test_attack_rows_are_judged_on_both_metrics_and_on_divergence():
   assert "converges (0.85) where the paper's does not" in _attack_summary(std, 0.85).verdict
 
 
+def _history(metric_values, key="class_accuracy"):
+  return [{"round": t + 1, "accuracy": 0.9, key: v} for t, v in enumerate(metric_values)]
+
+
+def test_a_reduced_row_says_which_metric_was_still_moving_at_the_cut():
+  cs = reproduction.get_table("thesis-6.5").select(["FL-CS_r0.05_alpha0.4"])[0]
+  rising = [0.1 * t for t in range(10)]  # 0.0 .. 0.9, steadily
+  flat = [0.5, 0.9, 0.4, 0.95, 0.45, 0.9, 0.5, 0.95, 0.4, 0.9]  # noisy, no trend
+  change, error = reproduction.late_move(_history(rising), "class_accuracy")
+  # (0.8 + 0.9) / 2 - (0.6 + 0.7) / 2; each pair's variance is 0.005
+  assert change == pytest.approx(0.2) and error == pytest.approx((2 * 0.005 / 2) ** 0.5)
+  assert reproduction.late_move(_history(rising[:9]), "class_accuracy") is None  # fifths of 1
+  assert reproduction.late_move(_history(rising), "attack_accuracy") is None
+
+  def summary(values, reduced=True, seeds=1):
+    record = {"best_accuracy": 0.96, "best_round": 5, "epsilon": None, "rounds": 10,
+              "class_accuracy": values[-1], "history": _history(values)}
+    return reproduction.summarize(cs, [{"seed": k, "record": record, "reduced": reduced}
+                                       for k in range(seeds)])
+  assert "class_accuracy off by +0.16 (still rising at the cut: +0.20" in summary(rising).verdict
+  assert "still" not in summary(flat).verdict  # the change is within its noise
+  assert "still" not in summary(rising[::-1]).verdict.split(";")[0]  # accuracy is flat
+  assert "still falling at the cut: -0.20" in summary(rising[::-1]).verdict
+  assert "still" not in summary(rising, reduced=False).verdict  # the paper's length
+  assert summary(rising, seeds=2).moves == (("class_accuracy", pytest.approx(0.2)),)
+
+
 def test_reduced_records_are_reported_as_reduced(tmp_path):
   table = reproduction.get_table("thesis-6.7")
   row = table.select(["FL-STD_alpha0.1"])[0]
