@@ -713,7 +713,8 @@ class Summary:
 def _moving(change: float | None) -> str:
   if change is None:
     return ""
-  return f" (still {'rising' if change > 0 else 'falling'} at the cut: {change:+.2f} between the run's last two fifths)"
+  way = "rising" if change > 0 else "falling"
+  return f" (still {way} at the cut: {change:+.2f} between the run's last two fifths)"
 
 
 # The history's name of a record's selection metric.
@@ -723,8 +724,8 @@ _HISTORY_KEYS = {"best_accuracy": "accuracy"}
 def late_move(history: list[dict], metric: str) -> tuple[float, float] | None:
   """How ``metric`` moved at the end of a run: its mean over the last fifth
   of the evaluations minus its mean over the fifth before, and the standard
-  error of that difference from the spread within the two (None with fewer
-  than 4 evaluations or without the metric)."""
+  error of that difference from the spread within the two (None when a
+  fifth holds fewer than 2 evaluations, or without the metric)."""
   key = _HISTORY_KEYS.get(metric, metric)
   values = [h[key] for h in history if h.get(key) is not None]
   width = len(values) // 5

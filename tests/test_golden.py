@@ -9,8 +9,8 @@ integers, strings and flags exactly, and accuracies to 0.002 (two of the 1,000
 test images). XLA's CPU code, hence float32 round-off, differs between
 processor models, and some paths amplify it: secure aggregation rounds each
 update to integers (one ulp can move a value across a rounding boundary), and
-FL-CS's decoder iterates. Between the 2-core VMs of this project (the one of
-2026-11-24 is an AMD EPYC with AVX-512) the largest differences were 9.3e-6
+FL-CS's decoder iterates. Between two 2-core VMs of this project (the
+second an AMD EPYC family 25 model 17, AVX-512) the largest differences were 9.3e-6
 relative on the weights (FL-CS-DP) and 6.5e-6 on a picked weight; on the
 other floats, FL-CS-DP's error-feedback norm moved by 3.4e-4 relative and
 every other by 1.1e-6 or less. A real change (another key, scale or formula)
