@@ -228,12 +228,17 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
 
 
 @functools.cache
-def _script_main():
-  """experiments/reproduce.py's ``main``, loaded once."""
+def _script():
+  """experiments/reproduce.py as a module, loaded once."""
   spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.main
+  return module
+
+
+def _script_main():
+  """experiments/reproduce.py's ``main``."""
+  return _script().main
 
 
 # Through the script (about 4 s each): a bad name, an unwritable folder.
@@ -420,3 +425,18 @@ def test_the_script_names_every_table():
   usage = SCRIPT.read_text().split('"""')[1]
   named = set(re.findall(r"\b(?:uai|thesis|fedsmp)[\w.-]*\d|\bfedsmp\b", usage))
   assert set(reproduction.tables()) <= named, set(reproduction.tables()) - named
+
+
+
+def test_the_committed_report_is_what_the_committed_records_give(tmp_path, monkeypatch):
+  """docs/REPRODUCTION.md and its plots match the kept records (a record
+  committed without its report, or the reverse, fails)."""
+  monkeypatch.chdir(ROOT)  # the report names its records folder as given
+  script = _script()
+  report = reproduction.write_report(script.DEFAULT_OUT, tmp_path / "REPRODUCTION.md",
+                                     "python experiments/reproduce.py report")
+  assert report.read_text() == (ROOT / script.DEFAULT_REPORT).read_text(), (
+      "run 'python experiments/reproduce.py report' and commit the result")
+  linked = set(re.findall(r"\(REPRODUCTION_plots/([^)]+\.png)\)", report.read_text()))
+  assert linked == {p.name for p in (tmp_path / "REPRODUCTION_plots").glob("*.png")}
+  assert linked == {p.name for p in (ROOT / "docs" / "REPRODUCTION_plots").glob("*.png")}
