@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
       for seed in seeds:
         print(f"reproduce.py: {table.name} {row.name} seed {seed}", file=sys.stderr)
         kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
-                                    row.reduced if args.reduced else extra)
+                                    row.reduced if args.reduced else extra,
+                                    progress=sys.stderr.isatty())
         if kept is None:
           failed.append(f"{row.slug} seed {seed}")
           continue

@@ -546,7 +546,7 @@ def load_record(path: pathlib.Path) -> dict | None:
 
 def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
             sweep: Callable[[list[str]], int], machine: str,
-            extra: tuple[str, ...] = ()) -> dict | None:
+            extra: tuple[str, ...] = (), progress: bool = False) -> dict | None:
   """Runs one (row, seed) through ``sweep`` unless its record is kept.
 
   The sweep's own resume applies: an interrupted run continues from its last
@@ -562,6 +562,8 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
     machine: One line naming the host (stored with the record).
     extra: Sweep flags appended to the row's (kept under another name, and
       never read by the report).
+    progress: Show the sweep's progress bar (the row's command, kept with
+      the record, stays the quiet one: the bar changes no result).
 
   Returns:
     The kept record, or None if the sweep failed (its exit code is not 0).
@@ -576,7 +578,8 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
   if kept is not None and kept.get("argv") == row.argv(seed, "OUT", extra):
     return kept
   started = time.time()
-  code = sweep(row.argv(seed, work, extra))
+  argv = row.argv(seed, work, extra)
+  code = sweep([a for a in argv if a != "--quiet"] if progress else argv)
   if code == INTERRUPTED:
     raise KeyboardInterrupt
   if code != 0:

@@ -158,7 +158,12 @@ def test_run_row_keeps_each_record_and_runs_it_once(tmp_path):
   assert calls[0][calls[0].index("--out") + 1] == str(
       reproduction.work_dir(tmp_path, table, row, 1))
   assert reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") == kept
-  assert len(calls) == 1  # kept: not run again
+  assert len(calls) == 1 and "--quiet" in calls[0]  # kept: not run again
+  # With a progress bar (reproduce.py on a terminal): the same record.
+  shown = reproduction.run_row(table, row, 1, tmp_path / "shown", _fake_sweep(calls),
+                               "test host", progress=True)
+  assert "--quiet" not in calls[1] and shown["argv"] == kept["argv"]
+  calls.pop()
   # Extra flags: a separate record, never read as the paper's setting.
   extra = ("--rounds", "2")
   quick = reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls, 0.1), "x", extra)
