@@ -231,10 +231,10 @@ _UAI_REASONS = {
 
 def _uai_table1() -> Table:
   """UAI Table 1 / Table 8: 14 schemes at every ratio, and FL-STD(-DP)."""
-  rows = [Row("FL-STD", 1.0, presets.UAI_RESULTS[("FL-STD", 1.0)], "UAI Table 1 (l.1347)"),
-          Row("FL-STD-DP", 1.0, presets.UAI_RESULTS[("FL-STD-DP", 1.0)],
-              "UAI Table 1 (l.1347)", _clip(presets.UAI_STD_DP_CLIP), headline=True,
-              reason=_UAI_REASONS[("FL-STD-DP", 1.0)])]
+  rows = [Row(name, 1.0, presets.UAI_RESULTS[(name, 1.0)], "UAI Table 1 (l.1347)", flags,
+              headline=name == "FL-STD-DP", reason=_UAI_REASONS.get((name, 1.0), ""))
+          for name, flags in (("FL-STD", ()),
+                              ("FL-STD-DP", _clip(presets.UAI_STD_DP_CLIP)))]
   for ratio in presets.PAPER_RATIOS:
     for base in presets.UAI_ORDER:
       for name in (base, base + "-DP"):
