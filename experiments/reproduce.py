@@ -2,12 +2,12 @@
 
   python experiments/reproduce.py TABLE [--rows PATTERN ...] [--seeds 0 1 2] [--out DIR]
   python experiments/reproduce.py report [--out DIR] [--report docs/REPRODUCTION.md]
-  python experiments/reproduce.py list [TABLE]
+  python experiments/reproduce.py list [TABLE] [--out DIR]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
 thesis-5.2, fedsmp, thesis-6.1, thesis-6.3, thesis-6.5, thesis-6.7, thesis-6.9,
 thesis-6.10, thesis-6.11, thesis-6.12 (``fedjax_dp.reproduction.tables()``;
-``list`` shows their rows).
+``list`` shows their rows, with the records kept and the runs in progress).
 Each (row, seed) runs ``experiments/sweep.py`` with the paper's setting and
 is kept as ``DIR/<table>/<row>.seed<k>.json``; a kept record is not run
 again, and an interrupted run continues from its last checkpoint
@@ -63,13 +63,32 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-def _list(name: str | None) -> int:
+def _state(state: reproduction.RunState, rounds: int) -> str:
+  """One run's state for ``list``: ``seed 0 done``, ``seed 1 at round 17/200``."""
+  where = "reduced " if state.reduced else ""
+  if state.finished:
+    return f"{where}seed {state.seed} kept ({state.seconds / 3600:.1f} h)"
+  return (f"{where}seed {state.seed} at round {state.round}/{rounds} "
+          f"({state.seconds / 3600:.1f} h; the same command continues it)")
+
+
+def _list(name: str | None, out: str) -> int:
+  """Prints the tables, or one table's rows with what ``out`` holds of them."""
   for table in ([reproduction.get_table(name)] if name else reproduction.tables().values()):
-    print(f"{table.name}: {table.title} ({len(table.rows)} rows)")
+    states = {row.slug: reproduction.run_states(out, table, row) for row in table.rows}
+    kept = sum(any(s.finished for s in v) for v in states.values())
+    going = sum(any(not s.finished for s in v) for v in states.values())
+    print(f"{table.name}: {table.title} ({len(table.rows)} rows; {kept} with a kept "
+          f"record, {going} with a run in progress)")
     if name:
       for row in table.rows:
         mark = " (headline: seeds 0 1 2)" if row.headline else ""
-        print(f"  {row.slug:28s} {row.name}{mark}")
+        found = []
+        for state in states[row.slug]:
+          flags = row.reduced if state.reduced else ()
+          args = experiment.build_parser().parse_args(row.argv(state.seed, out, flags))
+          found.append(_state(state, experiment.plan(args)[0].setting["rounds"]))
+        print(f"  {row.slug:28s} {row.name}{mark}" + (": " + "; ".join(found) if found else ""))
   return 0
 
 
@@ -79,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
   try:
     args = build_parser().parse_args(argv)
     if args.target == "list":
-      return _list(args.table)
+      return _list(args.table, args.out)
     if args.table is not None:
       raise ValueError(f"unexpected argument {args.table!r} (only 'list' takes a table)")
     if args.target == "report":

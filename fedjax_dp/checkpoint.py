@@ -69,6 +69,16 @@ def save(path: str | os.PathLike, key: str, saved: Saved) -> None:
     np.savez(f, meta=np.array(meta), **arrays)
 
 
+def peek(path: str | os.PathLike) -> dict | None:
+  """A checkpoint's metadata (round, seconds, history, ...) without its
+  arrays, or None if the file is unreadable; its run is not checked."""
+  try:
+    with np.load(path) as f:
+      return json.loads(str(f["meta"]))
+  except (OSError, ValueError, KeyError):
+    return None
+
+
 def load(path: str | os.PathLike, key: str, like_state: Any, *,
          content: bytes | None = None) -> Saved | None:
   """The checkpoint at ``path`` if it belongs to this run, else None.

@@ -32,9 +32,9 @@ import re
 import shlex
 import statistics
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
-from fedjax_dp import presets
+from fedjax_dp import checkpoint, presets
 from fedjax_dp.atomic import atomic_file
 
 TOLERANCE = 0.03
@@ -616,29 +616,82 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
 # ---------------------------------------------------------------- report
 
 
+def _kept(out: str | os.PathLike, table: Table, row: Row, suffix: str,
+          extra: tuple[str, ...]) -> list[dict]:
+  """The row's kept records of one setting ("" or REDUCED), by seed, each
+  marked ``reduced``; records of an older definition of the row are left out."""
+  records = []
+  for path in pathlib.Path(out, table.name).glob(f"{glob.escape(row.slug)}.seed*.json"):
+    match = re.fullmatch(re.escape(row.slug) + r"\.seed(\d+)" + re.escape(suffix) + r"\.json",
+                         path.name)
+    record = load_record(path) if match else None
+    if record is not None and record.get("argv") == row.argv(int(match[1]), "OUT", extra):
+      records.append(dict(record, reduced=bool(suffix)))
+  return sorted(records, key=lambda r: r["seed"])
+
+
+def _settings(row: Row) -> list[tuple[str, tuple[str, ...]]]:
+  """(record suffix, extra flags) of the row's reported settings: the paper's,
+  then the documented reduced one."""
+  return [("", ())] + ([(REDUCED, row.reduced)] if row.reduced else [])
+
+
 def kept_records(out: str | os.PathLike, table: Table) -> dict[str, list[dict]]:
   """The kept records of a table in the paper's setting, by row slug, by seed.
 
   A record whose command differs from the row's (an older definition of the
-  row, or one run with extra flags) is left out.
+  row, or one run with extra flags) is left out. A row with records in the
+  paper's setting shows those; else its reduced ones.
   """
   found: dict[str, list[dict]] = {}
-  folder = pathlib.Path(out, table.name)
   for row in table.rows:
-    for suffix, extra in (("", ()), (REDUCED, row.reduced)):
-      if suffix and not row.reduced:
-        continue
-      records = []
-      for path in folder.glob(f"{glob.escape(row.slug)}.seed*.json"):
-        match = re.fullmatch(re.escape(row.slug) + r"\.seed(\d+)" + re.escape(suffix)
-                             + r"\.json", path.name)
-        record = load_record(path) if match else None
-        if record is not None and record.get("argv") == row.argv(int(match[1]), "OUT", extra):
-          records.append(dict(record, reduced=bool(suffix)))
-      if records:  # the paper's setting first; else the reduced one
-        found[row.slug] = sorted(records, key=lambda r: r["seed"])
+    for suffix, extra in _settings(row):
+      records = _kept(out, table, row, suffix, extra)
+      if records:
+        found[row.slug] = records
         break
   return found
+
+
+class RunState(NamedTuple):
+  """One (row, seed) run found in a records folder, finished or not.
+
+  Attributes:
+    seed: The seed.
+    reduced: Run in the row's reduced setting (else the paper's).
+    finished: Its record is kept; else the checkpoint of a run in progress
+      or interrupted, which the same command continues (if the row's
+      setting has not changed since).
+    round: Rounds trained: the record's, or the checkpoint's last.
+    seconds: Wall seconds of training so far.
+  """
+
+  seed: int
+  reduced: bool
+  finished: bool
+  round: int
+  seconds: float
+
+
+def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]:
+  """The row's kept records and checkpoints in ``out`` (``reproduce.py list``)."""
+  states = []
+  for suffix, extra in _settings(row):
+    kept = _kept(out, table, row, suffix, extra)
+    done = {r["seed"] for r in kept}
+    states += [RunState(r["seed"], bool(suffix), True, r["record"]["rounds"],
+                        r["record"]["seconds"]) for r in kept]
+    runs = pathlib.Path(out, ".runs", table.name, row.slug)
+    for folder in sorted(runs.glob("seed*")):
+      match = re.fullmatch(r"seed(\d+)" + re.escape(suffix), folder.name)
+      if not match or int(match[1]) in done:
+        continue
+      for path in sorted(folder.glob(".checkpoints/*.npz")):
+        meta = checkpoint.peek(path)
+        if meta is not None:
+          states.append(RunState(int(match[1]), bool(suffix), False, meta["round"],
+                                 float(meta.get("seconds", 0.0))))
+  return sorted(states, key=lambda s: (s.reduced, s.seed))
 
 
 @dataclasses.dataclass(frozen=True)

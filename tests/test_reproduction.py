@@ -372,6 +372,35 @@ def test_reduced_records_are_reported_as_reduced(tmp_path):
   assert summaries[0].reduced and "reduced setting (--local-steps 300 --rounds 10)" in body
 
 
+def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
+  import numpy as np  # a checkpoint file, as checkpoint.save writes it
+  from fedjax_dp import checkpoint
+
+  table = reproduction.get_table("thesis-6.7")
+  row, other = table.select(["FL-STD_alpha0.1", "FL-SIGN_alpha0.1"])
+  reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9), "x", row.reduced)
+  reproduction.run_row(table, row, 1, tmp_path, _fake_sweep([], 0.9), "x")
+  work = reproduction.work_dir(tmp_path, table, other, 2, other.reduced)
+  checkpoint.save(work / ".checkpoints" / "FL-SIGN-r1.npz", "k",
+                  checkpoint.Saved(4, {"w": np.zeros(3)}, [], (0,), [], 90.0))
+  # A stale checkpoint of a run whose record is kept is not shown as running.
+  stale = reproduction.work_dir(tmp_path, table, row, 1)
+  checkpoint.save(stale / ".checkpoints" / "FL-STD-r1.npz", "k",
+                  checkpoint.Saved(1, {"w": np.zeros(3)}, [], (0,), [], 1.0))
+  (work.parent / "seed3" / ".checkpoints").mkdir(parents=True)
+  (work.parent / "seed3" / ".checkpoints" / "x.npz").write_text("not a checkpoint")
+  assert reproduction.run_states(tmp_path, table, row) == [
+      reproduction.RunState(1, False, True, 3, 7.0),
+      reproduction.RunState(0, True, True, 3, 7.0)]
+  assert reproduction.run_states(tmp_path, table, other) == [
+      reproduction.RunState(2, True, False, 4, 90.0)]
+  assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert "(12 rows; 1 with a kept record, 1 with a run in progress)" in out
+  assert re.search(r"FL-STD_alpha0.1 .*: seed 1 kept \(0.0 h\); reduced seed 0 kept", out)
+  assert re.search(r"FL-SIGN_alpha0.1 .*: reduced seed 2 at round 4/10 \(0.0 h;", out)
+
+
 def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
   t611 = reproduction.get_table("thesis-6.11")
   assert len(t611.rows) == 17  # 3 eps x 4 alpha, FL-SIGN x 4, FL-STD at 2% (l.1793)
