@@ -124,6 +124,25 @@ def test_padding_rows_add_nothing_to_the_clipped_sum(tiny):
   np.testing.assert_array_equal(total, want)
   assert int(clipped) == int(want_clipped) and float(jnp.abs(total).max()) > 0
 
+def test_an_example_with_a_non_finite_gradient_adds_nothing(tiny):
+  """A record whose gradient overflows (here an infinite pixel) adds zero,
+  which has norm <= S, and is counted as clipped; real or padding, it never
+  makes the sum NaN."""
+  model, w, x, y = tiny
+  x_bad = x.at[7, 3, 3, 0].set(jnp.inf)
+  indices = jnp.array([3, 7, 12, 7])
+  mask = jnp.array([True, True, True, False])
+  clip = 0.5
+  total, clipped = per_sample.clipped_gradient_sum(model.loss, w, x_bad, y, indices, mask,
+                                                   clip, 2)
+  keep = jnp.array([True, False, True, False])
+  want, want_clipped = per_sample.clipped_gradient_sum(model.loss, w, x, y, indices, keep,
+                                                       clip, 2)
+  assert bool(jnp.all(jnp.isfinite(total)))
+  np.testing.assert_array_equal(total, want)
+  assert int(clipped) == int(want_clipped) + 1
+
+
 def test_poisson_batches_and_an_untruncated_planned_capacity():
   num, q = 200, 0.1
   ks = jax.random.split(jax.random.PRNGKey(3), 3000)

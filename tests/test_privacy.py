@@ -21,6 +21,36 @@ def test_clipping_bounds_the_norm_and_leaves_short_vectors_alone():
   np.testing.assert_array_equal(clip_by_l2_norm(jnp.zeros(3), 1.0)[0], jnp.zeros(3))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e20])
+def test_an_update_whose_norm_is_not_finite_is_clipped_to_zero(bad):
+  # 1e20 is finite, but its square overflows float32: the norm is inf.
+  x = jnp.array([0.5, bad, -2.0], jnp.float32)
+  clipped, norm = clip_by_l2_norm(x, 1.0)
+  assert not np.isfinite(float(norm))
+  np.testing.assert_array_equal(clipped, jnp.zeros(3))
+  # Finite vectors keep the formula's values exactly, under jit too.
+  y = jnp.array([0.5, 3.0, -2.0], jnp.float32)
+  got = jax.jit(clip_by_l2_norm)(y, 1.0)[0]
+  np.testing.assert_array_equal(got, y * (1.0 / jnp.maximum(1.0, jnp.linalg.norm(y))))
+
+
+@pytest.mark.parametrize("dim", [6, 2**20])  # the masked sum and the matvec sum
+def test_a_diverged_client_neither_poisons_the_noisy_sum_nor_escapes_the_bound(dim):
+  rng = np.random.default_rng(0)
+  updates = jnp.asarray(rng.normal(size=(4, dim)), jnp.float32)
+  bad = updates.at[1, 3].set(jnp.nan).at[2, 0].set(jnp.inf)  # slot 2 is padding
+  zeroed = updates.at[1].set(0.0).at[2].set(0.0)
+  mask = jnp.array([True, True, False, True])
+  noise_keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  got, clipped = noisy_sum(bad, mask, noise_keys, jax.random.PRNGKey(1), 0.5, 1.54)
+  want, _ = noisy_sum(zeroed, mask, noise_keys, jax.random.PRNGKey(1), 0.5, 1.54)
+  assert bool(jnp.all(jnp.isfinite(got)))
+  # The same release as with that client's update replaced by zeros, which
+  # has norm <= S: the sensitivity, hence the guarantee, is unchanged.
+  np.testing.assert_array_equal(got, want)
+  assert int(clipped) == 3  # two clipped to S, one zeroed; padding not counted
+
+
 def _aggregate_noise(num_real, capacity, clip, sigma, dim=20_000, seed=0):
   """The noise part of noisy_sum for zero updates."""
   mask = jnp.arange(capacity) < num_real

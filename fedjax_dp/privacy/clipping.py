@@ -28,15 +28,24 @@ def clip_by_l2_norm(x: jax.Array, clip_norm: float | jax.Array
                     ) -> tuple[jax.Array, jax.Array]:
   """Scales ``x`` to L2 norm at most ``clip_norm``; shorter vectors unchanged.
 
+  A vector whose norm is not finite (a NaN or infinite entry, as local
+  training that diverged gives, or a norm beyond float32's range) becomes
+  zeros: the result has norm at most S whatever ``x`` is, so the
+  sensitivity S holds for every client. Without this one diverged client
+  would make the noisy sum NaN, a release the Gaussian mechanism does not
+  cover (it would tell that some client diverged), and the model NaN for
+  the rest of the run.
+
   Args:
     x: A flat update vector.
     clip_norm: The clip norm S > 0.
 
   Returns:
     ``(clipped, norm)``: the clipped vector and the norm of ``x`` before
-    clipping.
+    clipping (NaN or inf for a zeroed vector).
   """
   norm = jnp.sqrt(jnp.sum(jnp.square(x)))
+  finite = jnp.isfinite(norm)
   # x / max(1, ||x|| / S); the max keeps a zero vector at zero (no 0/0).
   scale = 1.0 / jnp.maximum(1.0, norm / clip_norm)
-  return x * scale, norm
+  return jnp.where(finite, x * scale, 0.0), norm

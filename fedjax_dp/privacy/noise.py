@@ -63,14 +63,15 @@ def privatize(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
 
   Returns:
     ``(contributions, num_clipped)``: (capacity, m) and the number of real
-    clients whose update was longer than S.
+    clients whose update was longer than S, or not finite and so zeroed
+    (``clip_by_l2_norm``).
   """
   clipped, norms = jax.vmap(clip_by_l2_norm, in_axes=(0, None))(updates, clip_norm)
   share_std = noise_share_std(clip_norm, noise_multiplier, num_shares)
   shape = updates.shape[1:]
   shares = jax.vmap(lambda k: jax.random.normal(k, shape, updates.dtype))(noise_keys)
   contributions = clipped + share_std * shares
-  num_clipped = jnp.sum(slot_mask & (norms > clip_norm))
+  num_clipped = jnp.sum(slot_mask & ~(norms <= clip_norm))  # NaN norms too (zeroed)
   return contributions, num_clipped
 
 

@@ -59,7 +59,8 @@ def clipped_gradient_sum(loss_fn: LossFn, w: jax.Array, x: jax.Array, y: jax.Arr
                          indices: jax.Array, mask: jax.Array, clip_norm: float,
                          microbatch: int, count: jax.Array | None = None
                          ) -> tuple[jax.Array, jax.Array]:
-  """``sum_i g_i / max(1, ||g_i|| / S)`` over the masked examples.
+  """``sum_i g_i / max(1, ||g_i|| / S)`` over the masked examples; a
+  gradient whose norm is not finite adds nothing.
 
   Args:
     loss_fn: ``loss_fn(w, xb, yb)``, the mean loss of a batch.
@@ -88,8 +89,12 @@ def clipped_gradient_sum(loss_fn: LossFn, w: jax.Array, x: jax.Array, y: jax.Arr
   def add(total, clipped, idx, real):
     g = per_example(x[idx], y[idx])  # (mb, n)
     norms = jnp.sqrt(jnp.sum(jnp.square(g), axis=1))
-    scale = jnp.where(real, 1.0 / jnp.maximum(1.0, norms / clip_norm), 0.0)
-    return total + scale @ g, clipped + jnp.sum(real & (norms > clip_norm))
+    # A gradient that is not finite counts as zero (and as clipped), as in
+    # clipping.clip_by_l2_norm: the sensitivity S holds for every example.
+    finite = jnp.isfinite(norms)
+    scale = jnp.where(real & finite, 1.0 / jnp.maximum(1.0, norms / clip_norm), 0.0)
+    g = jnp.where(finite[:, None], g, 0.0)
+    return total + scale @ g, clipped + jnp.sum(real & ~(norms <= clip_norm))
 
   init = (jnp.zeros_like(w), jnp.int32(0))
   if count is None:
