@@ -364,8 +364,12 @@ _TABLE8_3 = ("--dataset", "mnist", "--num-clients", "10", "--clients-per-round",
 # What a cell costs on the 2-core CPU, and the reduced settings run instead:
 # Table 8.1 (100 rounds x 100 clients x 30 steps) about an hour a cell, 25
 # rounds; Table 8.3 (10 clients x 3,000 steps a round) about 6 minutes a
-# round, 300 steps and 10 rounds. Same attack parameters.
+# round, 300 steps and 10 rounds. Same attack parameters. A row the thesis
+# reports as not converging runs 10 rounds: unattacked, FL-SIGN and FL-STD
+# pass 0.93 by round 10 in this setting (docs/reproduction-notes.md), so a
+# best below DIVERGED over 10 rounds is the thesis' "-", at 40% of the cost.
 _REDUCED_8_1 = ("--rounds", "25")
+_REDUCED_8_1_DIVERGES = ("--rounds", "10")
 _REDUCED_8_3 = ("--local-steps", "300", "--rounds", "10")
 
 
@@ -382,12 +386,14 @@ def _thesis_degradation(number: str) -> Table:
       rows.append(Row(name, ratio, paper, f"thesis Table {number}",
                       ("--dataset", "mnist", *_TABLE8_1, "--attack", kind,
                        "--malicious-fraction", f"{alpha:g}", *boost),
-                      tag=f"alpha={alpha:g}", diverges=diverges, reduced=_REDUCED_8_1))
+                      tag=f"alpha={alpha:g}", diverges=diverges,
+                      reduced=_REDUCED_8_1_DIVERGES if diverges else _REDUCED_8_1))
   what = ("random update, sigma_adv 200" if number == "6.1"
           else "gradient ascent, eta_adv 10 (void under FL-SIGN)")
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} (MNIST)",
                "thesis Table 8.1 on MNIST, malicious clients alpha of every cohort; FL-CS "
-               "r 5%, FL-TOP r 0.5%; reduced: 25 of the 100 rounds", tuple(rows))
+               "r 5%, FL-TOP r 0.5%; reduced: 25 of the 100 rounds, 10 for the rows the "
+               "thesis reports as not converging", tuple(rows))
 
 
 def _thesis_backdoor(number: str) -> Table:

@@ -308,6 +308,11 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   assert reduced.setting["local_steps"] == 300 and reduced.setting["rounds"] == 10
   t61 = reproduction.get_table("thesis-6.1")
   assert [r.diverges for r in t61.select(["*alpha0.1"])] == [False, True, True, True]
+  # Reduced: 25 of the 100 rounds; 10 where the thesis reports no convergence.
+  for row in reproduction.get_table("thesis-6.3").rows:
+    rounds = experiment.plan(experiment.build_parser().parse_args(
+        row.argv(0, "OUT", row.reduced)))[0].setting["rounds"]
+    assert rounds == (10 if row.diverges else 25) and _planned(row)[1].setting["rounds"] == 100
 
 
 def _attack_summary(row, accuracy, attack_value=None, reduced=False):
