@@ -64,10 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _state(state: reproduction.RunState, rounds: int) -> str:
-  """One run's state for ``list``: ``seed 0 done``, ``seed 1 at round 17/200``."""
+  """One run's state for ``list``: ``seed 0 kept (0.8 h)``, ``seed 1 at round 17/200 ...``."""
   where = "reduced " if state.reduced else ""
   if state.finished:
     return f"{where}seed {state.seed} kept ({state.seconds / 3600:.1f} h)"
+  if state.round > rounds:  # the row's setting was shortened since
+    return (f"{where}seed {state.seed}: a checkpoint at round {state.round} of an older "
+            f"setting, replaced when the row runs")
   return (f"{where}seed {state.seed} at round {state.round}/{rounds} "
           f"({state.seconds / 3600:.1f} h; the same command continues it)")
 

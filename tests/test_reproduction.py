@@ -392,18 +392,23 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
   stale = reproduction.work_dir(tmp_path, table, row, 1)
   checkpoint.save(stale / ".checkpoints" / "FL-STD-r1.npz", "k",
                   checkpoint.Saved(1, {"w": np.zeros(3)}, [], (0,), [], 1.0))
+  longer = reproduction.work_dir(tmp_path, table, other, 4, other.reduced)
+  checkpoint.save(longer / ".checkpoints" / "FL-SIGN-r1.npz", "k",  # before a cut to 10
+                  checkpoint.Saved(12, {"w": np.zeros(3)}, [], (0,), [], 5.0))
   (work.parent / "seed3" / ".checkpoints").mkdir(parents=True)
   (work.parent / "seed3" / ".checkpoints" / "x.npz").write_text("not a checkpoint")
   assert reproduction.run_states(tmp_path, table, row) == [
       reproduction.RunState(1, False, True, 3, 7.0),
       reproduction.RunState(0, True, True, 3, 7.0)]
   assert reproduction.run_states(tmp_path, table, other) == [
-      reproduction.RunState(2, True, False, 4, 90.0)]
+      reproduction.RunState(2, True, False, 4, 90.0),
+      reproduction.RunState(4, True, False, 12, 5.0)]
   assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
   assert "(12 rows; 1 with a kept record, 1 with a run in progress)" in out
   assert re.search(r"FL-STD_alpha0.1 .*: seed 1 kept \(0.0 h\); reduced seed 0 kept", out)
   assert re.search(r"FL-SIGN_alpha0.1 .*: reduced seed 2 at round 4/10 \(0.0 h;", out)
+  assert "reduced seed 4: a checkpoint at round 12 of an older setting" in out
 
 
 def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
