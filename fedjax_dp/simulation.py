@@ -1032,10 +1032,13 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
     t += chunk
     counters = counters.add(infos, cfg.capacity, cfg.max_dropouts)
     preds, scores = eval_fn(state.weights, test_x)
+    scores = np.asarray(scores)
     history.append({"round": t - 1,
-                    **evaluation_metrics(model, test_y, np.asarray(preds), np.asarray(scores)),
+                    **evaluation_metrics(model, test_y, np.asarray(preds), scores),
                     **_attack_entry(cfg.attack, test_y, np.asarray(preds), infos),
-                    **scheme.diagnostics(state.scheme_state, t - 1)})
+                    **scheme.diagnostics(state.scheme_state, t - 1),
+                    # NaN or infinite outputs: the "accuracy" is that of argmax(NaN).
+                    **({} if np.isfinite(scores).all() else {"nonfinite": True})})
     if checkpoint is not None and distributed.is_main():
       checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
           t - 1, state, history, tuple(counters), coded_sizes,
@@ -1110,6 +1113,11 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
     warnings.warn(f"{scheme.name}: {counters.under_noised} rounds lost more than "
                   f"--max-dropouts {cfg.max_dropouts} clients; their aggregate noise "
                   "was below what the accountant assumes")
+  broken = [h["round"] for h in history if h.get("nonfinite")]
+  if broken:
+    warnings.warn(f"{scheme.name}: the model's test outputs were NaN or infinite at "
+                  f"{len(broken)} of {len(history)} evaluations, first at round "
+                  f"{broken[0]}; its accuracy there is that of a constant prediction")
   privacy = privacy_report(prep, cfg, [best["round"], cfg.rounds])
   upstream_bits, coded = comm.upstream_bits, {}
   if scheme.traits.measured_streams > 0:
@@ -1168,6 +1176,7 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       "mean_cohort": parts / cfg.rounds,
       "seed": cfg.seed,
       "seconds": seconds,
+      **({"nonfinite_round": broken[0]} if broken else {}),
       "history": history,
       **scheme.diagnostics(trained.state.scheme_state, cfg.rounds),
       **scheme.describe(),

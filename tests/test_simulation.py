@@ -91,6 +91,22 @@ def test_padded_clients_train_and_bad_runs_are_refused(small_federation):
     simulation.RunConfig(selection_metric="auroc").validate(600)
 
 
+def test_a_model_whose_outputs_stop_being_finite_is_flagged(small_federation):
+  """A diverged run (here a learning rate of 3e38) is not mistaken for a poor
+  model: its record names the first round whose test outputs are NaN or
+  infinite, each such evaluation is marked, and the run warns."""
+  data, test, public = small_federation
+  cfg = simulation.RunConfig(**{**SMALL, "lr": 3e38, "rounds": 2})
+  with pytest.warns(UserWarning, match="NaN or infinite at 2 of 2 evaluations, first at "
+                                       "round 1"):
+    record = simulation.run(tiny_linear(), get_scheme("FL-STD"), data, test, public, cfg)
+  assert record["nonfinite_round"] == 1
+  assert [h.get("nonfinite") for h in record["history"]] == [True, True]
+  _, healthy = _run(tiny_linear(), "FL-STD", small_federation)
+  assert "nonfinite_round" not in healthy
+  assert not any("nonfinite" in h for h in healthy["history"])
+
+
 def test_clip_ratio_calibrates_one_s_for_every_ratio(small_federation):
   # Fed-SMP Sec. 6.2: one S for all ratios. A run at r = 5% with
   # clip_ratio = 1 gets the S a run at r = 1 calibrates; without it, its own.
