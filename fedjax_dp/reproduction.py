@@ -179,15 +179,16 @@ _UAI_REASONS = {
     ("FL-STD-DP", 1.0): (
         "the peak of a run that then breaks down, cause of the height not established. "
         "The shape matches: the paper's best over 200 rounds is at round 60 (eps 0.76), "
-        "ours at round 49 (eps 0.74); after it ours falls to chance at rounds 76-77 "
-        "and from round 130 on. The noise, sigma S / m = 1.54 x 2.40 / 100 = 0.037 per "
+        "seed 0's at round 49 (eps 0.74); after it seed 0 falls to chance at rounds "
+        "76-77 and from round 130 on. The noise, sigma S / m = 1.54 x 2.40 / 100 = 0.037 per "
         "weight and round on all 1,663,370 weights (a norm of 48 a round, against 31 "
         "for w0 and at most 2.4 for the mean clipped update), drives the weights on a "
         "random walk: from round 20 to 125 seed 0 moves between 0.30 and 0.67 around a "
         "mean of 0.59 (sd 0.06 from round to round), so its best is the highest of many "
-        "noisy evaluations. The same authors report 0.61 for FL-STD-DP at eps 1 in the "
-        "same data setting with S 2.15 (thesis Table 5.2); seeds 1 and 2 (a headline row) "
-        "will measure our spread"),
+        "noisy evaluations. Seed 1 wanders lower (mean 0.41 over rounds 20-125, best "
+        "0.589 at round 122, eps 0.87): the two seeds' bests differ by 0.08, as much as "
+        "the gap. The same authors report 0.61 for FL-STD-DP at eps 1 in the same data "
+        "setting with S 2.15 (thesis Table 5.2): the paper's own figures differ by 0.05"),
     ("FL-BAS-2-DP", 0.005): (
         "no deviation from the paper's FL-BAS-2-DP found (UAI l.2060-2086: one shared "
         "random set, no reset, clipped and noised like FL-TOP-DP; S 0.16, Table 6). In "
