@@ -1098,6 +1098,25 @@ def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.Pr
                           cfg.max_cohort, participations))
 
 
+def _warn(name: str, dp: bool, comm, cfg: RunConfig, counters: Counters,
+          history: list[dict]) -> list[int]:
+  """Warns of what makes a run's figures suspect; returns the rounds whose
+  test outputs were NaN or infinite."""
+  if counters.overflows:
+    warnings.warn(f"{name}: {counters.overflows} coordinate sums overflowed the "
+                  f"{comm.secure_bits}-bit secure-aggregation modulus")
+  if dp and counters.under_noised:
+    warnings.warn(f"{name}: {counters.under_noised} rounds lost more than "
+                  f"--max-dropouts {cfg.max_dropouts} clients; their aggregate noise "
+                  "was below what the accountant assumes")
+  broken = [h["round"] for h in history if h.get("nonfinite")]
+  if broken:
+    warnings.warn(f"{name}: the model's test outputs were NaN or infinite at "
+                  f"{len(broken)} of {len(history)} evaluations, first at round "
+                  f"{broken[0]}; its accuracy there is that of a constant prediction")
+  return broken
+
+
 def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Trained,
                 seconds: float) -> dict:
   """The run's JSON-ready record (UAI Table 1's columns and the run's details)."""
@@ -1106,18 +1125,7 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
   history = trained.history
   metric = cfg.selection_metric
   best = max(history, key=lambda h: (h[metric], -h["round"]))
-  if counters.overflows:
-    warnings.warn(f"{scheme.name}: {counters.overflows} coordinate sums overflowed the "
-                  f"{comm.secure_bits}-bit secure-aggregation modulus")
-  if dp and counters.under_noised:
-    warnings.warn(f"{scheme.name}: {counters.under_noised} rounds lost more than "
-                  f"--max-dropouts {cfg.max_dropouts} clients; their aggregate noise "
-                  "was below what the accountant assumes")
-  broken = [h["round"] for h in history if h.get("nonfinite")]
-  if broken:
-    warnings.warn(f"{scheme.name}: the model's test outputs were NaN or infinite at "
-                  f"{len(broken)} of {len(history)} evaluations, first at round "
-                  f"{broken[0]}; its accuracy there is that of a constant prediction")
+  broken = _warn(scheme.name, dp, comm, cfg, counters, history)
   privacy = privacy_report(prep, cfg, [best["round"], cfg.rounds])
   upstream_bits, coded = comm.upstream_bits, {}
   if scheme.traits.measured_streams > 0:
