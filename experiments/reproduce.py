@@ -15,6 +15,9 @@ again, and an interrupted run continues from its last checkpoint
 others seed 0. ``--reduced`` runs a row's documented reduced setting (the
 attack tables, whose paper setting costs hours a cell), reported as such.
 ``report`` rebuilds REPRODUCTION.md and its plots from the kept records.
+Several processes may work through the same tables at once: each (row, seed)
+is held by the process running it (``fedjax_dp.runlock``), and the others
+skip it.
 Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 
   python experiments/reproduce.py uai-table1 --rows 'FL-TOP*_r0.005'
@@ -28,7 +31,7 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure([])  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import experiment, reproduction  # noqa: E402
+from fedjax_dp import experiment, reproduction, runlock  # noqa: E402
 
 DEFAULT_OUT = "experiments/reference/reproduction"
 DEFAULT_REPORT = "docs/REPRODUCTION.md"
@@ -71,8 +74,13 @@ def _state(state: reproduction.RunState, rounds: int) -> str:
   if state.round > rounds:  # the row's setting was shortened since
     return (f"{where}seed {state.seed}: a checkpoint at round {state.round} of an older "
             f"setting, replaced when the row runs")
-  return (f"{where}seed {state.seed} at round {state.round}/{rounds} "
-          f"({state.seconds / 3600:.1f} h; the same command continues it)")
+  done = f"{where}seed {state.seed} at round {state.round}/{rounds} ({state.seconds / 3600:.1f} h"
+  if state.running is None:
+    return done + "; interrupted: the same command continues it)"
+  left = ""
+  if state.round and state.seconds:  # at its pace so far
+    left = f", about {(rounds - state.round) * state.seconds / state.round / 3600:.1f} h to go"
+  return done + f"; running now, process {state.running or '(unknown)'}{left})"
 
 
 def _list(name: str | None, out: str) -> int:
@@ -81,8 +89,9 @@ def _list(name: str | None, out: str) -> int:
     states = {row.slug: reproduction.run_states(out, table, row) for row in table.rows}
     kept = sum(any(s.finished for s in v) for v in states.values())
     going = sum(any(not s.finished for s in v) for v in states.values())
+    running = sum(any(s.running is not None for s in v) for v in states.values())
     print(f"{table.name}: {table.title} ({len(table.rows)} rows; {kept} with a kept "
-          f"record, {going} with a run in progress)")
+          f"record, {going} with a run in progress, {running} running now)")
     if name:
       for row in table.rows:
         mark = " (headline: seeds 0 1 2)" if row.headline else ""
@@ -130,15 +139,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reproduce.py: error: {e}", file=sys.stderr)
     return 2
   machine = host_devices.machine()
-  failed = []
+  failed, elsewhere = [], []
   try:
     for row in rows:
       seeds = args.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,))
       for seed in seeds:
         print(f"reproduce.py: {table.name} {row.name} seed {seed}", file=sys.stderr)
-        kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
-                                    row.reduced if args.reduced else extra,
-                                    progress=sys.stderr.isatty())
+        try:
+          kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
+                                      row.reduced if args.reduced else extra,
+                                      progress=sys.stderr.isatty())
+        except runlock.Busy as e:  # another campaign on the same records
+          print(f"reproduce.py: {row.name} seed {seed} runs in process {e.pid or '(unknown)'}: "
+                "skipped here", file=sys.stderr)
+          elsewhere.append(f"{row.slug} seed {seed}")
+          continue
         if kept is None:
           failed.append(f"{row.slug} seed {seed}")
           continue
@@ -150,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
           f"progress are in {args.out}: the same command continues", file=sys.stderr)
     return reproduction.INTERRUPTED
+  if elsewhere:
+    print(f"reproduce.py: left to the processes running them: {', '.join(elsewhere)}",
+          file=sys.stderr)
   if failed:
     print(f"reproduce.py: error: failed: {', '.join(failed)}", file=sys.stderr)
     return 1

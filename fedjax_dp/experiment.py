@@ -33,7 +33,8 @@ import numpy as np
 from tqdm import tqdm
 
 from fedjax_dp import (aggregators, attacks, canaries, datasets, distributed, flags,
-                       host_devices, plots, presets, report, sharding, simulation)
+                       host_devices, plots, presets, report, runlock, sharding,
+                       simulation)
 from fedjax_dp.data import DataError
 from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
 from fedjax_dp.models import FlatModel, get_model, medical_mlp
@@ -699,12 +700,39 @@ def main(argv: list[str] | None = None) -> int:
     raise
 
 
+def _claim_out(args: argparse.Namespace) -> contextlib.ExitStack:
+  """Holds ``--out``'s lock until the returned stack closes (process 0 alone:
+  it alone writes), so that two sweeps never continue one checkpoint.
+
+  Raises:
+    ValueError: Another sweep holds it (one line).
+  """
+  stack = contextlib.ExitStack()
+  if distributed.is_main():
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+      stack.enter_context(runlock.hold(out / runlock.NAME))
+    except runlock.Busy as e:
+      raise ValueError(f"--out {args.out} is in use by another sweep (process {e.pid}): "
+                       "wait for it to end, or choose another --out") from None
+  return stack
+
+
 def _sweep(args: argparse.Namespace) -> int:
   """:func:`main` once the processes are joined."""
   try:
     runs, data = _setup(args)
+    claim = _claim_out(args)
   except (UsageError, ValueError, DataError) as e:
     return _error(e)
+  with claim:
+    return _run_all(args, runs, data)
+
+
+def _run_all(args: argparse.Namespace, runs: list[PlannedRun], data: Data) -> int:
+  """:func:`main` once the runs are planned, their data loaded and ``--out``
+  held: runs (or keeps) each run, writing the results after each."""
   writer = distributed.is_main()
   bar = tqdm(total=sum(r.setting["rounds"] for r in runs), unit="round",
              disable=args.quiet or not writer, file=sys.stderr, dynamic_ncols=True)

@@ -34,7 +34,7 @@ import statistics
 import time
 from typing import Callable, NamedTuple
 
-from fedjax_dp import checkpoint, presets
+from fedjax_dp import checkpoint, presets, runlock
 from fedjax_dp.atomic import atomic_file
 
 TOLERANCE = 0.03
@@ -591,12 +591,37 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
   Raises:
     KeyboardInterrupt: The sweep was interrupted (exit code 130); its
       checkpoint is kept.
+    runlock.Busy: Another process runs this (row, seed) now.
   """
   path = record_path(out, table, row, seed, extra)
   work = work_dir(out, table, row, seed, extra)
-  kept = load_record(path)
-  if kept is not None and kept.get("argv") == row.argv(seed, "OUT", extra):
+  kept = _kept_record(path, row, seed, extra)
+  if kept is not None:
     return kept
+  work.parent.mkdir(parents=True, exist_ok=True)
+  with runlock.hold(lock_path(work)):
+    # Kept meanwhile by the process that held the lock?
+    return (_kept_record(path, row, seed, extra)
+            or _run(table, row, seed, path, work, sweep, machine, extra, progress))
+
+
+def _kept_record(path: pathlib.Path, row: Row, seed: int,
+                 extra: tuple[str, ...]) -> dict | None:
+  """The record at ``path`` if it is the row's as defined now, else None."""
+  kept = load_record(path)
+  return kept if kept is not None and kept.get("argv") == row.argv(seed, "OUT", extra) else None
+
+
+def lock_path(work: pathlib.Path) -> pathlib.Path:
+  """The lock held by the process running one (row, seed) (beside its sweep's
+  folder, which the sweep locks for itself)."""
+  return work.with_name(work.name + ".lock")
+
+
+def _run(table: Table, row: Row, seed: int, path: pathlib.Path, work: pathlib.Path,
+         sweep: Callable[[list[str]], int], machine: str, extra: tuple[str, ...],
+         progress: bool) -> dict | None:
+  """:func:`run_row` once the (row, seed) is held: runs it and keeps its record."""
   started = time.time()
   argv = row.argv(seed, work, extra)
   code = sweep([a for a in argv if a != "--quiet"] if progress else argv)
@@ -634,8 +659,8 @@ def _kept(out: str | os.PathLike, table: Table, row: Row, suffix: str,
   for path in pathlib.Path(out, table.name).glob(f"{glob.escape(row.slug)}.seed*.json"):
     match = re.fullmatch(re.escape(row.slug) + r"\.seed(\d+)" + re.escape(suffix) + r"\.json",
                          path.name)
-    record = load_record(path) if match else None
-    if record is not None and record.get("argv") == row.argv(int(match[1]), "OUT", extra):
+    record = _kept_record(path, row, int(match[1]), extra) if match else None
+    if record is not None:
       records.append(dict(record, reduced=bool(suffix)))
   return sorted(records, key=lambda r: r["seed"])
 
@@ -672,8 +697,11 @@ class RunState(NamedTuple):
     finished: Its record is kept; else the checkpoint of a run in progress
       or interrupted, which the same command continues (if the row's
       setting has not changed since).
-    round: Rounds trained: the record's, or the checkpoint's last.
+    round: Rounds trained: the record's, or the checkpoint's last (0 for
+      a run started that has not saved one yet).
     seconds: Wall seconds of training so far.
+    running: The pid of the process running it now (0 if unreadable), or
+      None when no process holds it: finished, or interrupted.
   """
 
   seed: int
@@ -681,6 +709,7 @@ class RunState(NamedTuple):
   finished: bool
   round: int
   seconds: float
+  running: int | None = None
 
 
 def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]:
@@ -692,15 +721,19 @@ def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]
     states += [RunState(r["seed"], bool(suffix), True, r["record"]["rounds"],
                         r["record"]["seconds"]) for r in kept]
     runs = pathlib.Path(out, ".runs", table.name, row.slug)
-    for folder in sorted(runs.glob("seed*")):
-      match = re.fullmatch(r"seed(\d+)" + re.escape(suffix), folder.name)
+    # A run holds its lock from the start, its folder exists once it trains.
+    for name in sorted({p.name.removesuffix(".lock") for p in runs.glob("seed*")}):
+      match = re.fullmatch(r"seed(\d+)" + re.escape(suffix), name)
       if not match or int(match[1]) in done:
         continue
-      for path in sorted(folder.glob(".checkpoints/*.npz")):
-        meta = checkpoint.peek(path)
-        if meta is not None:
-          states.append(RunState(int(match[1]), bool(suffix), False, meta["round"],
-                                 float(meta.get("seconds", 0.0))))
+      folder = runs / name
+      pid = runlock.holder(lock_path(folder))
+      metas = [m for m in map(checkpoint.peek, sorted(folder.glob(".checkpoints/*.npz")))
+               if m is not None]
+      if pid is not None and not metas:  # started; no evaluation saved yet
+        metas = [{"round": 0}]
+      states += [RunState(int(match[1]), bool(suffix), False, meta["round"],
+                          float(meta.get("seconds", 0.0)), pid) for meta in metas]
   return sorted(states, key=lambda s: (s.reduced, s.seed))
 
 

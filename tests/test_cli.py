@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fedjax_dp import experiment
+from fedjax_dp import experiment, runlock
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "experiments" / "sweep.py"
@@ -247,6 +247,25 @@ def test_an_unwritable_out_stops_before_any_work(out, tmp_path, capsys, monkeypa
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith(f"sweep.py: error: --out {out} cannot be written")
   assert not pathlib.Path("/proc/fedjax_dp_test").exists()
+
+
+def test_an_out_in_use_by_another_sweep_is_refused(tmp_path, capsys):
+  """Two sweeps continuing one checkpoint would overwrite each other's saves:
+  the second exits 2 with one line naming the first, writing nothing; once
+  the first has ended the same command runs, and leaves no lock behind."""
+  out = tmp_path / "res"
+  argv = ["--dataset", "medical-synth", "--schemes", "FL-STD", "--rounds", "1",
+          "--num-clients", "60", "--samples-per-client", "10", "--clients-per-round", "3",
+          "--local-steps", "1", "--quiet", "--test-size", "100", "--out", str(out)]
+  out.mkdir()
+  with runlock.hold(out / runlock.NAME):  # as a sweep in another process holds it
+    assert experiment.main(argv) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == [f"sweep.py: error: --out {out} is in use by another sweep (process "
+                 f"{os.getpid()}): wait for it to end, or choose another --out"]
+  assert list(out.iterdir()) == []
+  assert experiment.main(argv) == 0
+  assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.json", "results.md"]
 
 
 def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch):

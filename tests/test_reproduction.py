@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fedjax_dp import experiment, presets, reproduction
+from fedjax_dp import experiment, presets, reproduction, runlock
 from fedjax_dp.privacy import accounting
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -405,10 +405,68 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
       reproduction.RunState(4, True, False, 12, 5.0)]
   assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
-  assert "(12 rows; 1 with a kept record, 1 with a run in progress)" in out
+  assert "(12 rows; 1 with a kept record, 1 with a run in progress, 0 running now)" in out
   assert re.search(r"FL-STD_alpha0.1 .*: seed 1 kept \(0.0 h\); reduced seed 0 kept", out)
-  assert re.search(r"FL-SIGN_alpha0.1 .*: reduced seed 2 at round 4/10 \(0.0 h;", out)
+  assert re.search(r"FL-SIGN_alpha0.1 .*: reduced seed 2 at round 4/10 \(0.0 h; "
+                   r"interrupted: the same command continues it\)", out)
   assert "reduced seed 4: a checkpoint at round 12 of an older setting" in out
+  # A process running seed 2 now, and one that has started seed 5 (no checkpoint yet).
+  with runlock.hold(reproduction.lock_path(work)):
+    with runlock.hold(reproduction.lock_path(work.with_name("seed5.reduced"))):
+      assert reproduction.run_states(tmp_path, table, other) == [
+          reproduction.RunState(2, True, False, 4, 90.0, os.getpid()),
+          reproduction.RunState(4, True, False, 12, 5.0),
+          reproduction.RunState(5, True, False, 0, 0.0, os.getpid())]
+      assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert "1 with a run in progress, 1 running now)" in out
+  assert (f"reduced seed 2 at round 4/10 (0.0 h; running now, process {os.getpid()}, "
+          "about 0.0 h to go)") in out  # 90 s for 4 rounds: 6 more take 135 s
+  assert f"reduced seed 5 at round 0/10 (0.0 h; running now, process {os.getpid()})" in out
+
+
+def test_a_row_another_process_runs_is_left_to_it(tmp_path, capsys, monkeypatch):
+  """Two campaigns on the same records share the rows: a (row, seed) held by
+  one is skipped by the other, which goes on with the next."""
+  table = reproduction.get_table("thesis-5.3")
+  row = table.select(["FL-CS-DP_r0.05"])[0]
+  calls = []
+  held = reproduction.work_dir(tmp_path, table, row, 0)
+  held.parent.mkdir(parents=True)
+  with runlock.hold(reproduction.lock_path(held)):
+    with pytest.raises(runlock.Busy):
+      reproduction.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x")
+    assert calls == []  # not run
+    # The other seed is free.
+    assert reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") is not None
+  assert len(calls) == 1 and not reproduction.lock_path(held).exists()
+  # Kept by the holder while this process waited: returned, not run again.
+  kept = reproduction.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x")
+  real_load = reproduction.load_record
+  answers = iter([None])  # the first look finds nothing, the look under the lock finds it
+
+  def load_later(path):
+    return next(answers, real_load(path))
+
+  monkeypatch.setattr(reproduction, "load_record", load_later)
+  assert reproduction.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x") == kept
+  monkeypatch.undo()
+  assert len(calls) == 2
+  # Through the script: skipped with a line, exit 0, nothing written for it.
+  quick = ("--rounds 1 --num-clients 40 --clients-per-round 4 --samples-per-client 10 "
+           "--local-steps 1 --test-size 100")
+  t41 = reproduction.get_table("thesis-4.1")
+  std = t41.select(["FL-STD_fashion-mnist"])[0]
+  extra = tuple(quick.split())
+  work = reproduction.work_dir(tmp_path, t41, std, 0, extra)
+  work.parent.mkdir(parents=True)
+  with runlock.hold(reproduction.lock_path(work)):
+    assert _script_main()(["thesis-4.1", "--rows", "FL-STD_fashion-mnist", "--out",
+                           str(tmp_path), "--sweep-flags", quick]) == 0
+  err = capsys.readouterr().err
+  assert f"FL-STD fashion-mnist seed 0 runs in process {os.getpid()}: skipped here" in err
+  assert "left to the processes running them: FL-STD_fashion-mnist seed 0" in err
+  assert not reproduction.record_path(tmp_path, t41, std, 0, extra).exists()
 
 
 def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
