@@ -161,25 +161,9 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
 
   first = _best(call_round, 1)
 
-  # Stages, each on its own.
-  messages_fn, privacy_fn, decode_fn = stage_fns(model, prep, run_key,
-                                                 jnp.int32(t_next[0]))
-  msgs = jax.block_until_ready(messages_fn(state, data))
-  total = jax.block_until_ready(privacy_fn(state, msgs))
-  jax.block_until_ready(decode_fn(state, total))
-  training_s = _best(lambda: jax.block_until_ready(messages_fn(state, data)), repeats)
-  privacy_s = _best(lambda: jax.block_until_ready(privacy_fn(state, msgs)), repeats)
-  decode_s = _best(lambda: jax.block_until_ready(decode_fn(state, total)), repeats)
-  del msgs
-
-  eval_fn = simulation.make_eval_fn(model, mesh=mesh)
-  tx = jnp.asarray(test_x)
-  jax.block_until_ready(eval_fn(state.weights, tx))
-  eval_s = _best(lambda: jax.block_until_ready(eval_fn(state.weights, tx)), repeats)
-  batch = tx[:500]
-  eval_flops = compiled_flops(jax.jit(model.predict), state.weights,
-                              batch.astype(jnp.float32))
-  eval_flops = None if eval_flops is None else eval_flops * tx.shape[0] / batch.shape[0]
+  training_s, privacy_s, decode_s = _stage_seconds(model, prep, state, data, run_key,
+                                                   t_next[0], repeats)
+  eval_s, eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats)
   rss_jax_mb = _peak_rss_mb()
 
   # The whole round and the PyTorch loop, alternating.
@@ -231,6 +215,31 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
       "machine": machine(),
       "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
   }
+
+
+def _stage_seconds(model, prep, state, data, run_key, t: int,
+                   repeats: int) -> tuple[float, float, float]:
+  """Local training (with the encoder), privacy + sum and server decode of
+  round ``t``, each jitted and timed on its own (best of ``repeats``)."""
+  messages_fn, privacy_fn, decode_fn = stage_fns(model, prep, run_key, jnp.int32(t))
+  msgs = jax.block_until_ready(messages_fn(state, data))
+  total = jax.block_until_ready(privacy_fn(state, msgs))
+  jax.block_until_ready(decode_fn(state, total))
+  return (_best(lambda: jax.block_until_ready(messages_fn(state, data)), repeats),
+          _best(lambda: jax.block_until_ready(privacy_fn(state, msgs)), repeats),
+          _best(lambda: jax.block_until_ready(decode_fn(state, total)), repeats))
+
+
+def _evaluation(model, mesh, weights, test_x, repeats: int) -> tuple[float, float | None]:
+  """Seconds to evaluate the test images (best of ``repeats``), and the
+  FLOPs XLA counts for it (from a 500-image batch, scaled; None if unknown)."""
+  eval_fn = simulation.make_eval_fn(model, mesh=mesh)
+  tx = jnp.asarray(test_x)
+  jax.block_until_ready(eval_fn(weights, tx))
+  seconds = _best(lambda: jax.block_until_ready(eval_fn(weights, tx)), repeats)
+  batch = tx[:500]
+  flops = compiled_flops(jax.jit(model.predict), weights, batch.astype(jnp.float32))
+  return seconds, None if flops is None else flops * tx.shape[0] / batch.shape[0]
 
 
 def compiled_flops(fn, *args) -> float | None:
