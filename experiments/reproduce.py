@@ -70,7 +70,8 @@ def _state(state: reproduction.RunState, rounds: int) -> str:
   """One run's state for ``list``: ``seed 0 kept (0.8 h)``, ``seed 1 at round 17/200 ...``."""
   where = "reduced " if state.reduced else ""
   if state.finished:
-    return f"{where}seed {state.seed} kept ({state.seconds / 3600:.1f} h)"
+    origin = f"; the run of {state.same_run_as}" if state.same_run_as else ""
+    return f"{where}seed {state.seed} kept ({state.seconds / 3600:.1f} h{origin})"
   if state.round > rounds:  # the row's setting was shortened since
     return (f"{where}seed {state.seed}: a checkpoint at round {state.round} of an older "
             f"setting, replaced when the row runs")

@@ -601,8 +601,37 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
   work.parent.mkdir(parents=True, exist_ok=True)
   with runlock.hold(lock_path(work)):
     # Kept meanwhile by the process that held the lock?
-    return (_kept_record(path, row, seed, extra)
+    return (_kept_record(path, row, seed, extra) or _reuse_twin(out, table, row, seed, extra)
             or _run(table, row, seed, path, work, sweep, machine, extra, progress))
+
+
+def _reuse_twin(out: str | os.PathLike, table: Table, row: Row, seed: int,
+                extra: tuple[str, ...]) -> dict | None:
+  """Keeps, for this row, the record of the same command kept for another
+  table (e.g. FL-STD of UAI Table 1 and of thesis Table 4.2): the run is
+  deterministic, so running it again would give the same numbers. The copy
+  names its origin (``same_run_as``) and carries this row's paper cell; its
+  hours are counted once in the report."""
+  argv = row.argv(seed, "OUT", extra)
+  for path in sorted(pathlib.Path(out).glob(f"*/*.seed{seed}*.json")):
+    if path.parent.name == table.name:
+      continue
+    twin = load_record(path)
+    if twin is None or twin.get("argv") != argv or "same_run_as" in twin:
+      continue
+    kept = dict(twin, table=table.name, row=row.name, slug=row.slug,
+                paper=None if row.paper is None else row.paper._asdict(),
+                paper_source=row.source, same_run_as=f"{path.parent.name}/{path.name}")
+    _write_record(record_path(out, table, row, seed, extra), kept)
+    return kept
+  return None
+
+
+def _write_record(path: pathlib.Path, kept: dict) -> None:
+  """Writes a (row, seed) record atomically."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with atomic_file(path, "w") as f:
+    f.write(json.dumps(kept, indent=1, sort_keys=True) + "\n")
 
 
 def _kept_record(path: pathlib.Path, row: Row, seed: int,
@@ -642,9 +671,7 @@ def _run(table: Table, row: Row, seed: int, path: pathlib.Path, work: pathlib.Pa
       "sweep_config": results["config"],
       "record": results["runs"][0],
   }
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with atomic_file(path, "w") as f:
-    f.write(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+  _write_record(path, kept)
   return kept
 
 
@@ -700,6 +727,8 @@ class RunState(NamedTuple):
     round: Rounds trained: the record's, or the checkpoint's last (0 for
       a run started that has not saved one yet).
     seconds: Wall seconds of training so far.
+    same_run_as: For a record kept from another table's run of the same
+      command, that record (``table/file``); else "".
     running: The pid of the process running it now (0 if unreadable), or
       None when no process holds it: finished, or interrupted.
   """
@@ -710,6 +739,7 @@ class RunState(NamedTuple):
   round: int
   seconds: float
   running: int | None = None
+  same_run_as: str = ""
 
 
 def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]:
@@ -719,7 +749,8 @@ def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]
     kept = _kept(out, table, row, suffix, extra)
     done = {r["seed"] for r in kept}
     states += [RunState(r["seed"], bool(suffix), True, r["record"]["rounds"],
-                        r["record"]["seconds"]) for r in kept]
+                        r["record"]["seconds"], same_run_as=r.get("same_run_as", ""))
+               for r in kept]
     runs = pathlib.Path(out, ".runs", table.name, row.slug)
     # A run holds its lock from the start, its folder exists once it trains.
     for name in sorted({p.name.removesuffix(".lock") for p in runs.glob("seed*")}):
@@ -856,7 +887,9 @@ def summarize(row: Row, records: list[dict]) -> Summary:
                  best_round=statistics.fmean(r["best_round"] for r in runs),
                  epsilon=statistics.fmean(eps) if eps else None,
                  rounds=min(r["rounds"] for r in runs),
-                 seconds=sum(r.get("seconds", 0.0) for r in runs),
+                 # A run kept for two tables counts once (see _reuse_twin).
+                 seconds=sum(r["record"].get("seconds", 0.0) for r in records
+                             if "same_run_as" not in r),
                  attack_value=statistics.fmean(attack) if attack else None,
                  reduced=any(r.get("reduced", False) for r in records),
                  moves=_moves(row, runs))
@@ -925,6 +958,11 @@ def table_markdown(table: Table, records: dict[str, list[dict]]) -> tuple[str, l
                  f"{len(s.seeds)} | {s.rounds} | {diff} | {s.verdict} |")
   if table.claim and summaries:
     lines += ["", f"Claim: {table.claim}. Ours: {claim_check(summaries)}."]
+  shared = [f"{r.name} ({twins[0]['same_run_as'].split('/')[0]})" for r in table.rows
+            if (twins := [k for k in records.get(r.slug, []) if "same_run_as" in k])]
+  if shared:
+    lines += ["", "The same command as a row of another table, so the same run (its hours "
+              "counted there): " + ", ".join(shared) + "."]
   missing = [r.name for r in table.rows if r.slug not in records]
   if not summaries:
     lines = lines[:2] + ["No row has been run yet."]

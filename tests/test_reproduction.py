@@ -542,3 +542,32 @@ def test_the_committed_report_is_what_the_committed_records_give(tmp_path, monke
   linked = set(re.findall(r"\(REPRODUCTION_plots/([^)]+\.png)\)", report.read_text()))
   assert linked == {p.name for p in (tmp_path / "REPRODUCTION_plots").glob("*.png")}
   assert linked == {p.name for p in (ROOT / "docs" / "REPRODUCTION_plots").glob("*.png")}
+
+
+def test_a_row_with_the_command_of_another_tables_record_reuses_it(tmp_path, capsys):
+  """thesis Table 4.2's FL-STD is UAI Table 1's FL-STD, command for command:
+  its record is kept from that run, with the thesis' cell, hours counted once."""
+  uai, t42 = reproduction.get_table("uai-table1"), reproduction.get_table("thesis-4.2")
+  [uai_std], [std] = uai.select(["FL-STD"]), t42.select(["FL-STD"])
+  assert uai_std.argv(0, "OUT") == std.argv(0, "OUT")
+  calls = []
+  original = reproduction.run_row(uai, uai_std, 0, tmp_path, _fake_sweep(calls, 0.8, dp=False),
+                                  "x")
+  kept = reproduction.run_row(t42, std, 0, tmp_path, _fake_sweep(calls, 0.1, dp=False), "x")
+  assert len(calls) == 1  # not run again
+  assert kept["record"] == original["record"] and kept["table"] == "thesis-4.2"
+  assert kept["same_run_as"] == "uai-table1/FL-STD.seed0.json"
+  assert kept["paper"]["accuracy"] == std.paper.accuracy != uai_std.paper.accuracy
+  assert json.loads(reproduction.record_path(tmp_path, t42, std, 0).read_text()) == kept
+  # Another seed, or another command, is not a twin.
+  reproduction.run_row(t42, std, 1, tmp_path, _fake_sweep(calls, 0.5, dp=False), "x")
+  assert len(calls) == 2
+  report = tmp_path / "R.md"
+  reproduction.write_report(tmp_path, report, "cmd")
+  text = report.read_text()
+  assert "CPU wall hours in the kept records: 0.0." in text
+  assert "so the same run (its hours counted there): FL-STD (uai-table1)." in text
+  summary = reproduction.summarize(std, reproduction.kept_records(tmp_path, t42)["FL-STD"])
+  assert summary.seeds == (0, 1) and summary.seconds == 7.0  # seed 1's alone
+  assert _script_main()(["list", "thesis-4.2", "--out", str(tmp_path)]) == 0
+  assert "seed 0 kept (0.0 h; the run of uai-table1/FL-STD.seed0.json)" in capsys.readouterr().out
