@@ -20,7 +20,14 @@ slots that hold a present client to an (n,) estimate of their mean:
   (Sun et al. 2019, "Can you really backdoor federated learning?").
 
 Padding slots (mask False) never enter a statistic. All functions are pure
-and jittable; the count of present slots is traced, not static.
+and jittable; the count of present slots is traced, not static. A present
+update with NaN or infinite entries (a client whose local training
+diverged, or an attacker sending them) is an extreme value: the median and
+the trimmed mean order NaN above every number and discard it like any
+outlier, within their breakdown point (fewer than half such updates for the
+median, at most ``floor(beta * count)`` for the trimmed mean); the norm
+bound replaces it by zeros; the mean, which no outlier leaves intact,
+becomes NaN.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+
+from fedjax_dp.privacy.clipping import clip_by_l2_norm
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "norm-bound")
 
@@ -99,10 +108,14 @@ def trimmed_mean(x: jax.Array, mask: jax.Array, trim: float) -> jax.Array:
 
 
 def norm_bounded_mean(x: jax.Array, mask: jax.Array, bound: float) -> jax.Array:
-  """Mean of the present rows, each scaled to L2 norm at most ``bound``."""
-  norms = jnp.linalg.norm(x, axis=1, keepdims=True)
-  scale = jnp.minimum(1.0, bound / jnp.maximum(norms, jnp.finfo(x.dtype).tiny))
-  return masked_mean(x * scale, mask)
+  """Mean of the present rows, each scaled to L2 norm at most ``bound``.
+
+  A row whose norm is not finite (NaN or inf entries: a diverged client, or
+  an attacker sending them) counts as zeros, as DP clipping treats it
+  (``clip_by_l2_norm``): one such row would otherwise make the mean NaN.
+  """
+  bounded, _ = jax.vmap(clip_by_l2_norm, (0, None))(x, bound)
+  return masked_mean(bounded, mask)
 
 
 def aggregate(config: AggregatorConfig, x: jax.Array, mask: jax.Array) -> jax.Array:

@@ -118,3 +118,30 @@ def test_robust_aggregators_are_refused_where_they_cannot_run(small_federation, 
                                                               match):
   with pytest.raises(ValueError, match=match):
     _round(small_federation, name, AggregatorConfig("median"), **kw)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e20])
+@pytest.mark.parametrize("slots", [5, 7])  # without and with padding slots
+def test_a_non_finite_update_is_discarded_within_the_breakdown_point(bad, slots):
+  """A diverged client (or an attacker) sends NaN or inf, or values whose
+  norm overflows: the median and the trimmed mean discard it as an extreme
+  value, the norm bound counts it as zeros; none becomes NaN."""
+  x, mask = _data(5, slots=slots, n=4, seed=1)
+  x[2, 1] = bad
+  honest = np.delete(x[:5], 2, axis=0)
+  jx, jm = jnp.asarray(x), jnp.asarray(mask)
+  median = np.asarray(aggregators.aggregate(AggregatorConfig("median"), jx, jm))
+  trimmed = np.asarray(aggregators.aggregate(AggregatorConfig("trimmed-mean", trim=0.2),
+                                             jx, jm))
+  bounded = np.asarray(aggregators.aggregate(AggregatorConfig("norm-bound", norm_bound=1.5),
+                                             jx, jm))
+  ranked = x[:5].copy()
+  ranked[2, 1] = np.inf if np.isnan(bad) else bad  # NaN ranks as the largest value
+  np.testing.assert_allclose(median, np.median(ranked, axis=0), rtol=1e-6)
+  kept = np.sort(ranked, axis=0)[1:4]  # floor(0.2 * 5) = 1 dropped at each end
+  np.testing.assert_allclose(trimmed, kept.mean(axis=0), rtol=1e-6)
+  norms = np.linalg.norm(honest, axis=1, keepdims=True)
+  # The bad row counts as zeros (1e20 too: its squared norm overflows float32).
+  want = (honest * np.minimum(1.0, 1.5 / norms)).sum(axis=0) / 5
+  np.testing.assert_allclose(bounded, want, rtol=1e-5)
+  assert np.isfinite(median).all() and np.isfinite(trimmed).all()
