@@ -9,9 +9,10 @@ twice.
 
 The lock is ``flock(2)`` on a file that names the holder's pid: the kernel
 releases it when the process ends, however it ends, so a killed run leaves
-no stale lock behind. It holds between processes of one machine (and on
-file systems whose ``flock`` spans machines, such as most local ones; NFS
-depends on its configuration).
+no stale lock behind. It holds between processes of one machine, and
+between machines only where the file system's ``flock`` spans them (NFS
+depends on its configuration); where ``flock`` is not supported at all the
+run goes on unlocked, with a warning.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import fcntl
 import os
 import pathlib
 import time
+import warnings
 from typing import Iterator
 
 # A lock found taken is tried again _TRIES times, _PAUSE seconds apart: a
@@ -53,32 +55,17 @@ def _read_pid(fd: int) -> int:
 def hold(path: str | os.PathLike) -> Iterator[None]:
   """Holds the exclusive lock ``path`` for the block; the file is removed after.
 
+  On a file system without ``flock`` the block runs unlocked, with a
+  warning.
+
   Raises:
     Busy: Another process holds it (nothing is waited for).
   """
   path = pathlib.Path(path)
-  tries = 0
-  while True:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      pid = _read_pid(fd)
-      os.close(fd)
-      tries += 1
-      if tries == _TRIES:
-        raise Busy(path, pid) from None
-      time.sleep(_PAUSE)  # perhaps only holder() looking: it lets go at once
-      continue
-    # The holder before us may have removed the file between our open and
-    # our flock: then we hold a lock on a name no one else will open.
-    try:
-      same = os.stat(path).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-      same = False
-    if same:
-      break
-    os.close(fd)
+  fd = _acquire(path)
+  if fd is None:
+    yield
+    return
   try:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -86,6 +73,41 @@ def hold(path: str | os.PathLike) -> Iterator[None]:
   finally:
     path.unlink(missing_ok=True)  # before the release: no one locks a removed file
     os.close(fd)
+
+
+def _acquire(path: pathlib.Path) -> int | None:
+  """An open descriptor of ``path`` holding its lock, or None if the file
+  system cannot lock.
+
+  Raises:
+    Busy: Another process holds it.
+  """
+  pid = 0
+  for _ in range(_TRIES):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      pid = _read_pid(fd)
+      os.close(fd)
+      time.sleep(_PAUSE)  # perhaps only holder() looking: it lets go at once
+      continue
+    except OSError as e:  # e.g. ENOLCK on some network file systems
+      os.close(fd)
+      path.unlink(missing_ok=True)
+      warnings.warn(f"cannot lock {path} ({e.strerror or e}): nothing stops a second "
+                    "process from writing the same run", stacklevel=3)
+      return None
+    # The holder before us may have removed the file between our open and
+    # our flock: then we hold a lock on a name no one else will open.
+    try:
+      same = os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+      same = False
+    if same:
+      return fd
+    os.close(fd)
+  raise Busy(path, pid)
 
 
 def holder(path: str | os.PathLike) -> int | None:
@@ -98,6 +120,8 @@ def holder(path: str | os.PathLike) -> int | None:
     fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
   except BlockingIOError:
     return _read_pid(fd)
+  except OSError:  # cannot lock here: no one holds it
+    return None
   finally:
     os.close(fd)
   return None

@@ -1,5 +1,6 @@
 """fedjax_dp.runlock: one process at a time holds a lock; a killed holder frees it."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -75,3 +76,17 @@ def test_looking_at_a_lock_does_not_take_it_from_a_process_taking_it(tmp_path, m
   monkeypatch.setattr(runlock.fcntl, "flock", flock_busy_once)
   with runlock.hold(path):
     assert len(calls) == 2
+
+
+def test_a_file_system_without_flock_runs_unlocked_with_a_warning(tmp_path, monkeypatch):
+  path = tmp_path / "n.lock"
+
+  def no_locks(fd, op):
+    raise OSError(errno.ENOLCK, "No locks available")
+
+  monkeypatch.setattr(runlock.fcntl, "flock", no_locks)
+  ran = []
+  with pytest.warns(UserWarning, match=r"cannot lock .*n.lock \(No locks available\)"):
+    with runlock.hold(path):
+      ran.append(1)
+  assert ran == [1] and not path.exists() and runlock.holder(path) is None
