@@ -188,8 +188,9 @@ _UAI_REASONS = {
         "noisy evaluations. Seeds 1 and 2 wander lower (means 0.40 and 0.45 over rounds "
         "20-125; bests 0.589 at round 122, eps 0.87, and 0.601 at round 54, eps 0.75): "
         "the three seeds' bests span 0.08, more than the gap of their mean, and all three "
-        "lie above the paper's 0.56, by 0.03 to 0.11. The same authors report 0.61 for FL-STD-DP at eps 1 in the same data "
-        "setting with S 2.15 (thesis Table 5.2): the paper's own figures differ by 0.05"),
+        "lie above the paper's 0.56, by 0.03 to 0.11. The same authors report 0.61 for "
+        "FL-STD-DP at eps 1 in the same data setting with S 2.15 (thesis Table 5.2): the "
+        "paper's own figures differ by 0.05"),
     ("FL-BAS-2-DP", 0.005): (
         "no deviation from the paper's FL-BAS-2-DP found (UAI l.2060-2086: one shared "
         "random set, no reset, clipped and noised like FL-TOP-DP; S 0.16, Table 6). In "
@@ -728,10 +729,10 @@ class RunState(NamedTuple):
     round: Rounds trained: the record's, or the checkpoint's last (0 for
       a run started that has not saved one yet).
     seconds: Wall seconds of training so far.
-    same_run_as: For a record kept from another table's run of the same
-      command, that record (``table/file``); else "".
     running: The pid of the process running it now (0 if unreadable), or
       None when no process holds it: finished, or interrupted.
+    same_run_as: For a record kept from another table's run of the same
+      command, that record (``table/file``); else "".
   """
 
   seed: int
