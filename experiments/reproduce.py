@@ -85,7 +85,8 @@ def _state(state: reproduction.RunState, rounds: int) -> str:
 
 
 def _list(name: str | None, out: str) -> int:
-  """Prints the tables, or one table's rows with what ``out`` holds of them."""
+  """Prints the tables, with the runs running now, or one table's rows with
+  what ``out`` holds of them."""
   for table in ([reproduction.get_table(name)] if name else reproduction.tables().values()):
     states = {row.slug: reproduction.run_states(out, table, row) for row in table.rows}
     kept = sum(any(s.finished for s in v) for v in states.values())
@@ -93,16 +94,20 @@ def _list(name: str | None, out: str) -> int:
     running = sum(any(s.running is not None for s in v) for v in states.values())
     print(f"{table.name}: {table.title} ({len(table.rows)} rows; {kept} with a kept "
           f"record, {going} with a run in progress, {running} running now)")
-    if name:
-      for row in table.rows:
-        mark = " (headline: seeds 0 1 2)" if row.headline else ""
-        found = []
-        for state in states[row.slug]:
-          flags = row.reduced if state.reduced else ()
-          args = experiment.build_parser().parse_args(row.argv(state.seed, out, flags))
-          found.append(_state(state, experiment.plan(args)[0].setting["rounds"]))
+    for row in table.rows:
+      mark = " (headline: seeds 0 1 2)" if row.headline else ""
+      shown = [s for s in states[row.slug] if name or s.running is not None]
+      if name or shown:
+        found = [_state(s, _rounds(row, s, out)) for s in shown]
         print(f"  {row.slug:28s} {row.name}{mark}" + (": " + "; ".join(found) if found else ""))
   return 0
+
+
+def _rounds(row: reproduction.Row, state: reproduction.RunState, out: str) -> int:
+  """The rounds of the row's run in the setting of ``state`` (paper's or reduced)."""
+  flags = row.reduced if state.reduced else ()
+  args = experiment.build_parser().parse_args(row.argv(state.seed, out, flags))
+  return experiment.plan(args)[0].setting["rounds"]
 
 
 def main(argv: list[str] | None = None) -> int:

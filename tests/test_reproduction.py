@@ -418,7 +418,15 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
           reproduction.RunState(4, True, False, 12, 5.0),
           reproduction.RunState(5, True, False, 0, 0.0, os.getpid())]
       assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
+      whole = capsys.readouterr().out
+      assert _script_main()(["list", "--out", str(tmp_path)]) == 0  # every table
   out = capsys.readouterr().out
+  # Without a table: each table's counts, and under them the runs running now.
+  assert "thesis-6.7: Thesis Table 6.7" in out and "uai-table1: UAI 2021" in out
+  assert re.search(r"FL-SIGN_alpha0.1 .*: reduced seed 2 at round 4/10 .*running now.*; "
+                   r"reduced seed 5 at round 0/10", out)
+  assert "FL-STD_alpha0.1" not in out and "seed 4" not in out  # not running
+  out = whole
   assert "1 with a run in progress, 1 running now)" in out
   assert (f"reduced seed 2 at round 4/10 (0.0 h; running now, process {os.getpid()}, "
           "about 0.0 h to go)") in out  # 90 s for 4 rounds: 6 more take 135 s
