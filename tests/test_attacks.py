@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 from fedjax_dp import attacks, keys, sampling, simulation
 from fedjax_dp.attacks import AttackConfig
@@ -238,6 +239,13 @@ def test_random_update_attackers_send_their_own_n_0_sigma2_draw(small_federation
   norms = np.linalg.norm(msgs, axis=1) / np.sqrt(n)
   np.testing.assert_allclose(norms, 200.0, rtol=0.05)  # sigma_adv = 200 per weight
   assert not np.allclose(msgs[0], msgs[1])  # no collusion: each its own draw
+  # The draw is N(0, 200^2) per weight: accepted against it, rejected against
+  # a scale 10% off (Kolmogorov-Smirnov on every attacker's weights).
+  draws = msgs.ravel().astype(np.float64)
+  assert draws.size > 20_000
+  assert scipy.stats.kstest(draws / 200.0, "norm").pvalue > 1e-3
+  assert scipy.stats.kstest(draws / 180.0, "norm").pvalue < 1e-6
+  assert scipy.stats.kstest(draws / 220.0, "norm").pvalue < 1e-6
   roles = np.asarray(inputs.roles)
   assert 0 < roles.sum() < np.asarray(inputs.cohort.mask).sum()  # some, not all
 
