@@ -173,6 +173,27 @@ def test_secure_round_matches_the_plain_round(small_federation):
   assert np.max(np.abs(secure - plain)) <= int(info.num_sampled) * 2.0 ** -17 / 10 + 1e-6
 
 
+def test_each_sampled_client_fails_with_the_dropout_rate(small_federation):
+  """Over 300 rounds, the sampled clients that fail are Binomial(sampled,
+  0.2): accepted at 0.2, rejected at 0.15 and 0.25."""
+  model = tiny_linear()
+  cfg = simulation.RoundConfig(scheme=get_scheme("FL-STD"), num_clients=600,
+                               clients_per_round=10, capacity=24, sampler="poisson",
+                               num_kept=model.num_params, local_steps=1, batch_size=10,
+                               lr=0.1, dropout_rate=0.2)
+  fn = jax.jit(simulation.make_round_fn(model, cfg))
+  state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32))
+  sampled = dropped = 0
+  for t in range(1, 301):
+    _, info = fn(state, small_federation[0], jax.random.PRNGKey(1), jnp.int32(t))
+    assert 0 <= int(info.num_dropped) <= int(info.num_sampled)
+    sampled, dropped = sampled + int(info.num_sampled), dropped + int(info.num_dropped)
+  assert sampled > 2500
+  assert stats.binomtest(dropped, sampled, 0.2).pvalue > 1e-3
+  assert stats.binomtest(dropped, sampled, 0.15).pvalue < 1e-6
+  assert stats.binomtest(dropped, sampled, 0.25).pvalue < 1e-6
+
+
 @pytest.mark.parametrize("t,within", [(5, True), (7, False)])
 def test_round_with_failures_reports_drops_and_the_noise_follows(t, within,
                                                                  small_federation):

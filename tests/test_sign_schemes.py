@@ -24,7 +24,10 @@ def test_sign_with_a_fair_coin_for_zeros():
   s = np.asarray(random_tie_sign(delta, jax.random.PRNGKey(0)))
   assert s.dtype == np.int8 and set(np.unique(s)) == {-1, 1}
   np.testing.assert_array_equal(s[-4:], [1, -1, 1, -1])
-  assert stats.binomtest(int((s[:20_000] == 1).sum()), 20_000).pvalue > 1e-3
+  heads = int((s[:20_000] == 1).sum())
+  assert stats.binomtest(heads, 20_000).pvalue > 1e-3  # a fair coin: accepted
+  assert stats.binomtest(heads, 20_000, 0.47).pvalue < 1e-6  # a biased one: rejected
+  assert stats.binomtest(heads, 20_000, 0.53).pvalue < 1e-6
 
 
 def test_server_takes_the_sign_of_the_vote_times_gamma():
