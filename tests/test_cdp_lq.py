@@ -147,7 +147,10 @@ def test_poisson_batches_and_an_untruncated_planned_capacity():
   num, q = 200, 0.1
   ks = jax.random.split(jax.random.PRNGKey(3), 3000)
   sizes = np.asarray(jax.vmap(lambda k: per_sample.batch_size_draw(k, num, q))(ks))
-  assert stats.binomtest(int(sizes.sum()), num * ks.shape[0], q).pvalue > 1e-3
+  drawn = int(sizes.sum())
+  assert stats.binomtest(drawn, num * ks.shape[0], q).pvalue > 1e-3  # rate q: accepted
+  assert stats.binomtest(drawn, num * ks.shape[0], 0.97 * q).pvalue < 1e-6  # 3% off: not
+  assert stats.binomtest(drawn, num * ks.shape[0], 1.03 * q).pvalue < 1e-6
   u = np.asarray(jax.random.uniform(ks[0], (num,)))
   batch = per_sample.poisson_batch(ks[0], num, q, 40)
   count = int(batch.num_sampled)
