@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
 from fedjax_dp import canaries, keys, simulation
 from fedjax_dp.privacy import audit as audit_stats
@@ -173,3 +174,25 @@ def test_an_audit_of_a_scheme_without_noise_is_refused(small_federation):
   data, _, public = small_federation
   with pytest.raises(ValueError, match="FL-STD adds no noise, so there is no epsilon"):
     simulation.prepare(tiny_linear(), get_scheme("FL-STD"), data, public, _CFG)
+
+
+def test_canaries_are_inserted_by_a_fair_coin_and_join_at_the_clients_rate():
+  """Each of the 2K candidates is inserted with probability 1/2; each inserted
+  one joins a round with probability q. Accepted at the true parameters,
+  rejected 10% off."""
+  state = canaries.init_state(keys.run_key(0), 500, canaries.AuditConfig(canaries=10_000))
+  inserted = np.asarray(state.inserted)
+  heads = int(inserted.sum())
+  assert inserted.size == 20_000
+  assert stats.binomtest(heads, 20_000, 0.5).pvalue > 1e-3
+  assert stats.binomtest(heads, 20_000, 0.45).pvalue < 1e-6
+  assert stats.binomtest(heads, 20_000, 0.55).pvalue < 1e-6
+  rate, capacity = 0.05, 800
+  joins = [np.asarray(canaries.canary_cohort(canaries.round_key(keys.run_key(0), t),
+                                             state.inserted, rate, capacity)[1]).sum()
+           for t in range(1, 101)]
+  assert max(joins) < capacity  # none cut off, so the count is the draw
+  trials = 100 * heads
+  assert stats.binomtest(int(sum(joins)), trials, rate).pvalue > 1e-3
+  assert stats.binomtest(int(sum(joins)), trials, 0.9 * rate).pvalue < 1e-6
+  assert stats.binomtest(int(sum(joins)), trials, 1.1 * rate).pvalue < 1e-6
