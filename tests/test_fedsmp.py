@@ -142,6 +142,9 @@ def test_randk_mask_is_shared_uniform_and_scaling_is_unbiased():
   assert idx.shape == (draws, k)
   counts = np.bincount(np.asarray(idx).ravel(), minlength=n)  # uniform coordinates
   assert stats.chisquare(counts).pvalue > 1e-3
+  # Rejected against a mask favouring the first half of the coordinates 1.1 : 1.
+  favoured = np.where(np.arange(n) < n // 2, 1.1, 1.0)
+  assert stats.chisquare(counts, favoured / favoured.sum() * counts.sum()).pvalue < 1e-6
   decoded = jax.vmap(lambda i: masks.decompress(scheme.sparsify(delta, i), i, n))(idx)
   mean = np.asarray(decoded.mean(0), np.float64)
   d = np.asarray(delta, np.float64)

@@ -74,6 +74,8 @@ def test_dither_comes_from_the_key_alone_and_fills_the_voronoi_cell():
   # Scalar dither is U[-Delta/2, Delta/2).
   u = np.asarray(lat_lib.dither(key, SCALAR, 20_000))
   assert stats.kstest(u, stats.uniform(-0.25, 0.5).cdf).pvalue > 1e-3
+  assert stats.kstest(u, stats.uniform(-0.27, 0.54).cdf).pvalue < 1e-6  # 8% wider: not
+  assert stats.kstest(u, stats.uniform(-0.23, 0.46).cdf).pvalue < 1e-6  # 8% narrower: not
 
 
 def _errors(lat, x, seed):
