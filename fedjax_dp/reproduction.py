@@ -1000,10 +1000,14 @@ def _attack_plots(table: Table, summaries: list[Summary], runs: list[dict],
   paths = [plots.plot_attack(runs, metric, plot_dir / f"{table.name}-{metric}.png",
                              table.title)]
   caption, slugs = table.figure
-  shown = [run for s, run in zip(summaries, runs) if s.row.slug in slugs]
-  if shown:
-    paths.append(plots.plot_attack(shown, metric, plot_dir / f"{table.name}-figure.png",
-                                   caption, with_accuracy=True))
+  picked = [(s, run) for s, run in zip(summaries, runs) if s.row.slug in slugs]
+  if picked:
+    reduced = [s.row.reduced for s, _ in picked if s.reduced]
+    if reduced:  # never shown as the thesis' setting
+      caption += f"\nreduced setting ({shlex.join(reduced[0])}), not the thesis'"
+    paths.append(plots.plot_attack([run for _, run in picked], metric,
+                                   plot_dir / f"{table.name}-figure.png", caption,
+                                   with_accuracy=True))
   return paths
 
 
@@ -1033,7 +1037,8 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
     for stale in plot_dir.glob(f"{table.name}-*.png"):  # a removed row's or table's
       stale.unlink()
     if summaries:
-      runs = [dict(records[s.row.slug][0]["record"], label=s.row.name) for s in summaries]
+      runs = [dict(records[s.row.slug][0]["record"],
+                   label=s.row.name + (" (reduced)" if s.reduced else "")) for s in summaries]
       configs = [records[s.row.slug][0]["sweep_config"] for s in summaries]
       paths = plots.plot_records(runs, plot_dir, prefix=f"{table.name}-")
       if any(run.get("epsilon") is not None for run in runs):

@@ -579,3 +579,26 @@ def test_a_row_with_the_command_of_another_tables_record_reuses_it(tmp_path, cap
   assert summary.seeds == (0, 1) and summary.seconds == 7.0  # seed 1's alone
   assert _script_main()(["list", "thesis-4.2", "--out", str(tmp_path)]) == 0
   assert "seed 0 kept (0.0 h; the run of uai-table1/FL-STD.seed0.json)" in capsys.readouterr().out
+
+
+def test_reduced_runs_are_labelled_so_in_the_plots(tmp_path, monkeypatch):
+  """A reduced run is never drawn as the thesis' setting: its curve is labelled
+  "(reduced)" and the thesis figure's caption names the reduced setting."""
+  from fedjax_dp import plots
+  table = reproduction.get_table("thesis-6.5")
+  for slug in ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1"):
+    row = table.select([slug])[0]
+    reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9, dp=False), "x",
+                         row.reduced)
+  drawn = []
+  real = plots.plot_attack
+  monkeypatch.setattr(plots, "plot_attack", lambda runs, metric, path, title="", **kw: (
+      drawn.append((path.name, title, [r["label"] for r in runs])),
+      real(runs, metric, path, title, **kw))[1])
+  reproduction.write_report(tmp_path, tmp_path / "R.md", "cmd")
+  figure = [d for d in drawn if d[0] == "thesis-6.5-figure.png"]
+  assert len(figure) == 1
+  _, caption, labels = figure[0]
+  assert caption.startswith("Thesis Figure 6.1") and caption.endswith(
+      "reduced setting (--local-steps 300 --rounds 10), not the thesis'")
+  assert labels == ["FL-SIGN alpha=0.1 (reduced)", "FL-STD alpha=0.1 (reduced)"]
