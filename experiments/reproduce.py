@@ -72,7 +72,7 @@ def _state(state: reproduction.RunState, rounds: int) -> str:
   if state.finished:
     origin = f"; the run of {state.same_run_as}" if state.same_run_as else ""
     return f"{where}seed {state.seed} kept ({state.seconds / 3600:.1f} h{origin})"
-  if state.round > rounds:  # the row's setting was shortened since
+  if state.older or state.round > rounds:  # the row's definition changed since
     return (f"{where}seed {state.seed}: a checkpoint at round {state.round} of an older "
             f"setting, replaced when the row runs")
   done = f"{where}seed {state.seed} at round {state.round}/{rounds} ({state.seconds / 3600:.1f} h"

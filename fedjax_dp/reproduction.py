@@ -46,6 +46,7 @@ DIVERGED = 0.2  # a best accuracy below this "does not converge" (chance: 0.1)
 MOVING = 0.02
 INTERRUPTED = 130  # sweep.py's exit code after Ctrl-C
 SEEDS_HEADLINE = (0, 1, 2)
+COMMAND = "command.json"  # in a (row, seed)'s sweep folder: the command it runs
 
 # Thesis Table 8.1 (MNIST / Fashion-MNIST): the FL-SIGN vs FL-STD setting.
 _TABLE8_1 = ("--num-clients", "1000", "--clients-per-round", "100",
@@ -655,6 +656,11 @@ def _run(table: Table, row: Row, seed: int, path: pathlib.Path, work: pathlib.Pa
   """:func:`run_row` once the (row, seed) is held: runs it and keeps its record."""
   started = time.time()
   argv = row.argv(seed, work, extra)
+  # The command its checkpoints belong to, for list (an older row definition's
+  # checkpoint is not continued: the sweep's fingerprint differs).
+  work.mkdir(parents=True, exist_ok=True)
+  with atomic_file(work / COMMAND, "w") as f:
+    json.dump({"argv": row.argv(seed, "OUT", extra)}, f)
   code = sweep([a for a in argv if a != "--quiet"] if progress else argv)
   if code == INTERRUPTED:
     raise KeyboardInterrupt
@@ -733,6 +739,8 @@ class RunState(NamedTuple):
       None when no process holds it: finished, or interrupted.
     same_run_as: For a record kept from another table's run of the same
       command, that record (``table/file``); else "".
+    older: A checkpoint of the row's command as it was defined before (it
+      is replaced, not continued, when the row runs).
   """
 
   seed: int
@@ -742,6 +750,7 @@ class RunState(NamedTuple):
   seconds: float
   running: int | None = None
   same_run_as: str = ""
+  older: bool = False
 
 
 def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]:
@@ -765,8 +774,12 @@ def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]
                if m is not None]
       if pid is not None and not metas:  # started; no evaluation saved yet
         metas = [{"round": 0}]
+      command = load_record(folder / COMMAND)
+      older = command is not None and command.get("argv") != row.argv(int(match[1]), "OUT",
+                                                                       extra)
       states += [RunState(int(match[1]), bool(suffix), False, meta["round"],
-                          float(meta.get("seconds", 0.0)), pid) for meta in metas]
+                          float(meta.get("seconds", 0.0)), pid, older=older)
+                 for meta in metas]
   return sorted(states, key=lambda s: (s.reduced, s.seed))
 
 

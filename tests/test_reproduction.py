@@ -397,12 +397,21 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
                   checkpoint.Saved(12, {"w": np.zeros(3)}, [], (0,), [], 5.0))
   (work.parent / "seed3" / ".checkpoints").mkdir(parents=True)
   (work.parent / "seed3" / ".checkpoints" / "x.npz").write_text("not a checkpoint")
+  # A checkpoint within the rounds, of a command the row no longer runs.
+  changed = reproduction.work_dir(tmp_path, table, other, 6, other.reduced)
+  checkpoint.save(changed / ".checkpoints" / "FL-SIGN-r1.npz", "k",
+                  checkpoint.Saved(2, {"w": np.zeros(3)}, [], (0,), [], 5.0))
+  (changed / reproduction.COMMAND).write_text(json.dumps({"argv": ["--rounds", "9"]}))
+  # What a run writes there is the row's command (as its record keeps it).
+  assert json.loads((reproduction.work_dir(tmp_path, table, row, 1) / reproduction.COMMAND)
+                    .read_text()) == {"argv": row.argv(1, "OUT")}
   assert reproduction.run_states(tmp_path, table, row) == [
       reproduction.RunState(1, False, True, 3, 7.0),
       reproduction.RunState(0, True, True, 3, 7.0)]
   assert reproduction.run_states(tmp_path, table, other) == [
       reproduction.RunState(2, True, False, 4, 90.0),
-      reproduction.RunState(4, True, False, 12, 5.0)]
+      reproduction.RunState(4, True, False, 12, 5.0),
+      reproduction.RunState(6, True, False, 2, 5.0, older=True)]
   assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
   assert "(12 rows; 1 with a kept record, 1 with a run in progress, 0 running now)" in out
@@ -410,13 +419,15 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
   assert re.search(r"FL-SIGN_alpha0.1 .*: reduced seed 2 at round 4/10 \(0.0 h; "
                    r"interrupted: the same command continues it\)", out)
   assert "reduced seed 4: a checkpoint at round 12 of an older setting" in out
+  assert "reduced seed 6: a checkpoint at round 2 of an older setting" in out
   # A process running seed 2 now, and one that has started seed 5 (no checkpoint yet).
   with runlock.hold(reproduction.lock_path(work)):
     with runlock.hold(reproduction.lock_path(work.with_name("seed5.reduced"))):
       assert reproduction.run_states(tmp_path, table, other) == [
           reproduction.RunState(2, True, False, 4, 90.0, os.getpid()),
           reproduction.RunState(4, True, False, 12, 5.0),
-          reproduction.RunState(5, True, False, 0, 0.0, os.getpid())]
+          reproduction.RunState(5, True, False, 0, 0.0, os.getpid()),
+          reproduction.RunState(6, True, False, 2, 5.0, older=True)]
       assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
       whole = capsys.readouterr().out
       assert _script_main()(["list", "--out", str(tmp_path)]) == 0  # every table
