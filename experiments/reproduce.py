@@ -3,6 +3,7 @@
   python experiments/reproduce.py TABLE [--rows PATTERN ...] [--seeds 0 1 2] [--out DIR]
   python experiments/reproduce.py report [--out DIR] [--report docs/REPRODUCTION.md]
   python experiments/reproduce.py list [TABLE] [--out DIR]
+  python experiments/reproduce.py queue FILE [--out DIR]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
 thesis-5.2, fedsmp, thesis-6.1, thesis-6.3, thesis-6.5, thesis-6.7, thesis-6.9,
@@ -15,17 +16,21 @@ again, and an interrupted run continues from its last checkpoint
 others seed 0. ``--reduced`` runs a row's documented reduced setting (the
 attack tables, whose paper setting costs hours a cell), reported as such.
 ``report`` rebuilds REPRODUCTION.md and its plots from the kept records.
-Several processes may work through the same tables at once: each (row, seed)
-is held by the process running it (``fedjax_dp.runlock``), and the others
-skip it.
+``queue`` runs a file of table command lines in order (one a line, ``#``
+comments; ``experiments/campaign.txt`` is this project's campaign), every
+line checked before the first run. Several processes may work through the
+same tables or queue at once: each (row, seed) is held by the process running
+it (``fedjax_dp.runlock``), and the others skip it.
 Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 
   python experiments/reproduce.py uai-table1 --rows 'FL-TOP*_r0.005'
 """
 
 import argparse
+import pathlib
 import shlex
 import sys
+from typing import NamedTuple
 
 from fedjax_dp import host_devices  # imports no JAX
 
@@ -46,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
   """The command line."""
   p = _Parser(prog="reproduce.py", description=__doc__.split("\n\n")[0],
               allow_abbrev=False)
-  p.add_argument("target", help="a table name, 'report' or 'list'")
-  p.add_argument("table", nargs="?", help="list: the table whose rows to show")
+  p.add_argument("target", help="a table name, 'report', 'list' or 'queue'")
+  p.add_argument("table", nargs="?", help="list: the table whose rows to show; queue: "
+                 "the file of table command lines to run in order")
   p.add_argument("--rows", nargs="+", help="row names or slugs, shell patterns allowed "
                  "(default: every row)")
   p.add_argument("--seeds", type=int, nargs="+",
@@ -110,6 +116,102 @@ def _rounds(row: reproduction.Row, state: reproduction.RunState, out: str) -> in
   return experiment.plan(args)[0].setting["rounds"]
 
 
+class Job(NamedTuple):
+  """One table's runs, as one command line asks for them."""
+
+  table: reproduction.Table
+  rows: tuple[reproduction.Row, ...]
+  seeds: tuple[int, ...] | None
+  extra: tuple[str, ...]
+  reduced: bool
+
+
+def _job(args: argparse.Namespace) -> Job:
+  """Checks a table's command line before any run: every row's flags parse.
+
+  Raises:
+    UsageError, ValueError: One line.
+  """
+  if args.table is not None:
+    raise ValueError(f"unexpected argument {args.table!r} (only 'list' and 'queue' take one)")
+  table = reproduction.get_table(args.target)
+  rows = table.select(args.rows)
+  if args.seeds is not None and any(s < 0 for s in args.seeds):
+    raise ValueError("--seeds must be >= 0")
+  extra = tuple(shlex.split(args.sweep_flags))
+  if args.reduced and extra:
+    raise ValueError("--reduced and --sweep-flags exclude each other")
+  if args.reduced:
+    plain = [r.slug for r in rows if not r.reduced]
+    if plain:
+      raise ValueError(f"--reduced: {', '.join(plain[:4])} have no reduced setting")
+  for row in rows:
+    flags = row.reduced if args.reduced else extra
+    experiment.plan(experiment.build_parser().parse_args(row.argv(0, args.out, flags)))
+  return Job(table, tuple(rows), None if args.seeds is None else tuple(args.seeds), extra,
+             args.reduced)
+
+
+def _queue(path: str, out: str) -> list[Job]:
+  """The jobs of a queue file: one table's command line a line (``#`` starts
+  a comment), each checked before any runs; ``--out`` is the queue's.
+
+  Raises:
+    ValueError: One line naming the file and line.
+  """
+  try:
+    text = pathlib.Path(path).read_text()
+  except OSError as e:
+    raise ValueError(f"queue {path}: {e.strerror or e}") from None
+  jobs = []
+  for number, line in enumerate(text.splitlines(), 1):
+    try:
+      words = shlex.split(line, comments=True)
+      if not words:
+        continue
+      if any(w.split("=")[0] in ("--out", "--report") for w in words):
+        raise ValueError("--out and --report belong to the queue's command, not its lines")
+      args = build_parser().parse_args([*words, "--out", out])
+      if args.target in ("list", "report", "queue"):
+        raise ValueError(f"a queue line runs a table, not {args.target!r}")
+      jobs.append(_job(args))
+    except (experiment.UsageError, ValueError) as e:
+      raise ValueError(f"{path}:{number}: {e}") from None
+  if not jobs:
+    raise ValueError(f"queue {path} names no table")
+  return jobs
+
+
+def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str]]:
+  """Runs a job's (row, seed)s not kept yet; returns those that failed and
+  those left to other processes.
+
+  Raises:
+    KeyboardInterrupt: A run was interrupted (its checkpoint is kept).
+  """
+  failed, elsewhere = [], []
+  for row in job.rows:
+    for seed in job.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,)):
+      print(f"reproduce.py: {job.table.name} {row.name} seed {seed}", file=sys.stderr)
+      try:
+        kept = reproduction.run_row(job.table, row, seed, out, experiment.main, machine,
+                                    row.reduced if job.reduced else job.extra,
+                                    progress=sys.stderr.isatty())
+      except runlock.Busy as e:  # another campaign on the same records
+        print(f"reproduce.py: {row.name} seed {seed} runs in process {e.pid or '(unknown)'}: "
+              "skipped here", file=sys.stderr)
+        elsewhere.append(f"{row.slug} seed {seed}")
+        continue
+      if kept is None:
+        failed.append(f"{row.slug} seed {seed}")
+        continue
+      rec = kept["record"]
+      print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
+            f"round {rec['best_round']} (paper: {reproduction.paper_cell(row)})",
+            file=sys.stderr)
+  return failed, elsewhere
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command; returns the exit code."""
   argv = sys.argv[1:] if argv is None else argv
@@ -117,29 +219,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.target == "list":
       return _list(args.table, args.out)
-    if args.table is not None:
-      raise ValueError(f"unexpected argument {args.table!r} (only 'list' takes a table)")
     if args.target == "report":
+      if args.table is not None:
+        raise ValueError(f"unexpected argument {args.table!r} (only 'list' and 'queue' "
+                         "take one)")
       experiment.check_out(args.out)
       path = reproduction.write_report(
           args.out, args.report, "python experiments/reproduce.py report"
           + ("" if args.out == DEFAULT_OUT else f" --out {args.out}"))
       print(f"wrote {path}", file=sys.stderr)
       return 0
-    table = reproduction.get_table(args.target)
-    rows = table.select(args.rows)
-    if args.seeds is not None and any(s < 0 for s in args.seeds):
-      raise ValueError("--seeds must be >= 0")
-    extra = tuple(shlex.split(args.sweep_flags))
-    if args.reduced and extra:
-      raise ValueError("--reduced and --sweep-flags exclude each other")
-    if args.reduced:
-      plain = [r.slug for r in rows if not r.reduced]
-      if plain:
-        raise ValueError(f"--reduced: {', '.join(plain[:4])} have no reduced setting")
-    for row in rows:  # every row's flags parse before any run
-      flags = row.reduced if args.reduced else extra
-      experiment.plan(experiment.build_parser().parse_args(row.argv(0, args.out, flags)))
+    if args.target == "queue":
+      if args.table is None:
+        raise ValueError("queue needs a file: reproduce.py queue FILE")
+      jobs = _queue(args.table, args.out)
+    else:
+      jobs = [_job(args)]
     experiment.check_out(args.out)
   except (experiment.UsageError, ValueError) as e:
     print(f"reproduce.py: error: {e}", file=sys.stderr)
@@ -147,26 +242,10 @@ def main(argv: list[str] | None = None) -> int:
   machine = host_devices.machine()
   failed, elsewhere = [], []
   try:
-    for row in rows:
-      seeds = args.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,))
-      for seed in seeds:
-        print(f"reproduce.py: {table.name} {row.name} seed {seed}", file=sys.stderr)
-        try:
-          kept = reproduction.run_row(table, row, seed, args.out, experiment.main, machine,
-                                      row.reduced if args.reduced else extra,
-                                      progress=sys.stderr.isatty())
-        except runlock.Busy as e:  # another campaign on the same records
-          print(f"reproduce.py: {row.name} seed {seed} runs in process {e.pid or '(unknown)'}: "
-                "skipped here", file=sys.stderr)
-          elsewhere.append(f"{row.slug} seed {seed}")
-          continue
-        if kept is None:
-          failed.append(f"{row.slug} seed {seed}")
-          continue
-        rec = kept["record"]
-        print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
-              f"round {rec['best_round']} (paper: {reproduction.paper_cell(row)})",
-              file=sys.stderr)
+    for job in jobs:
+      job_failed, job_elsewhere = _run_job(job, args.out, machine)
+      failed += job_failed
+      elsewhere += job_elsewhere
   except KeyboardInterrupt:
     print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
           f"progress are in {args.out}: the same command continues", file=sys.stderr)
@@ -177,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
   if failed:
     print(f"reproduce.py: error: failed: {', '.join(failed)}", file=sys.stderr)
     return 1
-  print(f"reproduce.py: records in {args.out}/{table.name}; "
+  tables = ", ".join(dict.fromkeys(job.table.name for job in jobs))
+  print(f"reproduce.py: records of {tables} in {args.out}; "
         "run 'python experiments/reproduce.py report' to update the report", file=sys.stderr)
   return 0
 

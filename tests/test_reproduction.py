@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -262,7 +263,9 @@ def test_bad_input_is_one_line_exit_2(args, needle):
     (["thesis-5.3", "--rows", "FL-TOP"], "matches no row of thesis-5.3"),
     (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
     (["thesis-5.3", "--sweep-flags", "--rounds 0"], "--rounds must be"),
-    (["thesis-5.3", "extra"], "only 'list' takes a table"),
+    (["thesis-5.3", "extra"], "only 'list' and 'queue' take one"),
+    (["queue"], "queue needs a file: reproduce.py queue FILE"),
+    (["queue", "/nonexistent/q.txt"], "queue /nonexistent/q.txt: No such file"),
     (["thesis-5.3", "--reduced"], "have no reduced setting"),
 ])
 def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
@@ -613,3 +616,54 @@ def test_reduced_runs_are_labelled_so_in_the_plots(tmp_path, monkeypatch):
   assert caption.startswith("Thesis Figure 6.1") and caption.endswith(
       "reduced setting (--local-steps 300 --rounds 10), not the thesis'")
   assert labels == ["FL-SIGN alpha=0.1 (reduced)", "FL-STD alpha=0.1 (reduced)"]
+
+
+@pytest.mark.parametrize("lines,needle", [
+    (["# nothing but a comment", ""], "names no table"),
+    (["thesis-5.3 --rows 'FL-CS-DP*'", "table9"], ":2: unknown table 'table9'"),
+    (["thesis-5.3 --out /tmp/x"], ":1: --out and --report belong to the queue's command"),
+    (["report"], ":1: a queue line runs a table, not 'report'"),
+    (["thesis-6.1 --reduced", "thesis-5.3 --reduced"], ":2: --reduced: FL-RND-DP_r0.05"),
+])
+def test_a_bad_queue_line_is_named_before_any_run(lines, needle, tmp_path, capsys):
+  queue = tmp_path / "q.txt"
+  queue.write_text("\n".join(lines) + "\n")
+  assert _script_main()(["queue", str(queue), "--out", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and needle in err[0], err
+  assert not (tmp_path / "out").exists()
+
+
+def test_a_queue_runs_its_lines_in_order_and_shares_them_with_other_processes(
+    tmp_path, capsys):
+  """Two processes given one queue share its rows: a (row, seed) held by one
+  is skipped by the other, which runs the next line's."""
+  quick = ("'--rounds 1 --num-clients 40 --clients-per-round 4 --samples-per-client 10 "
+           "--local-steps 1 --test-size 100'")
+  queue = tmp_path / "campaign.txt"
+  queue.write_text(f"# two quick rows\n"
+                   f"thesis-4.1 --rows FL-STD_fashion-mnist --sweep-flags {quick}\n\n"
+                   f"thesis-4.1 --rows FL-SIGN_mnist --sweep-flags {quick}  # MNIST\n")
+  t41 = reproduction.get_table("thesis-4.1")
+  [std], [sign] = t41.select(["FL-STD_fashion-mnist"]), t41.select(["FL-SIGN_mnist"])
+  extra = tuple(shlex.split(quick)[0].split())
+  held = reproduction.work_dir(tmp_path, t41, std, 0, extra)
+  held.parent.mkdir(parents=True)
+  with runlock.hold(reproduction.lock_path(held)):  # another process runs line 1's row
+    assert _script_main()(["queue", str(queue), "--out", str(tmp_path)]) == 0
+  err = capsys.readouterr().err
+  assert "left to the processes running them: FL-STD_fashion-mnist seed 0" in err
+  assert not reproduction.record_path(tmp_path, t41, std, 0, extra).exists()
+  assert reproduction.record_path(tmp_path, t41, sign, 0, extra).exists()
+  assert _script_main()(["queue", str(queue), "--out", str(tmp_path)]) == 0  # line 1 now
+  assert reproduction.record_path(tmp_path, t41, std, 0, extra).exists()
+  assert "records of thesis-4.1 in" in capsys.readouterr().err
+
+
+def test_the_committed_campaign_queue_is_valid():
+  """experiments/campaign.txt: every line names rows that exist, with flags
+  that parse, and together they cover every table."""
+  jobs = _script()._queue(str(ROOT / "experiments" / "campaign.txt"), "OUT")
+  assert {job.table.name for job in jobs} == set(reproduction.tables())
+  reduced = {job.table.name for job in jobs if job.reduced}
+  assert reduced == {t for t in reproduction.tables() if t.startswith("thesis-6.")}
