@@ -32,10 +32,14 @@ the Fed-SMP presets apply where none is given). Example, reduced for a CPU:
       --local-steps 2 --server-steps 20 --eval-every 10 --out results/fedsmp_ratio
 
 Writes ``table.md`` and ``table.json`` to ``--out`` (and each sweep's
-results under ``--out/<scheme>``) and prints the table.
+results under ``--out/<scheme>``) and prints the table. ``--out`` is checked
+before any run and held while the runs write (``fedjax_dp.runlock``); the
+same command run again keeps the finished runs and continues an interrupted
+one from its checkpoint, as ``sweep.py`` does.
 """
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -48,7 +52,8 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, distributed, experiment, simulation  # noqa: E402
+from fedjax_dp import datasets, distributed, experiment, runlock, simulation  # noqa: E402
+from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
 from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
@@ -167,6 +172,7 @@ def markdown(rows: list[dict], schemes: list[str], epsilon: float) -> str:
 def main(argv: list[str] | None = None) -> int:
   """Calibrates sigma, runs the sweeps, writes the table; returns the exit code."""
   start = time.perf_counter()
+  claim = contextlib.ExitStack()  # --out's lock, held while the runs write
   try:
     args, forward = build_parser().parse_known_args(argv)
     # Also abbreviations, which sweep.py's parser would expand (--noise for
@@ -206,29 +212,60 @@ def main(argv: list[str] | None = None) -> int:
           overrides["clip"] = clips[scheme]
         sub_args = sweep_args(forward, scheme, **overrides)
         sweeps.append((sub_args, experiment.plan(sub_args)))
+    experiment.check_out(args.out)  # before any run, not after all of them
+    out.mkdir(parents=True, exist_ok=True)
+    claim.enter_context(runlock.hold(out / runlock.NAME))
+  except runlock.Busy as e:
+    print(f"fedsmp_ratio_sweep.py: error: --out {args.out} is in use by another run "
+          f"(process {e.pid})", file=sys.stderr)
+    return 2
   except (experiment.UsageError, ValueError, DataError) as e:
     print(f"fedsmp_ratio_sweep.py: error: {e}", file=sys.stderr)
     return 2
-
-  rows = []
-  for sub_args, runs in sweeps:
-    records = experiment.execute(sub_args, runs, experiment.load_data(sub_args, runs))
-    experiment.write(sub_args, records)
-    for run in records:
-      rows.append({k: v for k, v in run.items() if k != "history"})
+  with claim:
+    try:
+      rows = run_sweeps(sweeps)
+    except KeyboardInterrupt:
+      print(f"fedsmp_ratio_sweep.py: interrupted; the finished runs and the checkpoint of "
+            f"the run in progress are in {out}: the same command continues",
+            file=sys.stderr)
+      return 130
   schemes = [get_scheme(n).name for n in args.schemes]
   table = markdown(rows, schemes, args.epsilon)
   command = "python experiments/fedsmp_ratio_sweep.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
-  out.mkdir(parents=True, exist_ok=True)
-  (out / "table.md").write_text(table + f"\nCommand: `{command}`\n")
-  (out / "table.json").write_text(json.dumps(
-      {"epsilon": args.epsilon, "command": command, "forwarded": forward,
-       "clip_at": clip_at, "calibrated_clips": clips,
-       "seconds": time.perf_counter() - start, "runs": rows}, indent=2) + "\n")
+  with atomic_file(out / "table.md", "w") as f:
+    f.write(table + f"\nCommand: `{command}`\n")
+  with atomic_file(out / "table.json", "w") as f:
+    f.write(json.dumps({"epsilon": args.epsilon, "command": command, "forwarded": forward,
+                        "clip_at": clip_at, "calibrated_clips": clips,
+                        "seconds": time.perf_counter() - start, "runs": rows},
+                       indent=2) + "\n")
   print(table, end="")
   print(f"\nwrote {out}/table.md, table.json", file=sys.stderr)
   return 0
+
+
+def run_sweeps(sweeps: list[tuple[argparse.Namespace, list]]) -> list[dict]:
+  """Runs every planned run not finished yet (a finished one is kept from its
+  sweep's results.json, as sweep.py keeps it; an interrupted one continues
+  from its checkpoint), writing each sweep's results after every run.
+
+  Returns:
+    Every run's record without its history, in the sweeps' order.
+  """
+  rows = []
+  for sub_args, runs in sweeps:
+    done = experiment.finished_runs(sub_args)
+    todo = [run for run in runs if (run.scheme.name, run.ratio) not in done]
+    data = experiment.load_data(sub_args, todo) if todo else None
+    records = []
+    for run in runs:
+      key = (run.scheme.name, run.ratio)
+      records += [done[key]] if key in done else experiment.execute(sub_args, [run], data)
+      experiment.write(sub_args, records)
+    rows += [{k: v for k, v in run.items() if k != "history"} for run in records]
+  return rows
 
 
 if __name__ == "__main__":

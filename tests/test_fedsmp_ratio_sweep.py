@@ -2,11 +2,12 @@
 the table, bad input (tiny linear model in place of the paper CNN)."""
 
 import json
+import os
 import pathlib
 
 import pytest
 
-from fedjax_dp import experiment
+from fedjax_dp import experiment, runlock
 from tiny_model import tiny_linear
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -61,3 +62,38 @@ def test_ratio_sweep_calibrates_sigma_to_the_target_epsilon(tmp_path, capsys, mo
   assert runs[0]["clip_source"] == "user"
   from fedjax_dp.privacy import accounting
   assert accounting.epsilon(sigma - 1e-3, 20 / 300, 2, 1e-5, "rdp") > 2.0  # smallest sigma
+
+
+def test_ratio_sweep_checks_out_before_any_run_and_is_held(tmp_path, capsys, monkeypatch):
+  """An unwritable --out stops the script before any calibration run (it
+  used to fail with a traceback after every sweep); an --out another run
+  holds is refused."""
+  monkeypatch.setattr(experiment, "execute", lambda *a: pytest.fail("ran"))
+  (tmp_path / "FILE").write_text("a file, not a folder")
+  args = ["--ratios", "0.1", "--schemes", "fed-smp-randk", "--rounds", "2",
+          "--num-clients", "300", "--clients-per-round", "20", "--quiet"]
+  assert _ratio_sweep().main([*args, "--out", str(tmp_path / "FILE" / "o")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "cannot be written" in err[0], err
+  held = tmp_path / "held"
+  held.mkdir()
+  with runlock.hold(held / runlock.NAME):
+    assert _ratio_sweep().main([*args, "--out", str(held)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == [f"fedsmp_ratio_sweep.py: error: --out {held} is in use by another run "
+                 f"(process {os.getpid()})"]
+
+
+def test_ratio_sweep_run_again_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(experiment, "get_model", lambda name: tiny_linear())
+  out = tmp_path / "sweep"
+  args = ["--epsilon", "2", "--ratios", "0.1", "1.0", "--schemes", "fed-smp-randk",
+          "--rounds", "2", "--num-clients", "300", "--clients-per-round", "20",
+          "--local-steps", "1", "--eval-every", "2", "--out", str(out), "--quiet"]
+  module = _ratio_sweep()
+  assert module.main(args) == 0
+  first = json.loads((out / "table.json").read_text())["runs"]
+  monkeypatch.setattr(experiment, "execute", lambda *a: pytest.fail("ran a finished run"))
+  assert module.main(args) == 0
+  assert json.loads((out / "table.json").read_text())["runs"] == first
+  assert not (out / runlock.NAME).exists()
