@@ -167,14 +167,8 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   rss_jax_mb = _peak_rss_mb()
 
   # The whole round and the PyTorch loop, alternating.
-  torch_run, agree = None, None
-  if torch:
-    ids = np.asarray(simulation.round_inputs(cfg, state, run_key, 1).cohort.indices)
-    x = np.asarray(data.x)[ids].astype(np.float32) / 255.0
-    y = np.asarray(data.y)[ids]
-    torch_run, agree = torch_loop(model, state.weights, x, y, cfg.local_steps,
-                                  cfg.batch_size, cfg.lr)
-    torch_run()  # warm-up
+  torch_run, agree = _torch_cohort_loop(model, cfg, state, data, run_key) if torch else (
+      None, None)
   round_times, torch_times = [], []
   for _ in range(repeats):
     round_times.append(_best(call_round, 1) / rounds_per_call)
@@ -215,6 +209,16 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
       "machine": machine(),
       "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
   }
+
+
+def _torch_cohort_loop(model, cfg, state, data, run_key):
+  """:func:`torch_loop` on round 1's cohort, warmed up once."""
+  ids = np.asarray(simulation.round_inputs(cfg, state, run_key, 1).cohort.indices)
+  x = np.asarray(data.x)[ids].astype(np.float32) / 255.0
+  run, agree = torch_loop(model, state.weights, x, np.asarray(data.y)[ids], cfg.local_steps,
+                          cfg.batch_size, cfg.lr)
+  run()  # warm-up
+  return run, agree
 
 
 def _stage_seconds(model, prep, state, data, run_key, t: int,

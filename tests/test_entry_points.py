@@ -64,6 +64,27 @@ def test_throughput_measures_every_family(name, small_federation):
   assert all(v is None or v >= 0 for v in rec["seconds"].values())
 
 
+def test_throughput_alternates_the_round_with_the_torch_loop(small_federation, monkeypatch):
+  """The PyTorch comparison (torch is an optional extra, absent here): the
+  loop gets round 1's cohort in [0, 1], is warmed up, then timed once per
+  repeat beside the JAX round."""
+  data, (test_x, _), public = small_federation
+  module, calls = _throughput(), []
+
+  def fake_loop(model, w, x, y, steps, batch_size, lr):
+    assert x.shape[0] == y.shape[0] == 4 and 0.0 <= x.min() and x.max() <= 1.0
+    assert (steps, batch_size, lr) == (5, 10, 0.215)
+    return lambda: calls.append(1), 1e-6
+
+  monkeypatch.setattr(module, "torch_loop", fake_loop)
+  rec = module.measure(tiny_linear(), "FL-STD", data, test_x[:500], public, clients=4,
+                       ratio=1.0, repeats=2, devices=1, torch=True)
+  assert len(calls) == 3  # warm-up and two repeats
+  assert rec["torch_loop_clients_per_sec"] > 0 and rec["torch_max_logit_diff"] == 1e-6
+  assert rec["ratio_to_torch"] == pytest.approx(
+      rec["clients_per_sec"] / rec["torch_loop_clients_per_sec"])
+
+
 def test_throughput_command_line_on_the_paper_cnn():
   proc = _script("benchmarks/throughput.py", "--scheme", "FL-TOP-DP", "--clients-per-round",
                  "4", "--repeats", "1", "--no-torch", "--json")
