@@ -39,7 +39,6 @@ one from its checkpoint, as ``sweep.py`` does.
 """
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import json
@@ -52,7 +51,7 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, distributed, experiment, runlock, simulation  # noqa: E402
+from fedjax_dp import datasets, distributed, experiment, simulation  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
@@ -172,7 +171,6 @@ def markdown(rows: list[dict], schemes: list[str], epsilon: float) -> str:
 def main(argv: list[str] | None = None) -> int:
   """Calibrates sigma, runs the sweeps, writes the table; returns the exit code."""
   start = time.perf_counter()
-  claim = contextlib.ExitStack()  # --out's lock, held while the runs write
   try:
     args, forward = build_parser().parse_known_args(argv)
     # Also abbreviations, which sweep.py's parser would expand (--noise for
@@ -213,12 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         sub_args = sweep_args(forward, scheme, **overrides)
         sweeps.append((sub_args, experiment.plan(sub_args)))
     experiment.check_out(args.out)  # before any run, not after all of them
-    out.mkdir(parents=True, exist_ok=True)
-    claim.enter_context(runlock.hold(out / runlock.NAME))
-  except runlock.Busy as e:
-    print(f"fedsmp_ratio_sweep.py: error: --out {args.out} is in use by another run "
-          f"(process {e.pid})", file=sys.stderr)
-    return 2
+    claim = experiment.claim_out(args.out)
   except (experiment.UsageError, ValueError, DataError) as e:
     print(f"fedsmp_ratio_sweep.py: error: {e}", file=sys.stderr)
     return 2

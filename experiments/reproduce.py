@@ -126,14 +126,19 @@ class Job(NamedTuple):
   reduced: bool
 
 
+def _no_second_argument(args: argparse.Namespace) -> None:
+  """Raises ValueError if a command other than list or queue got a second argument."""
+  if args.table is not None:
+    raise ValueError(f"unexpected argument {args.table!r} (only 'list' and 'queue' take one)")
+
+
 def _job(args: argparse.Namespace) -> Job:
   """Checks a table's command line before any run: every row's flags parse.
 
   Raises:
     UsageError, ValueError: One line.
   """
-  if args.table is not None:
-    raise ValueError(f"unexpected argument {args.table!r} (only 'list' and 'queue' take one)")
+  _no_second_argument(args)
   table = reproduction.get_table(args.target)
   rows = table.select(args.rows)
   if args.seeds is not None and any(s < 0 for s in args.seeds):
@@ -220,9 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.target == "list":
       return _list(args.table, args.out)
     if args.target == "report":
-      if args.table is not None:
-        raise ValueError(f"unexpected argument {args.table!r} (only 'list' and 'queue' "
-                         "take one)")
+      _no_second_argument(args)
       experiment.check_out(args.out)
       path = reproduction.write_report(
           args.out, args.report, "python experiments/reproduce.py report"

@@ -700,8 +700,8 @@ def main(argv: list[str] | None = None) -> int:
     raise
 
 
-def _claim_out(args: argparse.Namespace) -> contextlib.ExitStack:
-  """Holds ``--out``'s lock until the returned stack closes (process 0 alone:
+def claim_out(out: str) -> contextlib.ExitStack:
+  """Holds ``out``'s lock until the returned stack closes (process 0 alone:
   it alone writes), so that two sweeps never continue one checkpoint.
 
   Raises:
@@ -709,12 +709,12 @@ def _claim_out(args: argparse.Namespace) -> contextlib.ExitStack:
   """
   stack = contextlib.ExitStack()
   if distributed.is_main():
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    path = pathlib.Path(out)
+    path.mkdir(parents=True, exist_ok=True)
     try:
-      stack.enter_context(runlock.hold(out / runlock.NAME))
+      stack.enter_context(runlock.hold(path / runlock.NAME))
     except runlock.Busy as e:
-      raise ValueError(f"--out {args.out} is in use by another sweep (process {e.pid}): "
+      raise ValueError(f"--out {out} is in use by another sweep (process {e.pid}): "
                        "wait for it to end, or choose another --out") from None
   return stack
 
@@ -723,7 +723,7 @@ def _sweep(args: argparse.Namespace) -> int:
   """:func:`main` once the processes are joined."""
   try:
     runs, data = _setup(args)
-    claim = _claim_out(args)
+    claim = claim_out(args.out)
   except (UsageError, ValueError, DataError) as e:
     return _error(e)
   with claim:

@@ -1031,11 +1031,10 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
     state, infos = compiled[chunk](state, data, root, jnp.int32(t))
     t += chunk
     counters = counters.add(infos, cfg.capacity, cfg.max_dropouts)
-    preds, scores = eval_fn(state.weights, test_x)
-    scores = np.asarray(scores)
+    preds, scores = map(np.asarray, eval_fn(state.weights, test_x))
     history.append({"round": t - 1,
-                    **evaluation_metrics(model, test_y, np.asarray(preds), scores),
-                    **_attack_entry(cfg.attack, test_y, np.asarray(preds), infos),
+                    **evaluation_metrics(model, test_y, preds, scores),
+                    **_attack_entry(cfg.attack, test_y, preds, infos),
                     **scheme.diagnostics(state.scheme_state, t - 1),
                     # NaN or infinite outputs: the "accuracy" is that of argmax(NaN).
                     **({} if np.isfinite(scores).all() else {"nonfinite": True})})

@@ -80,8 +80,8 @@ def test_ratio_sweep_checks_out_before_any_run_and_is_held(tmp_path, capsys, mon
   with runlock.hold(held / runlock.NAME):
     assert _ratio_sweep().main([*args, "--out", str(held)]) == 2
   err = capsys.readouterr().err.strip().splitlines()
-  assert err == [f"fedsmp_ratio_sweep.py: error: --out {held} is in use by another run "
-                 f"(process {os.getpid()})"]
+  assert err == [f"fedsmp_ratio_sweep.py: error: --out {held} is in use by another sweep "
+                 f"(process {os.getpid()}): wait for it to end, or choose another --out"]
 
 
 def test_ratio_sweep_run_again_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
