@@ -4,6 +4,7 @@
   python experiments/reproduce.py report [--out DIR] [--report docs/REPRODUCTION.md]
   python experiments/reproduce.py list [TABLE] [--out DIR]
   python experiments/reproduce.py queue FILE [--out DIR]
+  python experiments/reproduce.py plan FILE [--out DIR]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
 thesis-5.2, fedsmp, thesis-6.1, thesis-6.3, thesis-6.5, thesis-6.7, thesis-6.9,
@@ -20,7 +21,9 @@ attack tables, whose paper setting costs hours a cell), reported as such.
 comments; ``experiments/campaign.txt`` is this project's campaign), every
 line checked before the first run. Several processes may work through the
 same tables or queue at once: each (row, seed) is held by the process running
-it (``fedjax_dp.runlock``), and the others skip it.
+it (``fedjax_dp.runlock``), and the others skip it. ``plan`` lists what
+``queue FILE`` would still run, each run with its hours estimated from the
+paces of the kept records, and their sum.
 Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 
   python experiments/reproduce.py uai-table1 --rows 'FL-TOP*_r0.005'
@@ -29,6 +32,7 @@ Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 import argparse
 import pathlib
 import shlex
+import statistics
 import sys
 from typing import NamedTuple
 
@@ -51,9 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
   """The command line."""
   p = _Parser(prog="reproduce.py", description=__doc__.split("\n\n")[0],
               allow_abbrev=False)
-  p.add_argument("target", help="a table name, 'report', 'list' or 'queue'")
+  p.add_argument("target", help="a table name, 'report', 'list', 'queue' or 'plan'")
   p.add_argument("table", nargs="?", help="list: the table whose rows to show; queue: "
-                 "the file of table command lines to run in order")
+                 "the file of table command lines to run in order; plan: the queue "
+                 "file whose runs still to do to estimate")
   p.add_argument("--rows", nargs="+", help="row names or slugs, shell patterns allowed "
                  "(default: every row)")
   p.add_argument("--seeds", type=int, nargs="+",
@@ -127,9 +132,10 @@ class Job(NamedTuple):
 
 
 def _no_second_argument(args: argparse.Namespace) -> None:
-  """Raises ValueError if a command other than list or queue got a second argument."""
+  """Raises ValueError if a command other than list, queue or plan got a second argument."""
   if args.table is not None:
-    raise ValueError(f"unexpected argument {args.table!r} (only 'list' and 'queue' take one)")
+    raise ValueError(f"unexpected argument {args.table!r} (only 'list', 'queue' and 'plan' "
+                     "take one)")
 
 
 def _job(args: argparse.Namespace) -> Job:
@@ -177,7 +183,7 @@ def _queue(path: str, out: str) -> list[Job]:
       if any(w.split("=")[0] in ("--out", "--report") for w in words):
         raise ValueError("--out and --report belong to the queue's command, not its lines")
       args = build_parser().parse_args([*words, "--out", out])
-      if args.target in ("list", "report", "queue"):
+      if args.target in ("list", "report", "queue", "plan"):
         raise ValueError(f"a queue line runs a table, not {args.target!r}")
       jobs.append(_job(args))
     except (experiment.UsageError, ValueError) as e:
@@ -217,6 +223,111 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str]]:
   return failed, elsewhere
 
 
+# The test images of MNIST and Fashion-MNIST, evaluated after every round.
+_TEST_IMAGES = 10_000
+
+
+class _Pace(NamedTuple):
+  """A kept record's measured wall seconds a round, and what the run was."""
+
+  table: str
+  slug: str
+  kind: tuple[str, int, bool]  # (scheme, _run_size's images a round, attacked)
+  seconds_per_round: float
+
+
+def _run_size(row: reproduction.Row, seed: int, extra: tuple[str, ...]) -> tuple[int, int]:
+  """(rounds, forward-pass images a round) of a row's run: a trained image
+  counts three (forward and backward), a test image one."""
+  args = experiment.build_parser().parse_args(row.argv(seed, "OUT", extra))
+  setting = experiment.plan(args)[0].setting
+  trained = setting["clients_per_round"] * setting["local_steps"] * setting["batch_size"]
+  return setting["rounds"], 3 * trained + (args.test_size or _TEST_IMAGES)
+
+
+def _kind(row: reproduction.Row, images: int) -> tuple[str, int, bool]:
+  """What tells runs of like pace: (scheme, images a round, attacked)."""
+  return row.scheme, images, "--attack" in row.flags
+
+
+def _paces(out: str) -> list[_Pace]:
+  """The paces of the records kept in ``out`` (each run once: a record
+  reused from another table's run is left out)."""
+  paces = []
+  for table in reproduction.tables().values():
+    for row in table.rows:
+      for state in reproduction.run_states(out, table, row):
+        if state.finished and not state.same_run_as and state.round:
+          _, images = _run_size(row, state.seed, row.reduced if state.reduced else ())
+          paces.append(_Pace(table.name, row.slug, _kind(row, images),
+                             state.seconds / state.round))
+  return paces
+
+
+def _pace(paces: list[_Pace], table: reproduction.Table, row: reproduction.Row,
+          images: int) -> tuple[float, str] | None:
+  """Estimated seconds a round of a row's run, and what the estimate rests
+  on: the row's kept seeds, else kept runs of its scheme and size (attacked
+  or not, as it is), else of its size, else every kept run's seconds per
+  image; None without a kept run."""
+  if not paces:
+    return None
+  scheme, _, attacked = kind = _kind(row, images)
+  alike = [p for p in paces if p.kind[2] == attacked]
+  what = "attacked runs" if attacked else "runs without attack"
+  if not alike:
+    alike, what = paces, "runs"
+  for chosen, basis in (
+      ([p for p in paces if (p.table, p.slug, p.kind) == (table.name, row.slug, kind)],
+       "its kept seeds"),
+      ([p for p in alike if p.kind == kind], f"the kept {scheme} {what} of its size"),
+      ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size")):
+    if chosen:
+      return statistics.median(p.seconds_per_round for p in chosen), f"{basis} ({len(chosen)})"
+  per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in alike)
+  return images * per_image, f"the kept {what}, scaled by size ({len(alike)})"
+
+
+def _plan(path: str, out: str) -> int:
+  """Prints what ``queue`` would still run from the file, in order, each run
+  with its estimated hours (at the kept records' paces), and their sum."""
+  jobs = _queue(path, out)
+  paces = _paces(out)
+  planned: set[tuple[str, ...]] = set()  # the commands listed
+  hours, without = 0.0, 0
+  for job in jobs:
+    for row in job.rows:
+      extra = row.reduced if job.reduced else job.extra
+      for seed in job.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,)):
+        argv = tuple(row.argv(seed, "OUT", extra))
+        if argv in planned or reproduction.is_kept(out, job.table, row, seed, extra):
+          continue  # listed above, or kept (for this table or another)
+        planned.add(argv)
+        name = f"{job.table.name} {row.name} seed {seed}{' (reduced)' if job.reduced else ''}"
+        rounds, images = _run_size(row, seed, extra)
+        started = next((s for s in reproduction.run_states(out, job.table, row)
+                        if (s.seed, s.reduced) == (seed, job.reduced) and not s.older
+                        and 0 < s.round <= rounds), None)
+        if started is not None and started.seconds:
+          left = (rounds - started.round) * started.seconds / started.round
+          how = "running now" if started.running is not None else "interrupted"
+          print(f"{name}: about {left / 3600:.1f} h (at round {started.round}/{rounds}, "
+                f"{how}; at its pace so far)")
+        elif (pace := _pace(paces, job.table, row, images)) is not None:
+          left = rounds * pace[0]
+          print(f"{name}: about {left / 3600:.1f} h ({rounds} rounds at the pace of "
+                f"{pace[1]})")
+        else:
+          print(f"{name}: no estimate (no kept record to go by)")
+          without += 1
+          continue
+        hours += left / 3600
+  runs = f"{len(planned)} run{'' if len(planned) == 1 else 's'}"
+  print(f"{runs} to go: about {hours:.1f} run-hours at the kept records' paces"
+        + (f", and {without} without an estimate" if without else ""))
+  return 0
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command; returns the exit code."""
   argv = sys.argv[1:] if argv is None else argv
@@ -232,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
           + ("" if args.out == DEFAULT_OUT else f" --out {args.out}"))
       print(f"wrote {path}", file=sys.stderr)
       return 0
+    if args.target in ("queue", "plan") and args.table is None:
+      raise ValueError(f"{args.target} needs a file: reproduce.py {args.target} FILE")
+    if args.target == "plan":
+      return _plan(args.table, args.out)
     if args.target == "queue":
-      if args.table is None:
-        raise ValueError("queue needs a file: reproduce.py queue FILE")
       jobs = _queue(args.table, args.out)
     else:
       jobs = [_job(args)]

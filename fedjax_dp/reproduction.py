@@ -615,19 +615,37 @@ def _reuse_twin(out: str | os.PathLike, table: Table, row: Row, seed: int,
   deterministic, so running it again would give the same numbers. The copy
   names its origin (``same_run_as``) and carries this row's paper cell; its
   hours are counted once in the report."""
+  found = _twin_of(out, table, row, seed, extra)
+  if found is None:
+    return None
+  path, twin = found
+  kept = dict(twin, table=table.name, row=row.name, slug=row.slug,
+              paper=None if row.paper is None else row.paper._asdict(),
+              paper_source=row.source, same_run_as=f"{path.parent.name}/{path.name}")
+  _write_record(record_path(out, table, row, seed, extra), kept)
+  return kept
+
+
+def _twin_of(out: str | os.PathLike, table: Table, row: Row, seed: int,
+             extra: tuple[str, ...]) -> tuple[pathlib.Path, dict] | None:
+  """The record, and its path, of another table's run of the same command
+  as the (row, seed)'s; None if none is kept."""
   argv = row.argv(seed, "OUT", extra)
   for path in sorted(pathlib.Path(out).glob(f"*/*.seed{seed}*.json")):
     if path.parent.name == table.name:
       continue
     twin = load_record(path)
-    if twin is None or twin.get("argv") != argv or "same_run_as" in twin:
-      continue
-    kept = dict(twin, table=table.name, row=row.name, slug=row.slug,
-                paper=None if row.paper is None else row.paper._asdict(),
-                paper_source=row.source, same_run_as=f"{path.parent.name}/{path.name}")
-    _write_record(record_path(out, table, row, seed, extra), kept)
-    return kept
+    if twin is not None and twin.get("argv") == argv and "same_run_as" not in twin:
+      return path, twin
   return None
+
+
+def is_kept(out: str | os.PathLike, table: Table, row: Row, seed: int,
+            extra: tuple[str, ...] = ()) -> bool:
+  """Whether :func:`run_row` would return the (row, seed)'s record without a
+  run: it is kept, or another table's run of the same command is."""
+  return (_kept_record(record_path(out, table, row, seed, extra), row, seed, extra) is not None
+          or _twin_of(out, table, row, seed, extra) is not None)
 
 
 def _write_record(path: pathlib.Path, kept: dict) -> None:

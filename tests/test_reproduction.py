@@ -263,7 +263,7 @@ def test_bad_input_is_one_line_exit_2(args, needle):
     (["thesis-5.3", "--rows", "FL-TOP"], "matches no row of thesis-5.3"),
     (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
     (["thesis-5.3", "--sweep-flags", "--rounds 0"], "--rounds must be"),
-    (["thesis-5.3", "extra"], "only 'list' and 'queue' take one"),
+    (["thesis-5.3", "extra"], "only 'list', 'queue' and 'plan' take one"),
     (["queue"], "queue needs a file: reproduce.py queue FILE"),
     (["queue", "/nonexistent/q.txt"], "queue /nonexistent/q.txt: No such file"),
     (["thesis-5.3", "--reduced"], "have no reduced setting"),
@@ -667,3 +667,61 @@ def test_the_committed_campaign_queue_is_valid():
   assert {job.table.name for job in jobs} == set(reproduction.tables())
   reduced = {job.table.name for job in jobs if job.reduced}
   assert reduced == {t for t in reproduction.tables() if t.startswith("thesis-6.")}
+
+
+def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_path, capsys):
+  """plan: each (row, seed) once, in the queue's order, without the kept ones
+  (nor those kept for another table); an interrupted run at its own pace, the
+  others at the pace of the row's kept seeds, else of runs of their size,
+  else scaled by size; a run with nothing to go by is counted apart."""
+  import numpy as np
+  from fedjax_dp import checkpoint
+
+  plan = lambda queue: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
+  t53, t42 = reproduction.get_table("thesis-5.3"), reproduction.get_table("thesis-4.2")
+  uai = reproduction.get_table("uai-table1")
+  queue = tmp_path / "q.txt"
+  queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 0 1 2\n"
+                   "thesis-5.3 --rows FL-CS-DP_r0.05 FL-RND-DP_r0.05 --seeds 1\n"
+                   "thesis-4.2 --rows FL-STD signSGD\n")
+  assert plan(queue) == 0  # nothing kept: nothing to go by
+  out = capsys.readouterr().out.splitlines()
+  assert out[0] == "thesis-5.3 FL-CS-DP r=5% seed 0: no estimate (no kept record to go by)"
+  assert out[-1] == "6 runs to go: about 0.0 run-hours at the kept records' paces, and 6 without an estimate"
+
+  [cs] = t53.select(["FL-CS-DP_r0.05"])
+  reproduction.run_row(t53, cs, 0, tmp_path, _fake_sweep([]), "x")  # 3 rounds in 7 s
+  [std] = uai.select(["FL-STD"])
+  reproduction.run_row(uai, std, 0, tmp_path, _fake_sweep([]), "x")  # thesis 4.2's FL-STD too
+  work = reproduction.work_dir(tmp_path, t53, cs, 2)  # interrupted at round 50 after 600 s
+  checkpoint.save(work / ".checkpoints" / "FL-CS-DP-r0.05.npz", "k",
+                  checkpoint.Saved(50, {"w": np.zeros(3)}, [], (0,), [], 600.0))
+  assert plan(queue) == 0
+  out = capsys.readouterr().out.splitlines()
+  pace = 7.0 / 3  # seconds a round of both kept records
+  signsgd = 200 * pace * (3 * 6000 * 10 + 10_000) / (3 * 100 * 5 * 10 + 10_000)
+  assert out == [
+      f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * pace / 3600:.1f} h (200 rounds at the "
+      "pace of its kept seeds (1))",
+      f"thesis-5.3 FL-CS-DP r=5% seed 2: about {150 * 12 / 3600:.1f} h (at round 50/200, "
+      "interrupted; at its pace so far)",
+      f"thesis-5.3 FL-RND-DP r=5% seed 1: about {200 * pace / 3600:.1f} h (200 rounds at the "
+      "pace of the kept runs without attack of its size (2))",
+      f"thesis-4.2 signSGD seed 0: about {signsgd / 3600:.1f} h (200 rounds at the pace of "
+      "the kept runs without attack, scaled by size (2))",
+      f"4 runs to go: about {(2 * 200 * pace + 1800 + signsgd) / 3600:.1f} run-hours at the "
+      "kept records' paces"]
+  assert signsgd / 3600 > 0.5  # the sizes differ 7.6-fold: the estimate shows it
+  # An attacked row goes by attacked runs, and a bad queue stops before any output.
+  queue.write_text("thesis-6.7 --reduced --rows FL-STD_alpha0.1 FL-SIGN_alpha0.1\n")
+  [std67] = reproduction.get_table("thesis-6.7").select(["FL-STD_alpha0.1"])
+  reproduction.run_row(reproduction.get_table("thesis-6.7"), std67, 0, tmp_path,
+                       _fake_sweep([], 0.9), "x", std67.reduced)
+  assert plan(queue) == 0
+  assert capsys.readouterr().out.splitlines()[0] == (
+      "thesis-6.7 FL-SIGN alpha=0.1 seed 0 (reduced): about 0.0 h (10 rounds at the pace of "
+      "the kept attacked runs of its size (1))")
+  queue.write_text("thesis-5.3 --rows nothing\n")
+  assert plan(queue) == 2
+  captured = capsys.readouterr()
+  assert captured.out == "" and ":1:" in captured.err
