@@ -130,6 +130,10 @@ class Job(NamedTuple):
   extra: tuple[str, ...]
   reduced: bool
 
+  def row_seeds(self, row: reproduction.Row) -> tuple[int, ...]:
+    """The seeds to run for a row: the job's, else 0 1 2 (headline) or 0."""
+    return self.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,))
+
 
 def _no_second_argument(args: argparse.Namespace) -> None:
   """Raises ValueError if a command other than list, queue or plan got a second argument."""
@@ -202,7 +206,7 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str]]:
   """
   failed, elsewhere = [], []
   for row in job.rows:
-    for seed in job.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,)):
+    for seed in job.row_seeds(row):
       print(f"reproduce.py: {job.table.name} {row.name} seed {seed}", file=sys.stderr)
       try:
         kept = reproduction.run_row(job.table, row, seed, out, experiment.main, machine,
@@ -298,16 +302,17 @@ def _plan(path: str, out: str) -> int:
   for job in jobs:
     for row in job.rows:
       extra = row.reduced if job.reduced else job.extra
-      for seed in job.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,)):
+      for seed in job.row_seeds(row):
         argv = tuple(row.argv(seed, "OUT", extra))
         if argv in planned or reproduction.is_kept(out, job.table, row, seed, extra):
           continue  # listed above, or kept (for this table or another)
         planned.add(argv)
         name = f"{job.table.name} {row.name} seed {seed}{' (reduced)' if job.reduced else ''}"
         rounds, images = _run_size(row, seed, extra)
-        started = next((s for s in reproduction.run_states(out, job.table, row)
-                        if (s.seed, s.reduced) == (seed, job.reduced) and not s.older
-                        and 0 < s.round <= rounds), None)
+        # run_states knows the paper's and the reduced settings' runs, not others.
+        states = [] if job.extra else reproduction.run_states(out, job.table, row)
+        started = next((s for s in states if (s.seed, s.reduced) == (seed, job.reduced)
+                        and not s.older and 0 < s.round <= rounds), None)
         if started is not None and started.seconds:
           left = (rounds - started.round) * started.seconds / started.round
           how = "running now" if started.running is not None else "interrupted"

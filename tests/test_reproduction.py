@@ -712,6 +712,12 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
       f"4 runs to go: about {(2 * 200 * pace + 1800 + signsgd) / 3600:.1f} run-hours at the "
       "kept records' paces"]
   assert signsgd / 3600 > 0.5  # the sizes differ 7.6-fold: the estimate shows it
+  # A quick check (--sweep-flags) is another run than the paper setting's checkpoint.
+  queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 2 --sweep-flags '--rounds 100'\n")
+  assert plan(queue) == 0
+  assert capsys.readouterr().out.splitlines()[0] == (
+      f"thesis-5.3 FL-CS-DP r=5% seed 2: about {100 * pace / 3600:.1f} h (100 rounds at the "
+      "pace of its kept seeds (1))")
   # An attacked row goes by attacked runs, and a bad queue stops before any output.
   queue.write_text("thesis-6.7 --reduced --rows FL-STD_alpha0.1 FL-SIGN_alpha0.1\n")
   [std67] = reproduction.get_table("thesis-6.7").select(["FL-STD_alpha0.1"])
