@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("target", help="a table name, 'report', 'list', 'queue' or 'plan'")
   p.add_argument("table", nargs="?", help="list: the table whose rows to show; queue: "
                  "the file of table command lines to run in order; plan: the queue "
-                 "file whose runs still to do to estimate")
+                 "file whose runs left to estimate")
   p.add_argument("--rows", nargs="+", help="row names or slugs, shell patterns allowed "
                  "(default: every row)")
   p.add_argument("--seeds", type=int, nargs="+",
