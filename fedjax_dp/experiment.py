@@ -110,9 +110,11 @@ def _add_secure_flags(sec: argparse._ArgumentGroup) -> None:
                    help="each sampled client fails before sending with this "
                         "probability (default 0)")
   sec.add_argument("--client-chunk", type=int, default=None,
-                   help="train and sum the cohort this many clients at a time "
-                        f"(default: all, or {simulation.AUTO_CHUNK} above "
-                        f"{simulation.AUTO_CHUNK_ABOVE} slots)")
+                   help="train and sum the cohort this many clients at a time; a "
+                        "chunk of padding slots only is skipped (default on a CPU: "
+                        f"{simulation.CPU_CHUNK_PER_DEVICE} a device; elsewhere all, "
+                        f"or {simulation.AUTO_CHUNK} above {simulation.AUTO_CHUNK_ABOVE} "
+                        "slots)")
 
 
 def _add_aggregator_flags(agg: argparse._ArgumentGroup) -> None:

@@ -104,3 +104,41 @@ def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
       cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5, batch_size=10,
       lr=0.215) - data.w0))
   assert 0 < s_bas < s_top and s_bas == pytest.approx(full * np.sqrt(0.005), rel=0.3)
+
+
+def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
+    small_federation, cnn, monkeypatch):
+  """Chunked (the CPU default), a chunk whose slots are all padding is
+  skipped: only the chunks holding the cohort train, and the round's result
+  is the one-piece round's (to float rounding: the sum goes chunk by chunk)."""
+  data, _, _ = small_federation
+  trained = []
+  make_train = simulation.make_train_fn
+
+  def counting(model, cfg):
+    train = make_train(model, cfg)
+
+    def train_and_count(w, plan, data, indices, keys):
+      jax.debug.callback(lambda ids: trained.append(np.asarray(ids)), indices)
+      return train(w, plan, data, indices, keys)
+    return train_and_count
+
+  monkeypatch.setattr(simulation, "make_train_fn", counting)
+  w0 = cnn.init(jax.random.PRNGKey(0))
+  state = simulation.ServerState(w0, jnp.zeros((0,), jnp.int32))
+  weights = {}
+  for chunk in (None, 4):
+    trained.clear()
+    cfg = _round_cfg(get_scheme("FL-STD-DP"), cnn.num_params, local_steps=1, client_chunk=chunk)
+    fn = jax.jit(simulation.make_round_fn(cnn, cfg))
+    new, info = fn(state, data, jax.random.PRNGKey(1), jnp.int32(1))
+    jax.block_until_ready(new.weights)
+    weights[chunk] = np.asarray(new.weights)
+    sampled = int(info.num_sampled)
+    assert 4 < sampled <= 16, sampled  # at least one chunk of 24 slots is padding only
+    if chunk is None:
+      assert [len(ids) for ids in trained] == [24]
+    else:
+      assert [len(ids) for ids in trained] == [4] * -(-sampled // 4)  # 6 chunks, not all
+  np.testing.assert_allclose(weights[4], weights[None], rtol=1e-5, atol=1e-7)
+  assert not np.array_equal(weights[None], np.asarray(w0))
