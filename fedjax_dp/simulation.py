@@ -319,22 +319,27 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
         acc = acc + noise.masked_sum(contribs, pres_c).astype(acc.dtype)
       return acc, clipped + nclip
 
-    def body(carry, c):
-      # A chunk of padding slots only (the cohort's slots come first) adds
-      # nothing: it is not trained.
-      sampled = jnp.any(jax.lax.dynamic_slice_in_dim(smask, c * chunk, chunk))
-      return jax.lax.cond(sampled, add_chunk, lambda carry, c: carry, carry, c), None
-
     init = (secure_aggregation.secure_init(shape.shape[1:]) if secure else
             jnp.zeros(shape.shape[1:], jnp.int32 if integer else shape.dtype))
-    (acc, num_clipped), _ = jax.lax.scan(body, (init, jnp.int32(0)),
-                                         jnp.arange(num_chunks))
+    acc, num_clipped = _over_chunks(add_chunk, (init, jnp.int32(0)), smask, chunk)
     num_present = jnp.sum(present)
     total, overflow = _finish_sum(cfg, acc, num_present, inputs.keys.server_noise)
     num_dropped = jnp.sum(slot_mask & fails).astype(jnp.int32)
     return Aggregate(total, num_clipped, num_present, num_dropped, overflow)
 
   return aggregate
+
+
+def _over_chunks(add_chunk: Callable, init, slot_mask: jax.Array, chunk: int):
+  """``add_chunk(carry, c)`` over the chunks of ``chunk`` slots, from ``init``.
+
+  A chunk of padding slots only (the cohort's slots come first) adds
+  nothing, so it is skipped: not trained (``lax.cond`` runs one branch).
+  """
+  def body(carry, c):
+    sampled = jnp.any(jax.lax.dynamic_slice_in_dim(slot_mask, c * chunk, chunk))
+    return jax.lax.cond(sampled, add_chunk, lambda carry, c: carry, carry, c), None
+  return jax.lax.scan(body, init, jnp.arange(slot_mask.shape[0] // chunk))[0]
 
 
 def _honest_clipped(cfg: RoundConfig, clipped: jax.Array, ids: jax.Array,
