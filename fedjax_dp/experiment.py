@@ -112,7 +112,8 @@ def _add_secure_flags(sec: argparse._ArgumentGroup) -> None:
   sec.add_argument("--client-chunk", type=int, default=None,
                    help="train and sum the cohort this many clients at a time; a "
                         "chunk of padding slots only is skipped (default on a CPU: "
-                        f"{simulation.CPU_CHUNK_PER_DEVICE} a device; elsewhere all, "
+                        f"{simulation.CPU_CHUNK_PER_DEVICE} a device, or all where the "
+                        "planned cohorts would leave no chunk to skip; elsewhere all, "
                         f"or {simulation.AUTO_CHUNK} above {simulation.AUTO_CHUNK_ABOVE} "
                         "slots)")
 

@@ -106,6 +106,25 @@ def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
   assert 0 < s_bas < s_top and s_bas == pytest.approx(full * np.sqrt(0.005), rel=0.3)
 
 
+def test_cpu_default_chunks_only_where_they_train_fewer_slots_than_one_piece():
+  """On a CPU the cohort goes 4 slots a device at a time when the planned
+  rounds leave chunks of padding to skip; a cohort that is always full (thesis
+  Table 8.3's 10 clients on 2 devices: chunks of 8 would train 16 slots) goes
+  in one piece, as does a robust aggregator's."""
+  assert jax.default_backend() == "cpu"
+  full = np.full(40, 10)
+  assert simulation.default_chunk(10, 2, False, full) is None
+  assert simulation.default_chunk(10, 2, False, np.full(40, 3)) == 8  # 8 slots, not 10
+  poisson = np.random.default_rng(0).binomial(6000, 1 / 60, size=200)  # UAI: ~100 in 132
+  capacity = int(-(-poisson.max() // 4) * 4)
+  assert simulation.default_chunk(capacity, 2, False, poisson) == 8
+  assert simulation.default_chunk(capacity, 1, False, poisson) == 4
+  assert simulation.default_chunk(capacity, 2, True, poisson) is None
+  assert simulation.default_chunk(8, 2, False, np.full(5, 1)) is None  # one chunk anyway
+  # 100 clients in 100 slots: chunks of 8 would train 104.
+  assert simulation.default_chunk(100, 2, False, np.full(5, 100)) is None
+
+
 def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
     small_federation, cnn, monkeypatch):
   """Chunked (the CPU default), a chunk whose slots are all padding is
