@@ -795,16 +795,16 @@ CPU_CHUNK_PER_DEVICE = 4
 
 
 def default_chunk(capacity: int, devices: int, robust: bool,
-                  cohort_sizes: np.ndarray | None = None) -> int | None:
+                  cohort_sizes: np.ndarray) -> int | None:
   """The slots trained and summed at a time when ``client_chunk`` is None.
 
   Args:
     capacity: The cohort's slots.
     devices: The devices the slots are sharded over.
     robust: A robust aggregator (it needs every update at once).
-    cohort_sizes: The planned rounds' cohort sizes, if known: on a CPU the
-      chunks are used only if they train fewer slots over these rounds than
-      one piece does (every chunk holding a sampled client is trained).
+    cohort_sizes: The planned rounds' cohort sizes: on a CPU the chunks are
+      used only if they train fewer slots over these rounds than one piece
+      does (every chunk holding a sampled client is trained).
   """
   if robust:  # a robust rule needs every update at once
     return None
@@ -812,10 +812,9 @@ def default_chunk(capacity: int, devices: int, robust: bool,
     chunk = CPU_CHUNK_PER_DEVICE * devices
     if capacity <= chunk:
       return None
-    if cohort_sizes is not None:
-      filled = np.minimum(np.asarray(cohort_sizes), capacity)
-      if np.sum(-(-filled // chunk) * chunk) >= capacity * filled.size:
-        return None
+    filled = np.minimum(np.asarray(cohort_sizes), capacity)
+    if np.sum(-(-filled // chunk) * chunk) >= capacity * filled.size:
+      return None
     return chunk
   return AUTO_CHUNK if capacity > AUTO_CHUNK_ABOVE else None
 
