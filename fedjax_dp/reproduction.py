@@ -331,15 +331,6 @@ _EPS_REASONS = {
         "whole run stays below the paper's 0.86, where on Fashion-MNIST (Table 5.2) our "
         "run lies above the paper's 0.61: the paper's gap between the two data sets (0.25) "
         "is three times ours (0.08). Seeds 1 and 2 are not run (not a headline row)"),
-    ("mnist", "FL-SIGN-DP", 1.0): (
-        "not found yet, and still rising at the cut: seed 0's best is at its last round (200, "
-        "eps 1.00), after means of 0.77 over rounds 91-110, 0.79 over 141-160 and 0.82 "
-        "over 181-200; the setting is the thesis' (Table 8.2, 22 bits up as in Table "
-        "5.1). On Fashion-MNIST (Table 5.2) the same row is within over three seeds "
-        "(0.658 [0.628, 0.679] against 0.63), and its seeds differ by up to 0.05 at a "
-        "given point of the run (means over rounds 91-110 of 0.62, 0.58 and 0.57). "
-        "Seed 1 has the same best, 0.835 (round 186; means 0.73, 0.79 and 0.83 over "
-        "the same rounds), so one seed's spread does not explain it; seed 2 is queued"),
 }
 
 
