@@ -1014,6 +1014,9 @@ def table_markdown(table: Table, records: dict[str, list[dict]]) -> tuple[str, l
                  f"{len(s.seeds)} | {s.rounds} | {diff} | {s.verdict} |")
   if table.claim and summaries:
     lines += ["", f"Claim: {table.claim}. Ours: {claim_check(summaries)}."]
+    if any(len(s.seeds) == 1 for s in summaries):
+      lines[-1] += (" One seed per ratio: a rise or a fall smaller than the spread "
+                    "between seeds is no evidence of the shape.")
   shared = [f"{r.name} ({twins[0]['same_run_as'].split('/')[0]})" for r in table.rows
             if (twins := [k for k in records.get(r.slug, []) if "same_run_as" in k])]
   if shared:
@@ -1028,7 +1031,9 @@ def table_markdown(table: Table, records: dict[str, list[dict]]) -> tuple[str, l
 
 
 def claim_check(summaries: list[Summary]) -> str:
-  """Where each scheme's accuracy peaks over r, and whether it rises then falls."""
+  """Where each scheme's accuracy peaks over r, whether it rises then falls,
+  and by how much (the peak over the smallest and the largest r run), so
+  that a reader can weigh the shape against the spread between seeds."""
   parts = []
   for scheme in dict.fromkeys(s.row.scheme for s in summaries):
     curve = sorted((s.row.ratio, s.accuracy) for s in summaries if s.row.scheme == scheme)
@@ -1036,9 +1041,12 @@ def claim_check(summaries: list[Summary]) -> str:
       parts.append(f"{scheme}: {len(curve)} ratio(s) run, too few to tell")
       continue
     peak = max(range(len(curve)), key=lambda i: curve[i][1])
-    shape = ("rises then falls" if 0 < peak < len(curve) - 1 else
-             "highest at the smallest r run" if peak == 0 else "highest at the largest r run")
-    parts.append(f"{scheme} peaks at r = {curve[peak][0]:g} ({curve[peak][1]:.3f}): {shape}")
+    (low, first), (r, best), (high, last) = curve[0], curve[peak], curve[-1]
+    rise, fall = f"+{best - first:.3f} over r = {low:g}", f"+{best - last:.3f} over r = {high:g}"
+    shape = (f"rises then falls ({rise}, {fall})" if 0 < peak < len(curve) - 1 else
+             f"highest at the smallest r run ({fall})" if peak == 0 else
+             f"highest at the largest r run ({rise})")
+    parts.append(f"{scheme} peaks at r = {r:g} ({best:.3f}): {shape}")
   return "; ".join(parts)
 
 

@@ -95,8 +95,12 @@ def test_claim_check_tells_rise_then_fall_from_monotone():
   rise_fall = [_summary("A", r, a) for r, a in ((0.01, .5), (0.1, .7), (1.0, .6))]
   rising = [_summary("B", r, a) for r, a in ((0.01, .5), (0.1, .6), (1.0, .7))]
   text = reproduction.claim_check(rise_fall + rising + [_summary("C", 0.1, .5)])
-  assert "A peaks at r = 0.1 (0.700): rises then falls" in text
-  assert "B peaks at r = 1 (0.700): highest at the largest r run" in text
+  assert "A peaks at r = 0.1 (0.700): rises then falls (+0.200 over r = 0.01, " \
+         "+0.100 over r = 1)" in text
+  assert "B peaks at r = 1 (0.700): highest at the largest r run (+0.200 over r = 0.01)" in text
+  falling = [_summary("D", r, a) for r, a in ((0.01, .8), (0.1, .6), (1.0, .7))]
+  assert "D peaks at r = 0.01 (0.800): highest at the smallest r run (+0.100 over r = 1)" \
+      in reproduction.claim_check(falling)
   assert "C: 1 ratio(s) run, too few to tell" in text
 
 
@@ -731,3 +735,19 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   assert plan(queue) == 2
   captured = capsys.readouterr()
   assert captured.out == "" and ":1:" in captured.err
+
+
+def test_fedsmp_claim_line_weighs_one_seed_per_ratio():
+  table = reproduction.get_table("fedsmp")
+  rows = [r for r in table.rows if r.scheme == "Fed-SMP-randk"][:3]
+  records = {r.slug: [{"seed": 0, "record": {"best_accuracy": a, "best_round": 1,
+                                             "epsilon": 1.0, "rounds": 1}}]
+             for r, a in zip(rows, (0.6, 0.7, 0.65))}
+  body, _ = reproduction.table_markdown(table, records)
+  assert "Ours: Fed-SMP-randk peaks at r = 0.01 (0.700): rises then falls" in body
+  assert "One seed per ratio" in body
+  records[rows[1].slug].append({"seed": 1, "record": records[rows[1].slug][0]["record"]})
+  assert "One seed per ratio" in reproduction.table_markdown(table, records)[0]
+  for slug in records:
+    records[slug] = [dict(k, seed=s) for s in (0, 1) for k in records[slug][:1]]
+  assert "One seed per ratio" not in reproduction.table_markdown(table, records)[0]
