@@ -14,7 +14,9 @@ line per run, from the records of ``fedjax_dp.simulation.run``:
 :func:`plot_epsilon` draws epsilon against round for the DP runs, from the
 accountant each run used (``fedjax_dp.privacy.accounting.epsilon_curve``).
 :func:`plot_attack` draws a backdoor's metric against round, beside the
-model accuracy where asked (thesis Figure 6.1).
+model accuracy where asked (thesis Figure 6.1). :func:`plot_ratio_curve`
+draws each scheme's best accuracy against the compression ratio r (the
+Fed-SMP paper's Fig. 3).
 
 Files are written atomically (a temporary file renamed into place).
 """
@@ -190,5 +192,39 @@ def plot_attack(records: list[dict], metric: str, path: str | os.PathLike,
   ax.set_title(title or records[0].get("dataset", ""))
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)
+  _save(fig, path)
+  return path
+
+
+def plot_ratio_curve(points: list[tuple[str, float, float, float, float]],
+                     path: str | os.PathLike, title: str = "") -> pathlib.Path:
+  """Best accuracy against the compression ratio r, one line per scheme, on
+  a log r axis, with the [min, max] over seeds as an error bar.
+
+  Args:
+    points: (scheme, r, mean, min, max) for each row run.
+    path: The PNG to write.
+    title: The plot's title.
+
+  Raises:
+    ValueError: No points.
+  """
+  if not points:
+    raise ValueError("plot_ratio_curve needs at least one point")
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig, ax = _pyplot().subplots(figsize=(6, 4))
+  for scheme in dict.fromkeys(p[0] for p in points):
+    curve = sorted(p[1:] for p in points if p[0] == scheme)
+    ratios, means, lows, highs = zip(*curve)
+    ax.errorbar(ratios, means, yerr=[[m - lo for m, lo in zip(means, lows)],
+                                     [hi - m for m, hi in zip(means, highs)]],
+                marker="o", capsize=3, linewidth=1.2, label=scheme)
+  ax.set_xscale("log")
+  ax.set_xlabel("compression ratio r = k / d")
+  ax.set_ylabel("best test accuracy")
+  ax.set_title(title)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
   _save(fig, path)
   return path

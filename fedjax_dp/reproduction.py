@@ -1107,6 +1107,10 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
         paths.append(plots.plot_epsilon(runs, configs,
                                         plot_dir / f"{table.name}-epsilon.png"))
       paths += _attack_plots(table, summaries, runs, plot_dir)
+      if table.claim:  # the claim is about the curve over r
+        paths.append(plots.plot_ratio_curve(
+            [(s.row.scheme, s.row.ratio, s.accuracy, *s.spread) for s in summaries],
+            plot_dir / f"{table.name}-ratio.png", table.title))
       figures = "\n" + " ".join(
           f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
     sections.append(f"## {table.title}\n\n{body}{figures}")

@@ -42,3 +42,26 @@ def test_a_scheme_and_its_dp_variant_share_a_colour_the_dp_line_dashed():
   assert len({top["color"], top_dp_5["color"], std_dp["color"]}) == 3
   many = [_record(f"S{i}", 1.0, 10, [0.1]) for i in range(16)]
   assert len({s["color"] for s in plots._styles(many)}) == 16  # tab20 beyond 10
+
+
+def test_ratio_curve_draws_each_schemes_best_accuracy_against_r(tmp_path, monkeypatch):
+  drawn = []
+  save = plots._save
+  def capture(fig, path):  # each scheme's line, its error bars, the r axis
+    ax = fig.axes[0]
+    drawn.extend((c.get_label(), list(c.lines[0].get_xdata()), list(c.lines[0].get_ydata()),
+                  [[float(y) for _, y in seg] for seg in c.lines[2][0].get_segments()])
+                 for c in ax.containers)
+    drawn.append(ax.get_xscale())
+    save(fig, path)
+
+  monkeypatch.setattr(plots, "_save", capture)
+  points = [("Fed-SMP-randk", 0.05, 0.81, 0.80, 0.83), ("Fed-SMP-randk", 0.005, 0.82, 0.82, 0.82),
+            ("Fed-SMP-topk", 0.01, 0.7, 0.7, 0.7)]
+  path = plots.plot_ratio_curve(points, tmp_path / "r.png", "t")
+  assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert drawn == [("Fed-SMP-randk", [0.005, 0.05], [0.82, 0.81],
+                    [[0.82, 0.82], [pytest.approx(0.80), pytest.approx(0.83)]]),
+                   ("Fed-SMP-topk", [0.01], [0.7], [[0.7, 0.7]]), "log"]
+  with pytest.raises(ValueError, match="at least one point"):
+    plots.plot_ratio_curve([], tmp_path / "e.png")

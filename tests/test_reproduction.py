@@ -751,3 +751,13 @@ def test_fedsmp_claim_line_weighs_one_seed_per_ratio():
   for slug in records:
     records[slug] = [dict(k, seed=s) for s in (0, 1) for k in records[slug][:1]]
   assert "One seed per ratio" not in reproduction.table_markdown(table, records)[0]
+
+
+def test_report_of_the_fedsmp_curve_plots_accuracy_against_r(tmp_path):
+  table = reproduction.get_table("fedsmp")
+  for row, acc in zip(table.rows[:2], (0.8, 0.7)):
+    reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], acc), "x")
+  report = tmp_path / "R.md"
+  reproduction.write_report(tmp_path, report, "cmd")
+  assert "![fedsmp-ratio](R_plots/fedsmp-ratio.png)" in report.read_text()
+  assert (tmp_path / "R_plots" / "fedsmp-ratio.png").read_bytes()[:4] == b"\x89PNG"
