@@ -1014,9 +1014,9 @@ def table_markdown(table: Table, records: dict[str, list[dict]]) -> tuple[str, l
                  f"{len(s.seeds)} | {s.rounds} | {diff} | {s.verdict} |")
   if table.claim and summaries:
     lines += ["", f"Claim: {table.claim}. Ours: {claim_check(summaries)}."]
-    if any(len(s.seeds) == 1 for s in summaries):
-      lines[-1] += (" One seed per ratio: a rise or a fall smaller than the spread "
-                    "between seeds is no evidence of the shape.")
+    if single := sum(len(s.seeds) == 1 for s in summaries):
+      lines[-1] += (f" {single} of {len(summaries)} rows run at one seed: a rise or a fall "
+                    "smaller than the spread between seeds is no evidence of the shape.")
   shared = [f"{r.name} ({twins[0]['same_run_as'].split('/')[0]})" for r in table.rows
             if (twins := [k for k in records.get(r.slug, []) if "same_run_as" in k])]
   if shared:

@@ -47,6 +47,7 @@ def test_a_scheme_and_its_dp_variant_share_a_colour_the_dp_line_dashed():
 def test_ratio_curve_draws_each_schemes_best_accuracy_against_r(tmp_path, monkeypatch):
   drawn = []
   save = plots._save
+
   def capture(fig, path):  # each scheme's line, its error bars, the r axis
     ax = fig.axes[0]
     drawn.extend((c.get_label(), list(c.lines[0].get_xdata()), list(c.lines[0].get_ydata()),

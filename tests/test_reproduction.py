@@ -745,12 +745,12 @@ def test_fedsmp_claim_line_weighs_one_seed_per_ratio():
              for r, a in zip(rows, (0.6, 0.7, 0.65))}
   body, _ = reproduction.table_markdown(table, records)
   assert "Ours: Fed-SMP-randk peaks at r = 0.01 (0.700): rises then falls" in body
-  assert "One seed per ratio" in body
+  assert "3 of 3 rows run at one seed" in body
   records[rows[1].slug].append({"seed": 1, "record": records[rows[1].slug][0]["record"]})
-  assert "One seed per ratio" in reproduction.table_markdown(table, records)[0]
+  assert "2 of 3 rows run at one seed" in reproduction.table_markdown(table, records)[0]
   for slug in records:
     records[slug] = [dict(k, seed=s) for s in (0, 1) for k in records[slug][:1]]
-  assert "One seed per ratio" not in reproduction.table_markdown(table, records)[0]
+  assert "at one seed" not in reproduction.table_markdown(table, records)[0]
 
 
 def test_report_of_the_fedsmp_curve_plots_accuracy_against_r(tmp_path):
