@@ -196,26 +196,26 @@ def plot_attack(records: list[dict], metric: str, path: str | os.PathLike,
   return path
 
 
-def plot_ratio_curve(points: list[tuple[str, float, float, float, float]],
+def plot_ratio_curve(curves: dict[str, list[tuple[float, float, float, float]]],
                      path: str | os.PathLike, title: str = "") -> pathlib.Path:
   """Best accuracy against the compression ratio r, one line per scheme, on
   a log r axis, with the [min, max] over seeds as an error bar.
 
   Args:
-    points: (scheme, r, mean, min, max) for each row run.
+    curves: For each scheme, (r, mean, min, max) sorted by r
+      (``fedjax_dp.reproduction.ratio_curves``).
     path: The PNG to write.
     title: The plot's title.
 
   Raises:
-    ValueError: No points.
+    ValueError: No point.
   """
-  if not points:
+  if not any(curves.values()):
     raise ValueError("plot_ratio_curve needs at least one point")
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   fig, ax = _pyplot().subplots(figsize=(6, 4))
-  for scheme in dict.fromkeys(p[0] for p in points):
-    curve = sorted(p[1:] for p in points if p[0] == scheme)
+  for scheme, curve in curves.items():
     ratios, means, lows, highs = zip(*curve)
     ax.errorbar(ratios, means, yerr=[[m - lo for m, lo in zip(means, lows)],
                                      [hi - m for m, hi in zip(means, highs)]],

@@ -1030,18 +1030,25 @@ def table_markdown(table: Table, records: dict[str, list[dict]]) -> tuple[str, l
   return "\n".join(lines) + "\n", summaries
 
 
+def ratio_curves(summaries: list[Summary]) -> dict[str, list[tuple[float, float, float, float]]]:
+  """Each scheme's rows by ratio: (r, mean accuracy, min, max over seeds),
+  sorted by r."""
+  return {scheme: sorted((s.row.ratio, s.accuracy, *s.spread) for s in summaries
+                         if s.row.scheme == scheme)
+          for scheme in dict.fromkeys(s.row.scheme for s in summaries)}
+
+
 def claim_check(summaries: list[Summary]) -> str:
   """Where each scheme's accuracy peaks over r, whether it rises then falls,
   and by how much (the peak over the smallest and the largest r run), so
   that a reader can weigh the shape against the spread between seeds."""
   parts = []
-  for scheme in dict.fromkeys(s.row.scheme for s in summaries):
-    curve = sorted((s.row.ratio, s.accuracy) for s in summaries if s.row.scheme == scheme)
+  for scheme, curve in ratio_curves(summaries).items():
     if len(curve) < 3:
       parts.append(f"{scheme}: {len(curve)} ratio(s) run, too few to tell")
       continue
     peak = max(range(len(curve)), key=lambda i: curve[i][1])
-    (low, first), (r, best), (high, last) = curve[0], curve[peak], curve[-1]
+    (low, first, *_), (r, best, *_), (high, last, *_) = curve[0], curve[peak], curve[-1]
     rise, fall = f"+{best - first:.3f} over r = {low:g}", f"+{best - last:.3f} over r = {high:g}"
     shape = (f"rises then falls ({rise}, {fall})" if 0 < peak < len(curve) - 1 else
              f"highest at the smallest r run ({fall})" if peak == 0 else
@@ -1108,9 +1115,8 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
                                         plot_dir / f"{table.name}-epsilon.png"))
       paths += _attack_plots(table, summaries, runs, plot_dir)
       if table.claim:  # the claim is about the curve over r
-        paths.append(plots.plot_ratio_curve(
-            [(s.row.scheme, s.row.ratio, s.accuracy, *s.spread) for s in summaries],
-            plot_dir / f"{table.name}-ratio.png", table.title))
+        paths.append(plots.plot_ratio_curve(ratio_curves(summaries),
+                                            plot_dir / f"{table.name}-ratio.png", table.title))
       figures = "\n" + " ".join(
           f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
     sections.append(f"## {table.title}\n\n{body}{figures}")

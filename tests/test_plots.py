@@ -57,12 +57,12 @@ def test_ratio_curve_draws_each_schemes_best_accuracy_against_r(tmp_path, monkey
     save(fig, path)
 
   monkeypatch.setattr(plots, "_save", capture)
-  points = [("Fed-SMP-randk", 0.05, 0.81, 0.80, 0.83), ("Fed-SMP-randk", 0.005, 0.82, 0.82, 0.82),
-            ("Fed-SMP-topk", 0.01, 0.7, 0.7, 0.7)]
-  path = plots.plot_ratio_curve(points, tmp_path / "r.png", "t")
+  curves = {"Fed-SMP-randk": [(0.005, 0.82, 0.82, 0.82), (0.05, 0.81, 0.80, 0.83)],
+            "Fed-SMP-topk": [(0.01, 0.7, 0.7, 0.7)]}
+  path = plots.plot_ratio_curve(curves, tmp_path / "r.png", "t")
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert drawn == [("Fed-SMP-randk", [0.005, 0.05], [0.82, 0.81],
                     [[0.82, 0.82], [pytest.approx(0.80), pytest.approx(0.83)]]),
                    ("Fed-SMP-topk", [0.01], [0.7], [[0.7, 0.7]]), "log"]
   with pytest.raises(ValueError, match="at least one point"):
-    plots.plot_ratio_curve([], tmp_path / "e.png")
+    plots.plot_ratio_curve({}, tmp_path / "e.png")

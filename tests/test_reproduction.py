@@ -95,6 +95,8 @@ def test_claim_check_tells_rise_then_fall_from_monotone():
   rise_fall = [_summary("A", r, a) for r, a in ((0.01, .5), (0.1, .7), (1.0, .6))]
   rising = [_summary("B", r, a) for r, a in ((0.01, .5), (0.1, .6), (1.0, .7))]
   text = reproduction.claim_check(rise_fall + rising + [_summary("C", 0.1, .5)])
+  assert reproduction.ratio_curves(rising[::-1])["B"] == [
+      (0.01, .5, .5, .5), (0.1, .6, .6, .6), (1.0, .7, .7, .7)]
   assert "A peaks at r = 0.1 (0.700): rises then falls (+0.200 over r = 0.01, " \
          "+0.100 over r = 1)" in text
   assert "B peaks at r = 1 (0.700): highest at the largest r run (+0.200 over r = 0.01)" in text
