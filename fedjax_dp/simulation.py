@@ -30,7 +30,7 @@ from fedjax_dp import (aggregators, attacks, bandwidth, canaries, distributed, f
                        metrics, sampling, sharding)
 from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp.compression import universal_coding
-from fedjax_dp.data import ClientData
+from fedjax_dp.data import ClientData, as_float
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting, noise, secure_aggregation
 from fedjax_dp.schemes.base import LocalTraining, Scheme, SetupData, Traits
@@ -148,10 +148,6 @@ class RoundConfig:
     return self.capacity + self.canary_slots
 
 
-def _as_float(x: jax.Array) -> jax.Array:
-  return x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
-
-
 class RoundInputs(NamedTuple):
   """What a round derives from (state, run key, t): keys, cohort, plan."""
 
@@ -214,7 +210,7 @@ def make_train_fn(model: FlatModel, cfg: RoundConfig
 
   def train_slots(shared, data, indices, train_keys):
     w, plan = shared
-    x = _as_float(data.x[indices])
+    x = as_float(data.x[indices])
     y = data.y[indices]
     return jax.vmap(lambda xk, yk, kk: scheme.client_message(
         model, w, plan, xk, yk, kk, cfg.local))(x, y, train_keys)
@@ -411,7 +407,7 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
     # Real examples first: local training draws its batches below their count.
     real_first = jnp.argsort(pooled_y < 0, stable=True)
     pooled_x, pooled_y = pooled_x[real_first], pooled_y[real_first]
-    shared = scheme.client_message(adversary, w, inputs.plan, _as_float(pooled_x), pooled_y,
+    shared = scheme.client_message(adversary, w, inputs.plan, as_float(pooled_x), pooled_y,
                                    keys.purpose(inputs.keys.round, keys.ATTACK), cfg.local)
     return lambda ids: jnp.broadcast_to(shared, (ids.shape[0],) + shared.shape)
 
@@ -419,7 +415,7 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
     draw_keys = keys.attacker_keys(inputs.keys.round, ids)
     return jax.vmap(lambda xk, yk, kk: scheme.client_message(
         adversary, w, inputs.plan, xk, yk, kk, cfg.local))(
-            _as_float(data.x[ids]), data.y[ids], draw_keys)
+            as_float(data.x[ids]), data.y[ids], draw_keys)
 
   return own
 
@@ -537,7 +533,7 @@ def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
     ids = inputs.cohort.indices[:num]
     out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
         model, state.weights, inputs.plan, xk, yk, kk, cfg.local))(
-            _as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
+            as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
     return out, inputs.cohort.mask[:num]
 
   if sharding.mesh_size(cfg.mesh) > 1:
@@ -559,7 +555,7 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
   devices = sharding.mesh_size(mesh)
 
   def predict_batches(w, xb):
-    return jax.lax.map(lambda b: model.predict(w, _as_float(b)), xb)
+    return jax.lax.map(lambda b: model.predict(w, as_float(b)), xb)
 
   if devices > 1:
     spec = jax.sharding.PartitionSpec(sharding.AXIS)

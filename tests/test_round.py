@@ -106,6 +106,24 @@ def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
   assert 0 < s_bas < s_top and s_bas == pytest.approx(full * np.sqrt(0.005), rel=0.3)
 
 
+def test_initial_update_norms_are_each_clients_round_from_w0(small_federation):
+  """Thesis 5.2.6 fn 4: the norms S's median is taken over, one per client, in
+  client order, through the padded last chunk (7 clients in chunks of 3)."""
+  from fedjax_dp import client
+  from tiny_model import tiny_linear
+  data, _, _ = small_federation
+  model, key = tiny_linear(), jax.random.PRNGKey(5)
+  w0 = model.init(jax.random.PRNGKey(0))
+  few = simulation.ClientData(data.x[:7], data.y[:7])
+  norms = calibration.initial_update_norms(model, w0, few, key, steps=3, batch_size=5,
+                                           lr=0.1, chunk=3)
+  want = [np.linalg.norm(client.local_sgd(
+      model.loss, w0, jnp.asarray(few.x[i], jnp.float32) / 255, few.y[i],
+      jax.random.fold_in(key, i), steps=3, batch_size=5, lr=0.1) - w0) for i in range(7)]
+  assert norms.shape == (7,) and len(set(norms.tolist())) == 7
+  np.testing.assert_allclose(norms, want, rtol=1e-5)
+
+
 def test_cpu_default_chunks_only_where_they_train_fewer_slots_than_one_piece():
   """On a CPU the cohort goes 4 slots a device at a time when the planned
   rounds leave chunks of padding to skip; a cohort that is always full (thesis

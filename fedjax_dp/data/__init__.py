@@ -7,8 +7,9 @@ client data from any grouping (padding rows are labelled ``PADDING_LABEL``).
 thesis' proprietary medical data (:mod:`fedjax_dp.data.medical`).
 """
 
-from fedjax_dp.data.federated import (ClientData, FederatedData, holdout_indices, load_federated,
-                                      load_federated_with_public, partition_iid, public_batch)
+from fedjax_dp.data.federated import (ClientData, FederatedData, as_float, holdout_indices,
+                                      load_federated, load_federated_with_public, partition_iid,
+                                      public_batch)
 from fedjax_dp.data.idx import (
     CHECKSUMS,
     DATASETS,
@@ -34,6 +35,7 @@ __all__ = [
     "FederatedData",
     "MedicalSynth",
     "MedicalSynthConfig",
+    "as_float",
     "bayes_log_odds",
     "client_sizes",
     "data_dirs",

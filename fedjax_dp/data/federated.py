@@ -14,12 +14,19 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.data.idx import load_dataset
 
-__all__ = ["ClientData", "FederatedData", "holdout_indices", "load_federated", "load_federated_with_public",
+__all__ = ["ClientData", "FederatedData", "as_float", "holdout_indices", "load_federated", "load_federated_with_public",
            "partition_iid", "public_batch"]
+
+
+def as_float(x: jax.Array) -> jax.Array:
+    """Examples as the model reads them: uint8 images scaled to [0, 1] (any
+    other dtype unchanged)."""
+    return x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
 
 
 class ClientData(NamedTuple):
