@@ -19,8 +19,8 @@ import numpy as np
 
 from fedjax_dp.data.idx import load_dataset
 
-__all__ = ["ClientData", "FederatedData", "as_float", "holdout_indices", "load_federated", "load_federated_with_public",
-           "partition_iid", "public_batch"]
+__all__ = ["ClientData", "FederatedData", "as_float", "holdout_indices", "load_federated",
+           "load_federated_with_public", "partition_iid", "public_batch"]
 
 
 def as_float(x: jax.Array) -> jax.Array:
