@@ -110,6 +110,13 @@ def machine() -> str:
   except OSError:
     pass
   load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-  devices = jax.devices()
-  return (f"{cpu}, {os.cpu_count()} cores{load}, "
-          f"{len(devices)} {devices[0].platform} device(s)")
+  return f"{cpu}, {os.cpu_count()} cores{load}, {devices_name(jax.devices())}"
+
+
+def devices_name(devices) -> str:
+  """``2 cpu device(s)``, or with an accelerator its model too:
+  ``1 gpu device(s) (NVIDIA H200)``, since a run's pace and float rounding
+  depend on it."""
+  first = devices[0]
+  kinds = sorted({d.device_kind for d in devices}) if first.platform != "cpu" else []
+  return f"{len(devices)} {first.platform} device(s)" + (f" ({', '.join(kinds)})" if kinds else "")

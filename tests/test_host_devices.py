@@ -63,6 +63,21 @@ def test_cpu_name_tells_processors_of_one_name_apart(text, name):
   assert host_devices.cpu_name(text) == name
 
 
+class _Device:
+  def __init__(self, platform, kind):
+    self.platform, self.device_kind = platform, kind
+
+
+@pytest.mark.parametrize("devices,name", [
+    ([_Device("cpu", "cpu")] * 2, "2 cpu device(s)"),
+    ([_Device("gpu", "NVIDIA H200")], "1 gpu device(s) (NVIDIA H200)"),
+    ([_Device("gpu", "NVIDIA H100"), _Device("gpu", "NVIDIA A100")],
+     "2 gpu device(s) (NVIDIA A100, NVIDIA H100)"),
+])
+def test_devices_name_names_an_accelerator_model(devices, name):
+  assert host_devices.devices_name(devices) == name
+
+
 def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["JAX_PLATFORMS"] = "cpu"
