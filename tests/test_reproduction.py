@@ -588,15 +588,18 @@ def test_a_row_with_the_command_of_another_tables_record_reuses_it(tmp_path, cap
   assert kept["paper"]["accuracy"] == std.paper.accuracy != uai_std.paper.accuracy
   assert json.loads(reproduction.record_path(tmp_path, t42, std, 0).read_text()) == kept
   # Another seed, or another command, is not a twin.
-  reproduction.run_row(t42, std, 1, tmp_path, _fake_sweep(calls, 0.5, dp=False), "x")
+  reproduction.run_row(t42, std, 1, tmp_path, _fake_sweep(calls, 0.5, dp=False),
+                       "Intel Xeon, 16 cores, 1 gpu device(s) (NVIDIA H200)")
   assert len(calls) == 2
   report = tmp_path / "R.md"
   reproduction.write_report(tmp_path, report, "cmd")
   text = report.read_text()
-  assert "CPU wall hours in the kept records: 0.0." in text
+  # 7 s on "x" (no devices named: a CPU) counted once, 7 s on the GPU.
+  assert "wall hours in the kept records: 0.0 on CPUs, 0.0 on accelerators" in text
   assert "so the same run (its hours counted there): FL-STD (uai-table1)." in text
   summary = reproduction.summarize(std, reproduction.kept_records(tmp_path, t42)["FL-STD"])
   assert summary.seeds == (0, 1) and summary.seconds == 7.0  # seed 1's alone
+  assert summary.accelerator_seconds == 7.0  # seed 1 ran on the GPU
   assert _script_main()(["list", "thesis-4.2", "--out", str(tmp_path)]) == 0
   assert "seed 0 kept (0.0 h; the run of uai-table1/FL-STD.seed0.json)" in capsys.readouterr().out
 
@@ -763,3 +766,13 @@ def test_report_of_the_fedsmp_curve_plots_accuracy_against_r(tmp_path):
   reproduction.write_report(tmp_path, report, "cmd")
   assert "![fedsmp-ratio](R_plots/fedsmp-ratio.png)" in report.read_text()
   assert (tmp_path / "R_plots" / "fedsmp-ratio.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("machine,accelerator", [
+    ("AMD EPYC (family 25, model 17, AVX-512), 2 cores, load 1.9, 2 cpu device(s)", False),
+    ("Intel Xeon (family 6), 16 cores, load 2.5, 1 gpu device(s) (NVIDIA H200)", True),
+    ("host, 8 cores, 4 tpu device(s) (TPU v4)", True),
+    ("test host", False),  # names no devices
+])
+def test_on_accelerator_reads_the_machine_line(machine, accelerator):
+  assert reproduction.on_accelerator(machine) is accelerator
