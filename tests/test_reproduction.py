@@ -702,6 +702,16 @@ def test_the_committed_campaign_queue_is_valid():
   assert reduced == {t for t in reproduction.tables() if t.startswith("thesis-6.")}
 
 
+def test_the_committed_gpu_queue_runs_the_attack_tables_in_the_paper_setting():
+  """experiments/campaign-gpu.txt: valid, and every attack table in the
+  paper's setting (never --reduced), every row of it."""
+  jobs = _script()._queue(str(ROOT / "experiments" / "campaign-gpu.txt"), "OUT")
+  assert not any(job.reduced or job.extra for job in jobs)
+  attack = {t for t in reproduction.tables() if t.startswith("thesis-6.")}
+  covered = {job.table.name for job in jobs if len(job.rows) == len(job.table.rows)}
+  assert attack <= covered
+
+
 def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_path, capsys):
   """plan: each (row, seed) once, in the queue's order, without the kept ones
   (nor those kept for another table); an interrupted run at its own pace, the
