@@ -273,6 +273,26 @@ def test_colluding_attackers_send_one_boosted_update(small_federation):
                              atol=1e-6)
 
 
+@pytest.mark.parametrize("chunk", [7, 16, 64])
+def test_gradient_ascent_takes_the_pooled_gradient_in_chunks(chunk):
+  """The mean loss's gradient, chunk by chunk (a chunk at the end padded, and
+  padding rows in the pool ignored), equals the one-pass gradient; a pool
+  that fits one chunk is computed in one pass, bit for bit."""
+  model = tiny_linear()
+  w = 0.1 * jax.random.normal(jax.random.key(0), (model.num_params,))
+  x = jax.random.uniform(jax.random.key(1), (45, 28, 28, 1))
+  y = jax.random.randint(jax.random.key(2), (45,), 0, 10).at[40:].set(PADDING_LABEL)
+  whole = jax.grad(model.loss)(w, x, y)
+  chunked = jax.jit(lambda w: attacks.mean_loss_grad(model.loss, w, x, y, chunk))(w)
+  np.testing.assert_allclose(chunked, whole, rtol=2e-5, atol=1e-7)
+  assert np.abs(np.asarray(whole)).max() > 1e-3
+  # A wrong weighting (each chunk's mean averaged) differs.
+  uneven = np.mean([jax.grad(model.loss)(w, x[i:i + 16], y[i:i + 16]) for i in (0, 16, 32)],
+                   axis=0)
+  assert np.abs(uneven - np.asarray(whole)).max() > 1e-4
+  np.testing.assert_array_equal(attacks.mean_loss_grad(model.loss, w, x, y, 45), whole)
+
+
 def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clients(
     small_federation):
   """Thesis l.1720: the 0s leave every honest client and, relabelled, join
