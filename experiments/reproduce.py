@@ -254,14 +254,17 @@ def _kind(row: reproduction.Row, images: int) -> tuple[str, int, bool]:
   return row.scheme, images, "--attack" in row.flags
 
 
-def _paces(out: str) -> list[_Pace]:
-  """The paces of the records kept in ``out`` (each run once: a record
-  reused from another table's run is left out)."""
+def _paces(out: str, accelerator: bool) -> list[_Pace]:
+  """The paces of the records kept in ``out`` on this kind of machine (on
+  an accelerator or not: a GPU run took 40-130 s where the 2-core CPU takes
+  hours), each run once (a record reused from another table's run is left
+  out)."""
   paces = []
   for table in reproduction.tables().values():
     for row in table.rows:
       for state in reproduction.run_states(out, table, row):
-        if state.finished and not state.same_run_as and state.round:
+        if (state.finished and not state.same_run_as and state.round
+            and state.accelerator == accelerator):
           _, images = _run_size(row, state.seed, row.reduced if state.reduced else ())
           paces.append(_Pace(table.name, row.slug, _kind(row, images),
                              state.seconds / state.round))
@@ -294,9 +297,10 @@ def _pace(paces: list[_Pace], table: reproduction.Table, row: reproduction.Row,
 
 def _plan(path: str, out: str) -> int:
   """Prints what ``queue`` would still run from the file, in order, each run
-  with its estimated hours (at the kept records' paces), and their sum."""
+  with its estimated hours (at the paces of the records kept on this kind of
+  machine, CPU or accelerator), and their sum."""
   jobs = _queue(path, out)
-  paces = _paces(out)
+  paces = _paces(out, reproduction.on_accelerator(host_devices.machine()))
   planned: set[tuple[str, ...]] = set()  # the commands listed
   hours, without = 0.0, 0
   for job in jobs:

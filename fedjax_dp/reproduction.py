@@ -787,6 +787,8 @@ class RunState(NamedTuple):
       command, that record (``table/file``); else "".
     older: A checkpoint of the row's command as it was defined before (it
       is replaced, not continued, when the row runs).
+    accelerator: A record whose machine line names GPU or TPU devices
+      (:func:`on_accelerator`); a checkpoint's machine is not known (False).
   """
 
   seed: int
@@ -797,6 +799,7 @@ class RunState(NamedTuple):
   running: int | None = None
   same_run_as: str = ""
   older: bool = False
+  accelerator: bool = False
 
 
 def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]:
@@ -806,7 +809,8 @@ def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]
     kept = _kept(out, table, row, suffix, extra)
     done = {r["seed"] for r in kept}
     states += [RunState(r["seed"], bool(suffix), True, r["record"]["rounds"],
-                        r["record"]["seconds"], same_run_as=r.get("same_run_as", ""))
+                        r["record"]["seconds"], same_run_as=r.get("same_run_as", ""),
+                        accelerator=on_accelerator(r.get("machine", "")))
                for r in kept]
     runs = pathlib.Path(out, ".runs", table.name, row.slug)
     # A run holds its lock from the start, its folder exists once it trains.

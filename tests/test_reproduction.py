@@ -755,6 +755,15 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
       f"4 runs to go: about {(2 * 200 * pace + 1800 + signsgd) / 3600:.1f} run-hours at the "
       "kept records' paces"]
   assert signsgd / 3600 > 0.5  # the sizes differ 7.6-fold: the estimate shows it
+  # A record run on a GPU is no pace for this CPU: FL-RND-DP's seed 0, kept on
+  # an H200, leaves its seed 1 at the pace of the CPU runs of its size.
+  [rnd] = t53.select(["FL-RND-DP_r0.05"])
+  reproduction.run_row(t53, rnd, 0, tmp_path, _fake_sweep([]),
+                       "Intel Xeon, 16 cores, 1 gpu device(s) (NVIDIA H200)")
+  assert plan(queue) == 0
+  assert capsys.readouterr().out.splitlines()[2] == (
+      f"thesis-5.3 FL-RND-DP r=5% seed 1: about {200 * pace / 3600:.1f} h (200 rounds at the "
+      "pace of the kept runs without attack of its size (2))")
   # A quick check (--sweep-flags) is another run than the paper setting's checkpoint.
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 2 --sweep-flags '--rounds 100'\n")
   assert plan(queue) == 0
