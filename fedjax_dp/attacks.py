@@ -41,7 +41,10 @@ message is the scheme's own ``client_message`` computed with an adversarial
 model (:func:`adversarial_model`), whose local update is the attack's, so
 every scheme encodes it as it encodes an honest update (a sign under
 FL-SIGN, where boosting is void, thesis l.1671; DCT coefficients under
-FL-CS, which the thesis never boosts, ``Traits.boostable``). In the
+FL-CS). Every scheme's attackers are boosted by eta_adv: the thesis boosts
+gradient ascent under FL-STD, FL-CS and FL-TOP (l.1653) and leaves FL-CS
+unboosted only in its in-backdoor tables (Tab. 6.5, l.1737), which its
+reproduction rows state with ``--boost 1``. In the
 vmapped round each slot has a role; a malicious slot's message replaces
 its honest one (``fedjax_dp.simulation``). The attackers then privatize like
 everyone else (clip, add their noise share), unless ``skip_noise``: then,

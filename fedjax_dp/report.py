@@ -87,7 +87,7 @@ def attack_label(run: dict) -> str | None:
   if attack is None:
     return None
   text = (f"{attack['kind']} alpha={attack['fraction']:g} "
-          f"boost={attack['boost_applied']:g}")
+          f"boost={attack['boost']:g}")
   if attack.get("source") is not None:
     text += f" {attack['source']}->{attack['target']}"
   text += " no-noise" if attack.get("skip_noise") else ""

@@ -396,7 +396,7 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
   if inputs.attackers.shape[0] == 0:  # alpha N rounds to no attacker
     return None
   # Skipping the noise, attackers boost the message itself (after encoding).
-  boost = attack.boost if scheme.traits.boostable and not attack.skip_noise else 1.0
+  boost = 1.0 if attack.skip_noise else attack.boost
   adversary = attacks.adversarial_model(model, attack, boost)
   if attack.colluding:
     pooled_x = data.x[inputs.attackers].reshape((-1,) + data.x.shape[2:])
@@ -1104,9 +1104,7 @@ def _attack_record(rc: RoundConfig, best: dict) -> dict:
   """The attack's settings and, at the best round, its metrics (none without)."""
   if rc.attack is None:
     return {}
-  boosted = (rc.attack.boost if rc.scheme.traits.boostable or rc.attack.skip_noise
-             else 1.0)
-  return {"attack": {**dataclasses.asdict(rc.attack), "boost_applied": boosted},
+  return {"attack": dataclasses.asdict(rc.attack),
           **{k: best[k] for k in attacks.METRICS if k in best}}
 
 

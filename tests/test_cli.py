@@ -226,7 +226,7 @@ def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
   assert code == 0, capsys.readouterr().err
   run = json.loads((out / "results.json").read_text())["runs"][0]
   assert run["attack"]["kind"] == "in-backdoor" and run["attack"]["source"] == 5
-  assert run["attack"]["target"] == 7 and run["attack"]["boost_applied"] == 3
+  assert run["attack"]["target"] == 7 and run["attack"]["boost"] == 3
   assert 0 <= run["attack_accuracy"] <= 1 and 0 <= run["class_accuracy"] <= 1
   assert run["attack"]["selection"] == "cohort"  # the thesis' reading, the default
   assert run["history"][0]["malicious_clients"] >= 0

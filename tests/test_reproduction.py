@@ -308,6 +308,12 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   row = t65.select(["FL-CS_r0.05_alpha0.4"])[0]
   args, run = _planned(row)
   assert run.config.attack.kind == "in-backdoor" and run.config.attack.boost == 1
+  # eta_adv 7 at 10% malicious, but never for FL-CS in this table (l.1737).
+  boosts = {r.scheme: _planned(r)[1].config.attack.boost for r in t65.select(["*alpha0.1"])}
+  assert boosts == {"FL-SIGN": 7, "FL-STD": 7, "FL-CS": 1, "FL-TOP": 7}
+  # Gradient ascent boosts FL-CS too (Table 6.3, l.1653).
+  [cs63] = reproduction.get_table("thesis-6.3").select(["FL-CS_r0.05_alpha0.1"])
+  assert _planned(cs63)[1].config.attack.boost == 10
   assert (run.config.attack.source, run.config.attack.target) == (5, 7)
   assert run.setting["local_steps"] == 3000 and run.setting["num_clients"] == 10
   assert (row.paper.accuracy, row.attack_metric, row.paper_attack) == (

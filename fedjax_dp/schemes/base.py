@@ -74,8 +74,6 @@ class Traits(NamedTuple):
       the nominal bits per value. 0: nothing measured.
     public_holdout: Training examples held out of the clients' data as the
       server's public set (Fed-SMP top_k); 0: the UAI public batch.
-    boostable: Attackers scale their update by eta_adv (thesis Sec. 6.1);
-      False where the thesis never boosts (FL-CS, l.113 and l.121).
   """
 
   dp: bool = False
@@ -87,7 +85,6 @@ class Traits(NamedTuple):
   fixed_sensitivity: str | None = None
   measured_streams: int = 0
   public_holdout: int = 0
-  boostable: bool = True
 
 
 class SetupData(NamedTuple):

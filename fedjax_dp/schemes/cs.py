@@ -119,9 +119,8 @@ class CSScheme(Scheme):
 
   @property
   def traits(self) -> Traits:
-    """m = r*n real values up, the full model down (thesis Table 4.2); the
-    thesis never boosts attackers of FL-CS (Sec. 6.2)."""
-    return Traits(dp=self.private, boostable=False)
+    """m = r*n real values up, the full model down (thesis Table 4.2)."""
+    return Traits(dp=self.private)
 
   def server_optimizer(self) -> optax.GradientTransformation:
     """FL-CS's server step on the mean: momentum rho, rate eta_G (Alg. 4 l. 9-10).
