@@ -30,6 +30,7 @@ Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 """
 
 import argparse
+import os
 import pathlib
 import shlex
 import statistics
@@ -388,4 +389,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  try:
+    sys.exit(main())
+  except BrokenPipeError:  # its reader stopped early (`plan ... | head`): no traceback
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(1)

@@ -265,6 +265,14 @@ def test_bad_input_is_one_line_exit_2(args, needle):
   assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
+def test_list_read_by_a_pipe_that_closes_early_ends_without_a_traceback():
+  """``reproduce.py list | head -1``: the reader goes after one line."""
+  proc = subprocess.run(f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} list "
+                        "| head -c 1", shell=True, capture_output=True, text=True,
+                        cwd=ROOT, timeout=300, env=dict(os.environ))
+  assert len(proc.stdout) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("args,needle", [
     (["thesis-5.3", "--rows", "FL-TOP"], "matches no row of thesis-5.3"),
     (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
