@@ -7,9 +7,14 @@ The attacks (thesis Sec. 6.1, ``../shared/specs/attacks.md``):
 
 * ``random-update`` (l.1626): each malicious client sends N(0, sigma_adv^2 I),
   sigma_adv = 200, every round; no collusion, no boosting.
-* ``gradient-ascent`` (l.1632): the colluding attackers send the same update
-  eta_adv * grad f(pooled malicious data; w) (we read eta_adv as the step of
-  one ascent step on the pooled data, which is sign inversion for T_gd = 1).
+* ``gradient-ascent`` (l.1632): the colluding attackers run the clients'
+  local training on their pooled data ascending the loss instead of
+  descending it ("w_l = w_{l-1} + eta_Adv grad f(U D_k; w)": T_gd steps, a
+  mini-batch each, l.1683) and send eta_adv times that update. We read
+  eta_adv as the boosting the thesis calls it (l.1653: "we use the boosting
+  only with FL-STD, FL-CS and FL-TOP"; void under FL-SIGN's signs, l.1671)
+  and take the steps at the clients' rate eta, so that for T_gd = 1 the
+  attack is the sign inversion the thesis equates it with (l.1683).
 * ``in-backdoor`` (l.1640): malicious clients relabel their source-class
   examples to the target class, train on the pooled data and send eta_adv
   times the update (boosting, l.1647).
@@ -127,7 +132,8 @@ class AttackConfig:
   Attributes:
     kind: One of ``ATTACKS``.
     fraction: alpha in [0, 1), the share of malicious clients.
-    boost: eta_adv >= 1 (gradient ascent's step, the backdoors' boosting).
+    boost: eta_adv >= 1, the boosting of gradient ascent's and the backdoors'
+      updates.
     source: The backdoor's source class (backdoors only).
     target: The backdoor's target class (backdoors only).
     sigma: sigma_adv of ``random-update``.
@@ -201,47 +207,12 @@ def cohort_share(key: jax.Array, num_clients: int,
   return sampling.Malicious(malicious_set(key, num_clients, config.fraction), config.fraction)
 
 
-# Pooled examples whose loss gradient is taken at a time (gradient ascent):
-# one pass over the 6,000 examples of Table 6.3's pool held about 19 GB on
-# the paper CNN, two side by side ran a 24 GB machine out of memory.
-GRAD_CHUNK = 512
-
-
-def mean_loss_grad(loss, w: jax.Array, x: jax.Array, y: jax.Array,
-                   chunk: int = GRAD_CHUNK) -> jax.Array:
-  """The gradient of the mean loss over (x, y), ``chunk`` examples at a time.
-
-  ``loss`` is a model's mean loss over the real examples of a batch (the
-  padding label ignored); the gradient of the mean over all of them is the
-  sum of each chunk's gradient weighted by its real examples, over their
-  total. Up to float rounding this is ``jax.grad(loss)(w, x, y)``, which it
-  computes as such when x fits one chunk; memory grows with the chunk, not
-  with the pool.
-  """
-  size = x.shape[0]
-  if size <= chunk:
-    return jax.grad(loss)(w, x, y)
-  pad = -size % chunk
-  x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
-  y = jnp.concatenate([y, jnp.full((pad,), PADDING_LABEL, y.dtype)])
-  xs = x.reshape((-1, chunk) + x.shape[1:])
-  ys = y.reshape(-1, chunk)
-
-  def add(total, batch):
-    xb, yb = batch
-    count = jnp.sum(yb >= 0).astype(w.dtype)
-    return total + count * jax.grad(loss)(w, xb, yb), None
-
-  total, _ = jax.lax.scan(add, jnp.zeros_like(w), (xs, ys))
-  return total / jnp.maximum(jnp.sum(y >= 0), 1).astype(w.dtype)
-
-
 def adversarial_model(model: FlatModel, config: AttackConfig, boost: float) -> FlatModel:
   """``model`` with the attack's local update (see the module docstring).
 
   * random-update: sigma_adv * N(0, I), whatever the data (no boosting);
-  * gradient-ascent: ``boost`` times the gradient of the mean loss on the
-    given (pooled) data at w: one ascent step of size eta_adv;
+  * gradient-ascent: ``boost`` times the honest local update with the
+    rate negated (T_gd ascent steps on the given, pooled, data);
   * backdoors: ``boost`` times the honest local update on the given
     (poisoned, pooled) data.
 
@@ -259,13 +230,12 @@ def adversarial_model(model: FlatModel, config: AttackConfig, boost: float) -> F
                       grad_indices=None, only_indices=False, momentum=None):
     if config.kind == "random-update":
       update = config.sigma * jax.random.normal(key, w.shape, w.dtype)
-    elif config.kind == "gradient-ascent":
-      update = boost * mean_loss_grad(model.loss, w, x, y)
-    else:
-      return boost * honest(w, x, y, key, steps=steps, batch_size=batch_size, lr=lr,
-                            grad_mask=grad_mask, grad_indices=grad_indices,
-                            only_indices=only_indices, momentum=momentum)
-    return restrict(update, grad_mask, grad_indices, only_indices)
+      return restrict(update, grad_mask, grad_indices, only_indices)
+    # SGD at rate -eta climbs the loss: w <- w + eta * grad f(B; w).
+    rate = -lr if config.kind == "gradient-ascent" else lr
+    return boost * honest(w, x, y, key, steps=steps, batch_size=batch_size, lr=rate,
+                          grad_mask=grad_mask, grad_indices=grad_indices,
+                          only_indices=only_indices, momentum=momentum)
 
   return dataclasses.replace(model, local_update_fn=local_update_fn)
 

@@ -143,8 +143,8 @@ def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
                    help="cohort: the pool makes up alpha of every round's cohort (thesis "
                         "l.1795, the default); fixed: the pool is sampled like every client")
   att.add_argument("--boost", type=float, default=1.0,
-                   help="eta_adv >= 1: gradient ascent's step, the backdoors' boosting "
-                        "(never applied to FL-CS; void under FL-SIGN; default 1)")
+                   help="eta_adv >= 1: the attackers' boosting of gradient ascent and "
+                        "backdoors (void under FL-SIGN; default 1)")
   att.add_argument("--backdoor", default=None,
                    help="SRC:DST classes of a backdoor, by index or name (5:7, "
                         "Sandal:Sneaker)")

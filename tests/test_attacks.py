@@ -258,39 +258,40 @@ def test_colluding_attackers_send_one_boosted_update(small_federation):
   assert (boosted == boosted[0]).all()  # the same message at every slot
   np.testing.assert_allclose(boosted, 3 * base, rtol=1e-5, atol=1e-7)
   assert np.abs(base).max() > 0
-  # Gradient ascent: eta_adv times the gradient of the pooled attackers' loss.
-  data = small_federation[0]
-  ascent, _ = _messages(small_federation, "FL-STD", AttackConfig("gradient-ascent", 0.3,
-                                                                 boost=10))
+
+
+def _pooled_messages(small_federation, name, attack, **kw):
+  """Round 1's attackers' message, their pooled data, and the model and
+  weights it was computed at (``kw`` changes the run's config)."""
+  data, _, public = small_federation
+  cfg = dataclasses.replace(_CFG, attack=attack, **kw)
+  model, scheme = tiny_linear(), get_scheme(name)
+  prep = simulation.prepare(model, scheme, data, public, cfg)
+  rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
+  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
+  sent = simulation.attack_messages(model, rc, prep.state.weights, inputs, data)
+  message = np.asarray(sent(inputs.cohort.indices))[0]
   ids = np.asarray(inputs.attackers)
   x = jnp.asarray(data.x)[ids].reshape((-1,) + data.x.shape[2:]).astype(jnp.float32)
   if data.x.dtype == jnp.uint8:  # stored as bytes, trained on [0, 1]
     x = x / 255.0
-  y = jnp.asarray(data.y)[ids].reshape(-1)
-  model = tiny_linear()
-  w0 = jax.jit(model.init)(keys.purpose(keys.run_key(0), keys.INIT))
-  np.testing.assert_allclose(ascent[0], 10 * jax.grad(model.loss)(w0, x, y), rtol=1e-4,
-                             atol=1e-6)
+  return message, (x, jnp.asarray(data.y)[ids].reshape(-1)), model, prep.state.weights, cfg
 
 
-@pytest.mark.parametrize("chunk", [7, 16, 64])
-def test_gradient_ascent_takes_the_pooled_gradient_in_chunks(chunk):
-  """The mean loss's gradient, chunk by chunk (a chunk at the end padded, and
-  padding rows in the pool ignored), equals the one-pass gradient; a pool
-  that fits one chunk is computed in one pass, bit for bit."""
-  model = tiny_linear()
-  w = 0.1 * jax.random.normal(jax.random.key(0), (model.num_params,))
-  x = jax.random.uniform(jax.random.key(1), (45, 28, 28, 1))
-  y = jax.random.randint(jax.random.key(2), (45,), 0, 10).at[40:].set(PADDING_LABEL)
-  whole = jax.grad(model.loss)(w, x, y)
-  chunked = jax.jit(lambda w: attacks.mean_loss_grad(model.loss, w, x, y, chunk))(w)
-  np.testing.assert_allclose(chunked, whole, rtol=2e-5, atol=1e-7)
-  assert np.abs(np.asarray(whole)).max() > 1e-3
-  # A wrong weighting (each chunk's mean averaged) differs.
-  uneven = np.mean([jax.grad(model.loss)(w, x[i:i + 16], y[i:i + 16]) for i in (0, 16, 32)],
-                   axis=0)
-  assert np.abs(uneven - np.asarray(whole)).max() > 1e-4
-  np.testing.assert_array_equal(attacks.mean_loss_grad(model.loss, w, x, y, 45), whole)
+def test_gradient_ascent_is_the_clients_training_climbing_the_loss_then_boosted(
+    small_federation):
+  """Thesis l.1632: w_l = w_{l-1} + eta grad f(pooled data; w), T_gd steps,
+  the update boosted by eta_adv (l.1653). One full-batch step is exactly
+  eta_adv * eta * grad; several steps climb the pooled loss."""
+  attack = AttackConfig("gradient-ascent", 0.3, boost=10)
+  one, (x, y), model, w0, cfg = _pooled_messages(small_federation, "FL-STD", attack,
+                                                 local_steps=1, batch_size=100_000)
+  np.testing.assert_allclose(one, 10 * cfg.lr * jax.grad(model.loss)(w0, x, y),
+                             rtol=1e-4, atol=1e-6)
+  steps, *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=5)
+  pooled_loss = lambda update: float(model.loss(w0 + update, x, y))
+  # Five unboosted mini-batch steps climb the pooled loss, further than one step.
+  assert pooled_loss(steps / 10) > pooled_loss(one / 10) > pooled_loss(0 * one) + 1e-3
 
 
 def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clients(
