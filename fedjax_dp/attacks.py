@@ -221,16 +221,13 @@ def adversarial_model(model: FlatModel, config: AttackConfig, boost: float) -> F
   """
   honest = model.local_update
 
-  def restrict(update, grad_mask, grad_indices, only_indices):
-    if grad_mask is not None:
-      update = update * grad_mask
-    return update[grad_indices] if only_indices else update
-
   def local_update_fn(_, w, x, y, key, *, steps, batch_size, lr, grad_mask=None,
                       grad_indices=None, only_indices=False, momentum=None):
     if config.kind == "random-update":
       update = config.sigma * jax.random.normal(key, w.shape, w.dtype)
-      return restrict(update, grad_mask, grad_indices, only_indices)
+      if grad_mask is not None:
+        update = update * grad_mask
+      return update[grad_indices] if only_indices else update
     # SGD at rate -eta climbs the loss: w <- w + eta * grad f(B; w).
     rate = -lr if config.kind == "gradient-ascent" else lr
     return boost * honest(w, x, y, key, steps=steps, batch_size=batch_size, lr=rate,
