@@ -255,21 +255,29 @@ def _kind(row: reproduction.Row, images: int) -> tuple[str, int, bool]:
   return row.scheme, images, "--attack" in row.flags
 
 
-def _paces(out: str, accelerator: bool) -> list[_Pace]:
-  """The paces of the records kept in ``out`` on this kind of machine (on
-  an accelerator or not: a GPU run took 40-130 s where the 2-core CPU takes
-  hours), each run once (a record reused from another table's run is left
-  out)."""
+def _paces(out: str, here: str) -> tuple[list[_Pace], str]:
+  """The paces of the records kept in ``out``, each run once (a record
+  reused from another table's run is left out), and where they were kept:
+  on this machine's model (``here``, a ``host_devices.machine`` line) when
+  any was, else on machines of its kind, with an accelerator or without
+  (the 2-core CPU VMs of this project differed five-fold in pace, and a GPU
+  run took 40-130 s where such a CPU takes hours)."""
   paces = []
   for table in reproduction.tables().values():
     for row in table.rows:
       for state in reproduction.run_states(out, table, row):
-        if (state.finished and not state.same_run_as and state.round
-            and state.accelerator == accelerator):
+        if state.finished and not state.same_run_as and state.round:
           _, images = _run_size(row, state.seed, row.reduced if state.reduced else ())
-          paces.append(_Pace(table.name, row.slug, _kind(row, images),
-                             state.seconds / state.round))
-  return paces
+          paces.append((state.machine, _Pace(table.name, row.slug, _kind(row, images),
+                                             state.seconds / state.round)))
+  model = reproduction.machine_model(here)
+  same = [p for m, p in paces if reproduction.machine_model(m) == model]
+  if same:
+    return same, "on this machine"
+  accelerator = reproduction.on_accelerator(here)
+  kind = "accelerator" if accelerator else "CPU"
+  return ([p for m, p in paces if reproduction.on_accelerator(m) == accelerator],
+          f"on other {kind} machines")
 
 
 def _pace(paces: list[_Pace], table: reproduction.Table, row: reproduction.Row,
@@ -299,9 +307,10 @@ def _pace(paces: list[_Pace], table: reproduction.Table, row: reproduction.Row,
 def _plan(path: str, out: str) -> int:
   """Prints what ``queue`` would still run from the file, in order, each run
   with its estimated hours (at the paces of the records kept on this kind of
-  machine, CPU or accelerator), and their sum."""
+  machine, CPU or accelerator, and of this machine's model where it kept
+  any), and their sum."""
   jobs = _queue(path, out)
-  paces = _paces(out, reproduction.on_accelerator(host_devices.machine()))
+  paces, where = _paces(out, host_devices.machine())
   planned: set[tuple[str, ...]] = set()  # the commands listed
   hours, without = 0.0, 0
   for job in jobs:
@@ -333,7 +342,8 @@ def _plan(path: str, out: str) -> int:
           continue
         hours += left / 3600
   runs = f"{len(planned)} run{'' if len(planned) == 1 else 's'}"
-  print(f"{runs} to go: about {hours:.1f} run-hours at the kept records' paces"
+  basis = f"the paces of the records kept {where}" if paces else "the kept records' paces"
+  print(f"{runs} to go: about {hours:.1f} run-hours at {basis}"
         + (f", and {without} without an estimate" if without else ""))
   return 0
 

@@ -789,8 +789,8 @@ class RunState(NamedTuple):
       command, that record (``table/file``); else "".
     older: A checkpoint of the row's command as it was defined before (it
       is replaced, not continued, when the row runs).
-    accelerator: A record whose machine line names GPU or TPU devices
-      (:func:`on_accelerator`); a checkpoint's machine is not known (False).
+    machine: A record's machine line (``host_devices.machine``); "" for a
+      checkpoint, whose machine is not known.
   """
 
   seed: int
@@ -801,7 +801,7 @@ class RunState(NamedTuple):
   running: int | None = None
   same_run_as: str = ""
   older: bool = False
-  accelerator: bool = False
+  machine: str = ""
 
 
 def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]:
@@ -812,7 +812,7 @@ def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]
     done = {r["seed"] for r in kept}
     states += [RunState(r["seed"], bool(suffix), True, r["record"]["rounds"],
                         r["record"]["seconds"], same_run_as=r.get("same_run_as", ""),
-                        accelerator=on_accelerator(r.get("machine", "")))
+                        machine=r.get("machine", ""))
                for r in kept]
     runs = pathlib.Path(out, ".runs", table.name, row.slug)
     # A run holds its lock from the start, its folder exists once it trains.
@@ -969,6 +969,12 @@ def on_accelerator(machine: str) -> bool:
   TPU devices: ``..., 1 gpu device(s) (NVIDIA H200)``."""
   match = re.search(r"\d+ (\w+) device\(s\)", machine)
   return match is not None and match[1] != "cpu"
+
+
+def machine_model(machine: str) -> str:
+  """A machine line without its load: what tells runs of like pace apart
+  (``AMD EPYC (family 26, model 2, AVX-512), 2 cores, 2 cpu device(s)``)."""
+  return re.sub(r", load [\d.]+", "", machine)
 
 
 def settled_low(history: list[dict], metric: str) -> float | None:

@@ -128,7 +128,7 @@ def test_report_of_a_table_without_dp_rows_has_no_epsilon_plot(tmp_path):
   assert plots == ["thesis-4.2-accuracy.png", "thesis-4.2-accuracy_vs_upstream.png"]
 
 
-def _fake_sweep(calls, accuracy=0.5, code=0, dp=True):
+def _fake_sweep(calls, accuracy=0.5, code=0, dp=True, seconds=7.0):
   """A sweep that writes a results.json with a short history, like sweep.py."""
   def sweep(argv):
     calls.append(argv)
@@ -142,7 +142,7 @@ def _fake_sweep(calls, accuracy=0.5, code=0, dp=True):
       backdoor = {"class_accuracy": 0.25, "attack_accuracy": 0.5, "main_accuracy": 0.97}
       history = [dict(h, **backdoor) for h in history]
     record = {**backdoor,"scheme": argv[1], "ratio": float(argv[3]), "best_accuracy": accuracy,
-              "best_round": 3, "epsilon": 0.5 if dp else None, "rounds": 3, "seconds": 7.0,
+              "best_round": 3, "epsilon": 0.5 if dp else None, "rounds": 3, "seconds": seconds,
               "noise_multiplier": 1.54 if dp else 0.0, "clients_per_round": 100,
               "num_clients": 6000, "delta": 1e-5 if dp else None,
               "upstream_values": 83200, "upstream_bits": 32, "history": history}
@@ -453,8 +453,8 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
   assert json.loads((reproduction.work_dir(tmp_path, table, row, 1) / reproduction.COMMAND)
                     .read_text()) == {"argv": row.argv(1, "OUT")}
   assert reproduction.run_states(tmp_path, table, row) == [
-      reproduction.RunState(1, False, True, 3, 7.0),
-      reproduction.RunState(0, True, True, 3, 7.0)]
+      reproduction.RunState(1, False, True, 3, 7.0, machine="x"),
+      reproduction.RunState(0, True, True, 3, 7.0, machine="x")]
   assert reproduction.run_states(tmp_path, table, other) == [
       reproduction.RunState(2, True, False, 4, 90.0),
       reproduction.RunState(4, True, False, 12, 5.0),
@@ -726,13 +726,18 @@ def test_the_committed_gpu_queue_runs_the_attack_tables_in_the_paper_setting():
   assert attack <= covered
 
 
-def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_path, capsys):
+def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_path, capsys,
+                                                                        monkeypatch):
   """plan: each (row, seed) once, in the queue's order, without the kept ones
   (nor those kept for another table); an interrupted run at its own pace, the
   others at the pace of the row's kept seeds, else of runs of their size,
-  else scaled by size; a run with nothing to go by is counted apart."""
+  else scaled by size; a run with nothing to go by is counted apart. Records
+  kept on this machine's model, where there are any, outweigh the rest."""
   import numpy as np
-  from fedjax_dp import checkpoint
+  from fedjax_dp import checkpoint, host_devices
+
+  here = "AMD EPYC (family 26, model 2, AVX-512), 2 cores, load {}, 2 cpu device(s)"
+  monkeypatch.setattr(host_devices, "machine", lambda: here.format(0.3))
 
   plan = lambda queue: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
   t53, t42 = reproduction.get_table("thesis-5.3"), reproduction.get_table("thesis-4.2")
@@ -767,7 +772,7 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
       f"thesis-4.2 signSGD seed 0: about {signsgd / 3600:.1f} h (200 rounds at the pace of "
       "the kept runs without attack, scaled by size (2))",
       f"4 runs to go: about {(2 * 200 * pace + 1800 + signsgd) / 3600:.1f} run-hours at the "
-      "kept records' paces"]
+      "paces of the records kept on other CPU machines"]
   assert signsgd / 3600 > 0.5  # the sizes differ 7.6-fold: the estimate shows it
   # A record run on a GPU is no pace for this CPU: FL-RND-DP's seed 0, kept on
   # an H200, leaves its seed 1 at the pace of the CPU runs of its size.
@@ -778,6 +783,16 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   assert capsys.readouterr().out.splitlines()[2] == (
       f"thesis-5.3 FL-RND-DP r=5% seed 1: about {200 * pace / 3600:.1f} h (200 rounds at the "
       "pace of the kept runs without attack of its size (2))")
+  # A record kept on this machine's model (at another load) outweighs those
+  # of other machines: FL-FREQ-DP's 3 rounds in 30 s set FL-CS-DP's seed 1.
+  [freq] = t53.select(["FL-FREQ-DP_r0.05"])
+  reproduction.run_row(t53, freq, 0, tmp_path, _fake_sweep([], seconds=30.0), here.format(1.7))
+  assert plan(queue) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0] == (f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 10 / 3600:.1f} h (200 "
+                    "rounds at the pace of the kept runs without attack of its size (1))")
+  assert out[-1].endswith("at the paces of the records kept on this machine")
+  (tmp_path / "thesis-5.3" / "FL-FREQ-DP_r0.05.seed0.json").unlink()
   # A quick check (--sweep-flags) is another run than the paper setting's checkpoint.
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 2 --sweep-flags '--rounds 100'\n")
   assert plan(queue) == 0
