@@ -359,6 +359,11 @@ def test_attack_rows_are_judged_on_both_metrics_and_on_divergence():
   assert _attack_summary(std, 0.11).within  # "-" in the thesis: does not converge
   assert _attack_summary(std, 0.11).verdict == "does not converge (best 0.11), as in the paper"
   assert "converges (best 0.85) where the paper's does not" in _attack_summary(std, 0.85).verdict
+  # A reduced row off by more than the cut explains carries its reason.
+  sign = reproduction.get_table("thesis-6.3").select(["FL-SIGN_alpha0.4"])[0]
+  above = _attack_summary(sign, 0.92, reduced=True).verdict
+  assert above.startswith("reduced setting (--rounds 25), not the paper's: accuracy off by +0.13")
+  assert above.endswith(sign.reason) and sign.reason.startswith("cause not found yet")
 
 
 def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
