@@ -853,3 +853,12 @@ def test_report_of_the_fedsmp_curve_plots_accuracy_against_r(tmp_path):
 ])
 def test_on_accelerator_reads_the_machine_line(machine, accelerator):
   assert reproduction.on_accelerator(machine) is accelerator
+
+
+def test_every_stated_reason_reaches_a_row():
+  """A reason keyed to a row that does not exist (a typo'd tag) would go
+  unseen: each entry of the reasons tables is some row's reason."""
+  reasons = {**reproduction._UAI_REASONS, **reproduction._EPS_REASONS,
+             **reproduction._DEGRADATION_REASONS, **reproduction._SIGN_DP_BACKDOOR_REASONS}
+  given = {row.reason for table in reproduction.tables().values() for row in table.rows}
+  assert set(reasons.values()) <= given
