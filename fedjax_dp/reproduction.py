@@ -177,9 +177,10 @@ def _clip(value: float) -> tuple[str, ...]:
   return ("--clip", f"{value:g}")
 
 
-# Rows found to stay off by more than TOLERANCE, with the reason (never a tweak).
-_UAI_REASONS = {
-    ("FL-STD-DP", 1.0): (
+# Rows found to stay off by more than TOLERANCE, with the reason (never a
+# tweak), keyed by (table, row slug); ``tables()`` gives each row its own.
+_REASONS = {
+    ("uai-table1", "FL-STD-DP"): (
         "the peak of a run that then breaks down, cause of the height not established. "
         "The shape matches: the paper's best over 200 rounds is at round 60 (eps 0.76), "
         "seed 0's at round 49 (eps 0.74); after it seed 0 falls to chance at rounds "
@@ -194,13 +195,13 @@ _UAI_REASONS = {
         "lie above the paper's 0.56, by 0.03 to 0.11. The same authors report 0.61 for "
         "FL-STD-DP at eps 1 in the same data setting with S 2.15 (thesis Table 5.2): the "
         "paper's own figures differ by 0.05"),
-    ("FL-BAS-2-DP", 0.005): (
+    ("uai-table1", "FL-BAS-2-DP_r0.005"): (
         "no deviation from the paper's FL-BAS-2-DP found (UAI l.2060-2086: one shared "
         "random set, no reset, clipped and noised like FL-TOP-DP; S 0.16, Table 6). In "
         "the paper DP costs FL-BAS-2 at most 0.02 at 0.1/1/5/10% (0.16/0.14, 0.59/0.62, "
         "0.72/0.72, 0.78/0.77) but 0.08 at 0.5% (0.46/0.38); ours costs 0.02 and passes "
         "0.38 at round 146: most likely the spread of the paper's single run"),
-    ("FL-BAS-4-DP", 0.005): (
+    ("uai-table1", "FL-BAS-4-DP_r0.005"): (
         "the slow start of FL-BAS-4, whose single runs differ by 0.13: without the reset "
         "(UAI l.2069-2070) the 5-step update restricted to the one random set barely "
         "follows the gradient (cosine 0.10 with the first step's, 0.97 with reset; 40 "
@@ -208,7 +209,7 @@ _UAI_REASONS = {
         "and 0.328, 0.460, 0.419 at their best (mean 0.402 against the paper's 0.41: "
         "within). With the same random set and w0 our DP seed 0 ends above our non-DP "
         "one (0.365 against 0.328); this row's seeds 1 and 2 are queued"),
-    ("FL-TOP-BIS", 0.005): (
+    ("uai-table1", "FL-TOP-BIS_r0.005"): (
         "no deviation from the paper's FL-TOP-BIS found (UAI l.2072-2078: FL-TOP's Top-K "
         "set from T_init 5 steps on 10 public MNIST images, trained without the reset). "
         "The paper's FL-TOP-BIS and FL-TOP-BIS-DP differ by 0.08 (0.76 and 0.68); ours "
@@ -216,10 +217,10 @@ _UAI_REASONS = {
         "paper's two average (0.72). Most likely the spread of single runs, which also "
         "differ in their public batch and so in their Top-K set; seeds 1 and 2 will "
         "measure it"),
-    ("FL-TOP-BIS-DP", 0.005): (
+    ("uai-table1", "FL-TOP-BIS-DP_r0.005"): (
         "the pair of FL-TOP-BIS (see its row): ours ends 0.002 above our non-DP run, "
         "the paper's 0.08 below its own; seeds 1 and 2 will measure the spread"),
-    ("FL-CS", 0.005): (
+    ("uai-table1", "FL-CS_r0.005"): (
         "the decoder: ours stops FISTA after 100 warm-started steps, the thesis ran "
         "OWL-QN to convergence. With 42 coefficients per chunk the 100-step solution is "
         "far from it; the same seed with --decoder-iters 1000 (449 steps a round on "
@@ -235,7 +236,7 @@ _UAI_REASONS = {
 def _uai_table1() -> Table:
   """UAI Table 1 / Table 8: 14 schemes at every ratio, and FL-STD(-DP)."""
   rows = [Row(name, 1.0, presets.UAI_RESULTS[(name, 1.0)], "UAI Table 1 (l.1347)", flags,
-              headline=name == "FL-STD-DP", reason=_UAI_REASONS.get((name, 1.0), ""))
+              headline=name == "FL-STD-DP")
           for name, flags in (("FL-STD", ()),
                               ("FL-STD-DP", _clip(presets.UAI_STD_DP_CLIP)))]
   for ratio in presets.PAPER_RATIOS:
@@ -247,7 +248,7 @@ def _uai_table1() -> Table:
         flags = _clip(presets.UAI_CLIP_NORMS[name][ratio]) if name.endswith("-DP") else ()
         headline = name == "FL-TOP-DP" and ratio == 0.005
         rows.append(Row(name, ratio, cell, "UAI Table 8 (Table 1 at 0.5/5/10%)", flags,
-                        headline=headline, reason=_UAI_REASONS.get((name, ratio), "")))
+                        headline=headline))
   return Table("uai-table1", "UAI 2021 Table 1 / Table 8 (Fashion-MNIST)",
                "UAI Table 5: N 6000, C 1/60, |D_k| = |B| = 10, T_gd 5, eta 0.215, "
                "T_cl 200, sigma 1.54, delta 1e-5, T_init 5; S from UAI Table 6",
@@ -308,9 +309,8 @@ def eps_sigma(epsilon: float, accountant: str = "moments") -> float:
   return math.ceil(sigma * 1e4) / 1e4
 
 
-# Thesis Tables 5.1 / 5.2 rows off by more than TOLERANCE: (data, scheme, eps).
-_EPS_REASONS = {
-    ("fashion-mnist", "FL-STD-DP", 1.0): (
+_REASONS.update({
+    ("thesis-5.2", "FL-STD-DP_eps1"): (
         "the noisy course of UAI Table 1's FL-STD-DP (see its row: the same sigma 1.54, "
         "S 2.15 here against 2.40 there). The accuracy climbs to a plateau, moves from "
         "round 20 to 140 between 0.27 and 0.68 around a mean of 0.63 (sd 0.05), and falls "
@@ -318,7 +318,7 @@ _EPS_REASONS = {
         "highest of its 121 evaluations, reached at round 78 (eps 0.80). The thesis' own "
         "FL-STD-DP figures at eps 1 differ by 0.05 between this table and UAI Table 1 "
         "(0.61 and 0.56); seeds 1 and 2 are not run (not a headline row)"),
-    ("mnist", "FL-STD-DP", 1.0): (
+    ("thesis-5.1", "FL-STD-DP_eps1"): (
         "not found yet; the setting is the thesis' (Table 8.2: UAI Table 5 data setting "
         "on MNIST, S 1.73, sigma 1.54 for eps 1). Not the clip norm: by the thesis' own "
         "rule (Sec. 5.2.6 fn 4, the median of the N clients' update norms in an "
@@ -333,7 +333,7 @@ _EPS_REASONS = {
         "(0.08). A low row, not a low seed: seeds 1 and 2 (run on a GPU) give 0.769 at "
         "round 15 and 0.783 at round 112, moving from round 20 to 140 around means of 0.59 "
         "and 0.70 (seed 0: 0.64), all three below the paper's 0.86 at every round"),
-}
+})
 
 
 def _thesis_eps_table(dataset: str) -> Table:
@@ -349,8 +349,7 @@ def _thesis_eps_table(dataset: str) -> Table:
         flags += _clip(presets.THESIS_STD_DP_CLIP[dataset])
       rows.append(Row(name, 1.0, presets.PaperResult(cells[name][i], None, eps),
                       f"thesis Table {number} ({line})", tuple(flags), tag=f"eps={eps:g}",
-                      headline=name == "FL-SIGN-DP" and eps == 1.0,
-                      reason=_EPS_REASONS.get((dataset, name, eps), "")))
+                      headline=name == "FL-SIGN-DP" and eps == 1.0))
   return Table(f"thesis-{number}",
                f"Thesis Table {number}: FL-STD-DP vs FL-SIGN-DP at eps 1, 2, 4 "
                f"({'MNIST' if dataset == 'mnist' else 'Fashion-MNIST'})",
@@ -405,9 +404,8 @@ _REDUCED_8_1_DIVERGES = ("--rounds", "10")
 _REDUCED_8_3 = ("--local-steps", "300", "--rounds", "10")
 
 
-# Thesis Tables 6.1 / 6.3 rows off by more than TOLERANCE: (table, scheme, alpha).
-_DEGRADATION_REASONS = {
-    ("6.3", "FL-SIGN", 0.4): (
+_REASONS.update({
+    ("thesis-6.3", "FL-SIGN_alpha0.4"): (
         "cause not found yet. Ours lies 0.13 above the thesis' after 25 of its 100 "
         "rounds and is still rising, so the cut does not explain it. The attack is in "
         "force: boosting is void under FL-SIGN (l.1671), so the 40 colluding attackers "
@@ -416,7 +414,7 @@ _DEGRADATION_REASONS = {
         "BZAA18: O(1 / ((1 - 2 alpha) sqrt(C N T_cl)))) slows the training at alpha 0.4 "
         "without stopping it, as in our run. The thesis gives the attack no parameter "
         "but eta_adv; ours ascends for the setting's T_gd steps at the clients' rate"),
-}
+})
 
 
 def _thesis_degradation(number: str) -> Table:
@@ -433,8 +431,7 @@ def _thesis_degradation(number: str) -> Table:
                       ("--dataset", "mnist", *_TABLE8_1, "--attack", kind,
                        "--malicious-fraction", f"{alpha:g}", *boost),
                       tag=f"alpha={alpha:g}", diverges=diverges,
-                      reduced=_REDUCED_8_1_DIVERGES if diverges else _REDUCED_8_1,
-                      reason=_DEGRADATION_REASONS.get((number, name, alpha), "")))
+                      reduced=_REDUCED_8_1_DIVERGES if diverges else _REDUCED_8_1))
   what = ("random update, sigma_adv 200" if number == "6.1"
           else "gradient ascent, eta_adv 10 (void under FL-SIGN)")
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} (MNIST)",
@@ -515,15 +512,13 @@ _SIGN_DP_BACKDOORS = {
 _REDUCED_8_2 = ("--rounds", "50")
 
 
-# Rows of Tables 6.9-6.12 off by more than TOLERANCE in the thesis' setting:
-# (table, row tag).
-_SIGN_DP_BACKDOOR_REASONS = {
-    ("6.12", "alpha=0.1"): (
+_REASONS.update({
+    ("thesis-6.12", "FL-SIGN_alpha0.1"): (
         "the backdoor does not take, as in the thesis: the attack accuracy, read at the "
         "round of best model accuracy (141), is one evaluation of a share that moves "
         "between 0.00 and 0.06 over rounds 130-150 and averages 0.003 over the last 50 "
         "rounds"),
-}
+})
 
 
 def _thesis_sign_dp_backdoor(number: str) -> Table:
@@ -546,8 +541,7 @@ def _thesis_sign_dp_backdoor(number: str) -> Table:
       rows.append(Row(name, 1.0, presets.PaperResult(model[i], None, eps),
                       f"thesis Table {number}", (*flags, *attack), tag=tag,
                       attack_metric=metric, paper_attack=second[i], reduced=_REDUCED_8_2,
-                      model_metric=_model_metric(kind),
-                      reason=_SIGN_DP_BACKDOOR_REASONS.get((number, tag), "")))
+                      model_metric=_model_metric(kind)))
   if number == "6.11":  # l.1793: "2% ... 76% for FL-STD (without boosting)", accuracy .98
     rows.append(Row("FL-STD", 1.0, presets.PaperResult(.98, None, None),
                     "thesis Sec. 6.3 text (l.1793)",
@@ -573,7 +567,14 @@ def tables() -> dict[str, Table]:
            _thesis_eps_table("mnist"), _thesis_eps_table("fashion-mnist"), _fedsmp_curve(),
            _thesis_degradation("6.1"), _thesis_degradation("6.3"), _thesis_backdoor("6.5"),
            _thesis_backdoor("6.7"), *(_thesis_sign_dp_backdoor(n) for n in _SIGN_DP_BACKDOORS)]
-  return {t.name: t for t in built}
+  return {t.name: _with_reasons(t) for t in built}
+
+
+def _with_reasons(table: Table) -> Table:
+  """``table`` with each row's reason from ``_REASONS``."""
+  rows = tuple(dataclasses.replace(r, reason=_REASONS[(table.name, r.slug)])
+               if (table.name, r.slug) in _REASONS else r for r in table.rows)
+  return dataclasses.replace(table, rows=rows)
 
 
 def get_table(name: str) -> Table:

@@ -855,10 +855,11 @@ def test_on_accelerator_reads_the_machine_line(machine, accelerator):
   assert reproduction.on_accelerator(machine) is accelerator
 
 
-def test_every_stated_reason_reaches_a_row():
-  """A reason keyed to a row that does not exist (a typo'd tag) would go
-  unseen: each entry of the reasons tables is some row's reason."""
-  reasons = {**reproduction._UAI_REASONS, **reproduction._EPS_REASONS,
-             **reproduction._DEGRADATION_REASONS, **reproduction._SIGN_DP_BACKDOOR_REASONS}
-  given = {row.reason for table in reproduction.tables().values() for row in table.rows}
-  assert set(reasons.values()) <= given
+def test_every_stated_reason_reaches_its_row():
+  """A reason keyed to a row that does not exist (a typo'd slug) would go
+  unseen: each entry of the reasons table is its row's reason, and no other
+  row has one."""
+  given = {(name, row.slug): row.reason for name, table in reproduction.tables().items()
+           for row in table.rows if row.reason}
+  assert given == reproduction._REASONS
+  assert len(given) == 10
