@@ -78,6 +78,7 @@ ATTACKS = ("random-update", "gradient-ascent", "in-backdoor", "out-backdoor")
 BACKDOORS = ("in-backdoor", "out-backdoor")
 RANDOM_UPDATE_SIGMA = 200.0  # sigma_adv, thesis l.1626
 SELECTIONS = ("cohort", "fixed")
+POOL_TRAININGS = ("steps", "epochs")
 METRICS = ("class_accuracy", "attack_accuracy", "main_accuracy")  # backdoors' extra metrics
 
 CLASS_NAMES = {
@@ -141,6 +142,14 @@ class AttackConfig:
       neither clipped nor noised, instead of a privatized contribution (the
       FL-SIGN-DP attackers of thesis l.1789-1795: 5000 * sign); eta_adv then
       multiplies the message, not the update.
+    selection: One of ``SELECTIONS`` (see the module docstring).
+    pool_training: How long colluding attackers train on their pooled data:
+      ``steps``, the clients' T_gd steps of |B|; ``epochs``, as many local
+      epochs as an honest client makes over its |D_k| (:func:`pooled_steps`).
+      The thesis' Alg. 2 (l.418) calls T_gd "local epochs", and each of its
+      settings' T_gd is 5 epochs of |D_k| at |B| (Tables 8.1-8.3: 30 x 10 /
+      60, 5 x 10 / 10, 3000 x 10 / 6000); it does not say which its pooled
+      attackers ran.
   """
 
   kind: str
@@ -151,6 +160,7 @@ class AttackConfig:
   sigma: float = RANDOM_UPDATE_SIGMA
   skip_noise: bool = False
   selection: str = "cohort"
+  pool_training: str = "steps"
 
   def validate(self, num_classes: int = 10) -> None:
     """Raises ValueError (one line, naming the parameter) for a bad setting."""
@@ -163,6 +173,11 @@ class AttackConfig:
     if self.selection not in SELECTIONS:
       raise ValueError(f"unknown selection {self.selection!r}; choose one of "
                        f"{', '.join(SELECTIONS)}")
+    if self.pool_training not in POOL_TRAININGS:
+      raise ValueError(f"unknown pool training {self.pool_training!r}; choose one of "
+                       f"{', '.join(POOL_TRAININGS)}")
+    if self.pool_training != "steps" and not self.colluding:
+      raise ValueError(f"pool training applies to colluding attacks, not {self.kind!r}")
     if not self.sigma > 0:
       raise ValueError(f"sigma must be > 0, got {self.sigma}")
     backdoor = self.kind in BACKDOORS
@@ -181,6 +196,13 @@ class AttackConfig:
   def colluding(self) -> bool:
     """Whether the attackers pool their data and send one update (l.1655)."""
     return self.kind != "random-update"
+
+
+def pooled_steps(steps: int, pool_rows: int, client_rows: int) -> int:
+  """Local steps of colluders training ``pool_training="epochs"``: T_gd for
+  each client's worth of pooled rows (rounded up), so that they pass over
+  their pool as many times as an honest client over its own rows."""
+  return -(-steps * pool_rows // client_rows)
 
 
 def num_malicious(num_clients: int, fraction: float) -> int:

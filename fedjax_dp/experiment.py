@@ -153,6 +153,11 @@ def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
                         "and without their noise share (thesis l.1789-1795: FL-SIGN-DP "
                         "attackers send 5000 * sign); the aggregate noise then falls below "
                         "S*sigma unless --max-dropouts covers them")
+  att.add_argument("--pool-training", choices=attacks.POOL_TRAININGS, default="steps",
+                   help="colluding attackers on their pooled data: steps, the clients' "
+                        "--local-steps (default); epochs, as many passes over the pool as "
+                        "a client makes over its own data (T_gd per client's worth of "
+                        "pooled examples; the thesis calls T_gd local epochs, Alg. 2)")
   att.add_argument("--attack-sigma", type=float, default=attacks.RANDOM_UPDATE_SIGMA,
                    help="random-update: sigma_adv of each attacker's N(0, sigma^2 I) "
                         "(default 200)")
@@ -167,9 +172,9 @@ def _attack(args) -> attacks.AttackConfig | None:
   """
   if args.attack is None:
     if (args.malicious_fraction is not None or args.backdoor is not None
-        or args.attackers_skip_noise):
-      raise ValueError("--malicious-fraction, --backdoor and --attackers-skip-noise need "
-                       "--attack")
+        or args.attackers_skip_noise or args.pool_training != "steps"):
+      raise ValueError("--malicious-fraction, --backdoor, --attackers-skip-noise and "
+                       "--pool-training need --attack")
     return None
   if args.malicious_fraction is None:
     raise ValueError(f"--attack {args.attack} needs --malicious-fraction")
@@ -182,7 +187,8 @@ def _attack(args) -> attacks.AttackConfig | None:
   return attacks.AttackConfig(args.attack, args.malicious_fraction, args.boost, source,
                               target, args.attack_sigma,
                               skip_noise=args.attackers_skip_noise,
-                              selection=args.malicious_selection)
+                              selection=args.malicious_selection,
+                              pool_training=args.pool_training)
 
 
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:

@@ -91,6 +91,7 @@ def attack_label(run: dict) -> str | None:
   if attack.get("source") is not None:
     text += f" {attack['source']}->{attack['target']}"
   text += " no-noise" if attack.get("skip_noise") else ""
+  text += " pool-epochs" if attack.get("pool_training") == "epochs" else ""
   return text + (" fixed-pool" if attack.get("selection") == "fixed" else "")
 
 

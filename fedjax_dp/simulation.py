@@ -407,8 +407,12 @@ def attack_messages(model: FlatModel, cfg: RoundConfig, w: jax.Array, inputs: Ro
     # Real examples first: local training draws its batches below their count.
     real_first = jnp.argsort(pooled_y < 0, stable=True)
     pooled_x, pooled_y = pooled_x[real_first], pooled_y[real_first]
+    local = cfg.local
+    if attack.pool_training == "epochs":
+      local = local._replace(steps=attacks.pooled_steps(local.steps, pooled_x.shape[0],
+                                                        data.x.shape[1]))
     shared = scheme.client_message(adversary, w, inputs.plan, as_float(pooled_x), pooled_y,
-                                   keys.purpose(inputs.keys.round, keys.ATTACK), cfg.local)
+                                   keys.purpose(inputs.keys.round, keys.ATTACK), local)
     return lambda ids: jnp.broadcast_to(shared, (ids.shape[0],) + shared.shape)
 
   def own(ids):

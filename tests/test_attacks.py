@@ -46,6 +46,10 @@ def test_bad_backdoors(text, dataset, match):
     (dict(kind="random-update", fraction=0.1, source=1, target=2), "takes no backdoor"),
     (dict(kind="in-backdoor", fraction=0.1, source=3, target=3), "must differ"),
     (dict(kind="in-backdoor", fraction=0.1, source=3, target=12), "target class must be"),
+    (dict(kind="in-backdoor", fraction=0.1, source=3, target=5, pool_training="rounds"),
+     "unknown pool training 'rounds'"),
+    (dict(kind="random-update", fraction=0.1, pool_training="epochs"),
+     "pool training applies to colluding attacks, not 'random-update'"),
 ])
 def test_bad_settings(kwargs, match):
   with pytest.raises(ValueError, match=match):
@@ -276,6 +280,25 @@ def _pooled_messages(small_federation, name, attack, **kw):
   if data.x.dtype == jnp.uint8:  # stored as bytes, trained on [0, 1]
     x = x / 255.0
   return message, (x, jnp.asarray(data.y)[ids].reshape(-1)), model, prep.state.weights, cfg
+
+
+def test_epochs_pool_training_passes_over_the_pool_as_often_as_a_client_over_its_rows(
+    small_federation):
+  """pool_training="epochs": T_gd steps for each client's worth of pooled
+  rows (rounded up), the same message as the clients' training with that
+  many steps; the default "steps" runs the clients' T_gd."""
+  assert attacks.pooled_steps(5, 100, 10) == 50 and attacks.pooled_steps(5, 105, 10) == 53
+  attack = AttackConfig("in-backdoor", 0.3, source=5, target=7)
+  assert attack.pool_training == "steps"
+  by_steps, (x, _), *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=2)
+  by_epochs, *_ = _pooled_messages(
+      small_federation, "FL-STD", dataclasses.replace(attack, pool_training="epochs"),
+      local_steps=2)
+  steps = attacks.pooled_steps(2, x.shape[0], small_federation[0].x.shape[1])
+  assert steps == 2 * x.shape[0] // small_federation[0].x.shape[1] >= 4
+  longer, *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=steps)
+  np.testing.assert_array_equal(by_epochs, longer)
+  assert np.abs(by_epochs - by_steps).max() > 0.1 * np.abs(by_steps).max()
 
 
 def test_gradient_ascent_is_the_clients_training_climbing_the_loss_then_boosted(

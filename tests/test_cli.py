@@ -56,7 +56,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
     (["--attack", "random-update", "--malicious-fraction", "1"],
      "--malicious-fraction must be in [0, 1)"),
     (["--malicious-fraction", "0.1"],
-     "--malicious-fraction, --backdoor and --attackers-skip-noise need --attack"),
+     "--malicious-fraction, --backdoor, --attackers-skip-noise and --pool-training need --attack"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--attackers-skip-noise",
       "--schemes", "FL-STD"], "skip_noise applies to DP schemes; FL-STD adds no noise"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--max-cohort", "120",
@@ -221,6 +221,7 @@ def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
   code = experiment.main([
       "--dataset", "mnist", "--schemes", "FL-STD", "--attack", "in-backdoor",
       "--malicious-fraction", "0.2", "--boost", "3", "--backdoor", "5:7",
+      "--pool-training", "epochs",
       "--rounds", "1", "--num-clients", "50", "--clients-per-round", "10",
       "--out", str(out), "--quiet", "--test-size", "1000"])
   assert code == 0, capsys.readouterr().err
@@ -229,11 +230,12 @@ def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
   assert run["attack"]["target"] == 7 and run["attack"]["boost"] == 3
   assert 0 <= run["attack_accuracy"] <= 1 and 0 <= run["class_accuracy"] <= 1
   assert run["attack"]["selection"] == "cohort"  # the thesis' reading, the default
+  assert run["attack"]["pool_training"] == "epochs"
   assert run["history"][0]["malicious_clients"] >= 0
   table = (out / "results.md").read_text()
-  assert "| 100% | FL-STD | in-backdoor alpha=0.2 boost=3 5->7 |" in table
+  assert "| 100% | FL-STD | in-backdoor alpha=0.2 boost=3 5->7 pool-epochs |" in table
   csv_row = (out / "results.csv").read_text().splitlines()[1]
-  assert "in-backdoor alpha=0.2 boost=3 5->7" in csv_row
+  assert "in-backdoor alpha=0.2 boost=3 5->7 pool-epochs" in csv_row
 
 
 @pytest.mark.parametrize("out", ["/proc/fedjax_dp_test/out", "FILE/sub"])

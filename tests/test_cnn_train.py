@@ -40,6 +40,31 @@ def test_fast_update_equals_local_sgd(small_federation, cnn):
   np.testing.assert_allclose(one, new[1], rtol=0, atol=1e-6 * np.abs(ref).max())
 
 
+def test_long_training_switches_to_per_client_copies_with_the_same_update(
+    small_federation, cnn, monkeypatch):
+  """Beyond FACTORED_MAX_ROWS history rows the dense layer is trained as a
+  per-client copy: the generic trajectory either way, and without momentum
+  only (momentum keeps the factored form)."""
+  x, y, k = _clients(small_federation)
+  w = cnn.init(jax.random.PRNGKey(0))
+  ref = np.asarray(_generic(cnn, w, 3, 0.215)(x, y, k))
+  factored = np.asarray(_fast(cnn, w, 3, 0.215)(x, y, k))  # 30 rows
+  monkeypatch.setattr(cnn_train, "FACTORED_MAX_ROWS", 29)
+  copies = np.asarray(_fast(cnn, w, 3, 0.215)(x, y, k))
+  forced = np.asarray(jax.jit(jax.vmap(lambda a, b, c: cnn_train.cnn_local_update(
+      cnn, w, a, b, c, steps=3, batch_size=10, lr=0.215, dense_form="per-client")))(x, y, k))
+  np.testing.assert_array_equal(copies, forced)  # auto chose the per-client form
+  assert not np.array_equal(copies, factored)  # a different computation ...
+  for got in (factored, copies):  # ... of the same update
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+  one = lambda **kw: cnn_train.cnn_local_update(cnn, w, x[0], y[0], k[0], steps=2,
+                                                batch_size=10, lr=0.1, **kw)
+  with pytest.raises(ValueError, match="momentum needs the factored"):
+    one(momentum=0.9, dense_form="per-client")
+  with pytest.raises(ValueError, match="unknown dense_form 'dense'"):
+    one(dense_form="dense")
+
+
 def test_fast_momentum_update_equals_momentum_sgd(small_federation, cnn):
   """Heavy-ball momentum (Fed-SMP's local optimiser) through the factored
   dense layer: the same trajectory as optax momentum SGD; without momentum

@@ -130,6 +130,19 @@ def test_cs_decoder_benchmark_runs_small():
   assert rec["num_params"] == 5000 and rec["chunks"] == 10
 
 
+def test_local_training_benchmark_runs_small():
+  proc = _script("benchmarks/local_training.py", "--clients", "2", "--steps", "3",
+                 "--samples", "20", "--repeats", "1", "--json")
+  assert proc.returncode == 0, proc.stderr
+  rec = json.loads(proc.stdout.strip().splitlines()[-1])
+  forms = rec["forms"]
+  assert set(forms) == {"factored", "per-client"} and rec["history_rows"] == 30
+  assert forms["factored"]["time_over_factored"] == 1.0
+  assert forms["per-client"]["max_abs_diff_from_factored"] < 1e-3 * rec["max_abs_update"]
+  bad = _script("benchmarks/local_training.py", "--steps", "0")
+  assert bad.returncode == 2 and "--steps" in bad.stderr and "Traceback" not in bad.stderr
+
+
 @pytest.mark.parametrize("command", [["benchmarks/throughput.py", "--no-torch"],
                                      ["benchmarks/processes.py"]])
 def test_benchmarks_without_data_end_in_one_line_exit_2(command, tmp_path):

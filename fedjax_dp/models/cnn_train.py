@@ -20,6 +20,11 @@ that ``vmap`` over clients turns it into the work a CPU does well:
   (A_t its activations, D_t the output gradients of step t, 10 rows each), so
   ``x @ W_k = x @ W - lr * (x @ A^T) @ D``. ``x @ W`` over all clients is one
   large matrix product, and no client ever holds a 6.4 MB copy of the layer.
+  Each step multiplies by the whole history (steps x |B| rows), so this
+  form's cost grows with the square of the steps: beyond
+  ``FACTORED_MAX_ROWS`` rows (long local training, thesis Table 8.3's 3,000
+  steps, or pooled attackers) each client holds its own copy of the layer
+  instead (``dense_form``; ``benchmarks/local_training.py`` times both).
   With a gradient mask (FL-TOP, UAI Alg. 2) the masked update has no such
   factorisation: for a small T (at most ``SPARSE_MAX`` entries, e.g. r =
   0.5%) only the layer's entries in T move, held as a vector next to the
@@ -48,6 +53,15 @@ _PAD = ((0, 0), (2, 2), (2, 2), (0, 0))
 # Largest |T| for which a masked dense layer is held sparse (gather/scatter
 # cost grows with |T|; a per-client copy of the layer does not).
 SPARSE_MAX = 16384
+
+# Most history rows (steps x |B|) trained with the dense layer in factored
+# form. benchmarks/local_training.py, both forms side by side on a 2-core
+# EPYC (docs/performance.md): per-client copies take 1.74x the factored time
+# at 100 clients x 5 steps (50 rows), 0.84x at 100 x 30 (300 rows: kept
+# factored, the gain within a loaded machine's noise), 0.59x at 1 x 200 and
+# 0.48x at 10 x 300 (thesis Table 8.3's reduced setting, 3,000 rows).
+FACTORED_MAX_ROWS = 1000
+DENSE_FORMS = ("auto", "factored", "per-client")
 
 # Parameters every client holds itself (57,738 of the 1,663,370 weights).
 SMALL = ("conv1_w", "conv1_b", "conv2_w", "conv2_b", "dense1_b", "dense2_w", "dense2_b")
@@ -275,7 +289,8 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
                      grad_mask: jax.Array | None = None,
                      grad_indices: jax.Array | None = None,
                      only_indices: bool = False,
-                     momentum: float | None = None) -> jax.Array:
+                     momentum: float | None = None,
+                     dense_form: str = "auto") -> jax.Array:
   """``local_sgd(model.loss, w, ...) - w`` for the paper CNN, computed fast.
 
   Args:
@@ -296,16 +311,26 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
     momentum: Optional heavy-ball momentum beta (``client.sgd``: ``v <- beta
       v + g; w <- w - lr v``, the buffer starting at zero); without a mask
       only (Fed-SMP trains the full model, then sparsifies).
+    dense_form: Without a mask, how the dense layer trains: ``factored``
+      (shared weights and the steps' history), ``per-client`` (a copy per
+      client, no momentum) or ``auto``: factored up to ``FACTORED_MAX_ROWS``
+      history rows or with momentum, else per-client. The same update either
+      way, up to float32 round-off.
 
   Returns:
     (n,) the client's update w_end - w, or its values on ``grad_indices``.
 
   Raises:
-    ValueError: ``momentum`` with a ``grad_mask``.
+    ValueError: ``momentum`` with a ``grad_mask`` or ``dense_form="per-client"``,
+      or an unknown ``dense_form``.
   """
   beta = None if momentum is None or momentum == 0 else momentum
   if beta is not None and grad_mask is not None:
     raise ValueError("momentum is supported without grad_mask only")
+  if dense_form not in DENSE_FORMS:
+    raise ValueError(f"unknown dense_form {dense_form!r}; choose one of {', '.join(DENSE_FORMS)}")
+  if beta is not None and dense_form == "per-client":
+    raise ValueError("momentum needs the factored dense layer")
   params = model.unflatten(w)
   num = x.shape[0]
   take = min(batch_size, num)
@@ -324,9 +349,12 @@ def cnn_local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.A
 
   c = _Client({k: params[k] for k in SMALL}, params["dense1_w"], batch, sgd, lr, take,
               jax.random.split(key, steps))
-  if masks is None:
+  if dense_form == "auto":
+    long = beta is None and steps * take > FACTORED_MAX_ROWS
+    dense_form = "per-client" if long else "factored"
+  if masks is None and dense_form == "factored":
     delta = _factored_update(c, beta)
-  elif grad_indices is not None and grad_indices.shape[0] <= SPARSE_MAX:
+  elif masks is not None and grad_indices is not None and grad_indices.shape[0] <= SPARSE_MAX:
     return _sparse_masked_update(c, model, grad_indices, only_indices)
   else:
     delta = _per_client_update(c)
@@ -450,8 +478,8 @@ def _sparse_masked_update(c: _Client, model, grad_indices: jax.Array,
 
 
 def _per_client_update(c: _Client) -> dict:
-  """A large mask: the dense layer is the client's own after the first step
-  (which still uses the shared weights)."""
+  """A large mask or a long training: the dense layer is the client's own
+  after the first step (which still uses the shared weights)."""
   def loss(p, xb, yb):
     z3 = features(p, xb) @ p["dense1_w"] + p["dense1_b"]
     return _cross_entropy(_head(p, z3), yb)

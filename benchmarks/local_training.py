@@ -1,0 +1,93 @@
+"""Times the paper CNN's local training in both forms of its dense layer.
+
+Example (thesis Table 8.3's reduced backdoor setting: 10 clients, 300 steps):
+
+  python benchmarks/local_training.py --clients 10 --steps 300 --samples 600
+
+``fedjax_dp.models.cnn_train.cnn_local_update`` trains the 1,605,632-weight
+dense layer either factored (the shared weights and the steps' history,
+whose cost grows with the square of the steps) or as a copy per client;
+``auto`` picks by ``FACTORED_MAX_ROWS``. This runs the same vmapped cohort
+(random images, same keys) in each form side by side and prints the
+median wall seconds per call, their ratio to the first form, and the
+largest difference between the forms' updates (float32 round-off, which
+SGD amplifies over many steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import host_devices
+from fedjax_dp.models import cnn, cnn_train
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--clients", type=int, default=10, help="clients trained under vmap")
+  p.add_argument("--steps", type=int, default=300, help="T_gd")
+  p.add_argument("--batch-size", type=int, default=10, help="|B|")
+  p.add_argument("--samples", type=int, default=600, help="examples per client")
+  p.add_argument("--lr", type=float, default=0.05, help="eta")
+  p.add_argument("--forms", nargs="+", choices=cnn_train.DENSE_FORMS,
+                 default=["factored", "per-client"], help="dense-layer forms to time")
+  p.add_argument("--repeats", type=int, default=2)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--json", action="store_true", help="one JSON line only")
+  args = p.parse_args(argv)
+  for name in ("clients", "steps", "batch_size", "samples", "repeats"):
+    if getattr(args, name) < 1:
+      print(f"local_training.py: error: --{name.replace('_', '-')} must be >= 1",
+            file=sys.stderr)
+      return 2
+
+  model = cnn.paper_cnn()
+  w = model.init(jax.random.PRNGKey(args.seed))
+  rng = np.random.default_rng(args.seed)
+  x = jnp.asarray(rng.random((args.clients, args.samples, 28, 28, 1), np.float32))
+  y = jnp.asarray(rng.integers(0, 10, (args.clients, args.samples)))
+  train_keys = jax.random.split(jax.random.PRNGKey(args.seed + 1), args.clients)
+  results, updates = {}, {}
+  for form in args.forms:
+    fn = jax.jit(jax.vmap(lambda xk, yk, kk, form=form: cnn_train.cnn_local_update(
+        model, w, xk, yk, kk, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        dense_form=form)))
+    start = time.perf_counter()
+    updates[form] = np.asarray(jax.block_until_ready(fn(x, y, train_keys)))
+    first = time.perf_counter() - start
+    walls = []
+    for _ in range(args.repeats):
+      start = time.perf_counter()
+      jax.block_until_ready(fn(x, y, train_keys))
+      walls.append(time.perf_counter() - start)
+    results[form] = {"seconds_per_call": statistics.median(walls),
+                     "first_call_seconds": first}
+  base = args.forms[0]
+  for form in args.forms:
+    results[form]["time_over_" + base] = (results[form]["seconds_per_call"]
+                                          / results[base]["seconds_per_call"])
+    results[form]["max_abs_diff_from_" + base] = float(
+        np.abs(updates[form] - updates[base]).max())
+  out = {"clients": args.clients, "steps": args.steps, "batch_size": args.batch_size,
+         "samples": args.samples, "history_rows": args.steps * min(args.batch_size,
+                                                                   args.samples),
+         "factored_max_rows": cnn_train.FACTORED_MAX_ROWS,
+         "max_abs_update": float(np.abs(updates[base]).max()), "forms": results,
+         "machine": host_devices.machine()}
+  if args.json:
+    print(json.dumps(out))
+  else:
+    print(json.dumps(out, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
