@@ -394,7 +394,9 @@ _TABLE8_3 = ("--dataset", "mnist", "--num-clients", "10", "--clients-per-round",
 # What a cell costs on the 2-core VMs (docs/attacks.md), and the reduced
 # settings run instead: Table 8.1 (100 rounds x 100 clients x 30 steps)
 # 0.5-4.5 hours a cell, 25 rounds; Table 8.3 (10 clients x 3,000 steps a
-# round) 3.5-9 hours, 300 steps and 10 rounds. Same attack parameters. A
+# round) 3.5-9 hours with the factored dense layer (a reduced cell: 732 s;
+# 338 s with the per-client copies used since 2026-11-26, docs/performance.md),
+# 300 steps and 10 rounds. Same attack parameters. A
 # row the thesis reports as not converging runs 10 rounds: unattacked,
 # FL-SIGN and FL-STD pass 0.93 by round 10 in this setting
 # (docs/reproduction-notes.md), so a run that ends below DIVERGED
