@@ -552,6 +552,11 @@ _REASONS.update({
         "(158), is one evaluation of a share that moves between 0.66 and 0.95 from round "
         "51 on (median 0.85); the thesis' 0.97 lies above every one of them. The "
         "colluders cast 10 of the cohort's 100 votes"),
+    ("thesis-6.12", "FL-SIGN_alpha0.4"): (
+        "the colluders' update, as in this table's FL-SIGN-DP rows (see them): at 40% "
+        "their 40 identical votes outweigh 60 honest ones that mostly cancel, so FL-SIGN "
+        "ends near FL-SIGN-DP at 40% (0.830 and 0.841, the thesis 0.90 and 0.90), still "
+        "rising at round 200 (mean 0.795 over rounds 101-150, 0.816 over 151-200)"),
     ("thesis-6.12", "FL-SIGN_alpha0.2"): (
         "partly the spread of one reading, cause of the level not found. The backdoor "
         "takes in part and fades: the attack accuracy averages 0.60, 0.51, 0.46 and 0.38 "
