@@ -56,7 +56,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
     (["--attack", "random-update", "--malicious-fraction", "1"],
      "--malicious-fraction must be in [0, 1)"),
     (["--malicious-fraction", "0.1"],
-     "--malicious-fraction, --backdoor, --attackers-skip-noise and --pool-training need --attack"),
+     "--malicious-fraction, --backdoor, --attackers-skip-noise and --pool-training need "
+     "--attack"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--attackers-skip-noise",
       "--schemes", "FL-STD"], "skip_noise applies to DP schemes; FL-STD adds no noise"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--max-cohort", "120",

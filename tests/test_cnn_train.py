@@ -57,8 +57,11 @@ def test_long_training_switches_to_per_client_copies_with_the_same_update(
   assert not np.array_equal(copies, factored)  # a different computation ...
   for got in (factored, copies):  # ... of the same update
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
-  one = lambda **kw: cnn_train.cnn_local_update(cnn, w, x[0], y[0], k[0], steps=2,
+  one = lambda **kw: cnn_train.cnn_local_update(cnn, w, x[0], y[0], k[0], steps=3,
                                                 batch_size=10, lr=0.1, **kw)
+  # Momentum keeps the factored form however long (the copies have none).
+  np.testing.assert_array_equal(one(momentum=0.9), one(momentum=0.9, dense_form="factored"))
+  assert not np.array_equal(one(momentum=0.9), one())
   with pytest.raises(ValueError, match="momentum needs the factored"):
     one(momentum=0.9, dense_form="per-client")
   with pytest.raises(ValueError, match="unknown dense_form 'dense'"):
