@@ -201,7 +201,9 @@ class AttackConfig:
 def pooled_steps(steps: int, pool_rows: int, client_rows: int) -> int:
   """Local steps of colluders training ``pool_training="epochs"``: T_gd for
   each client's worth of pooled rows (rounded up), so that they pass over
-  their pool as many times as an honest client over its own rows."""
+  their pool as many times as an honest client over its own rows. Rows are
+  counted as stored, padding included (a partition with unequal clients
+  pads each to the largest)."""
   return -(-steps * pool_rows // client_rows)
 
 
