@@ -434,12 +434,23 @@ def _thesis_degradation(number: str) -> Table:
                        "--malicious-fraction", f"{alpha:g}", *boost),
                       tag=f"alpha={alpha:g}", diverges=diverges,
                       reduced=_REDUCED_8_1_DIVERGES if diverges else _REDUCED_8_1))
+  # l.1795: the same attack against FL-SIGN-DP, its attackers boosting their
+  # signs by 5000 without noise: "The model fails to converge even if only
+  # 1% of all selected nodes are malicious at each round."
+  rows.append(Row("FL-SIGN-DP", 1.0, None, "thesis Sec. 6.3 text (l.1795)",
+                  ("--dataset", "mnist", "--gamma", "0.001",
+                   "--noise-multiplier", f"{eps_sigma(1):.4f}", "--attack", kind,
+                   "--malicious-fraction", "0.01", "--boost", "5000",
+                   "--attackers-skip-noise"),
+                  tag="eps=1 alpha=0.01", diverges=True, reduced=_REDUCED_8_1_DIVERGES))
   what = ("random update, sigma_adv 200" if number == "6.1"
           else "gradient ascent, eta_adv 10 (void under FL-SIGN)")
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} (MNIST)",
                "thesis Table 8.1 on MNIST, malicious clients alpha of every cohort; FL-CS "
                "r 5%, FL-TOP r 0.5%; reduced: 25 of the 100 rounds, 10 for the rows the "
-               "thesis reports as not converging", tuple(rows))
+               "thesis reports as not converging. FL-SIGN-DP (thesis Sec. 6.3, l.1795): "
+               "Table 8.2 with gamma 0.001 at eps 1, 1% of every cohort malicious, sending "
+               "5000 * sign without noise", tuple(rows))
 
 
 def _thesis_backdoor(number: str) -> Table:

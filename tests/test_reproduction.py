@@ -335,7 +335,23 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   for row in reproduction.get_table("thesis-6.3").rows:
     rounds = experiment.plan(experiment.build_parser().parse_args(
         row.argv(0, "OUT", row.reduced)))[0].setting["rounds"]
-    assert rounds == (10 if row.diverges else 25) and _planned(row)[1].setting["rounds"] == 100
+    full = 200 if row.scheme == "FL-SIGN-DP" else 100  # l.1795's row: Table 8.2
+    assert rounds == (10 if row.diverges else 25) and _planned(row)[1].setting["rounds"] == full
+
+
+def test_fl_sign_dp_rows_of_the_degradation_tables_follow_l1795():
+  """Thesis l.1795: random update and gradient ascent against FL-SIGN-DP,
+  attackers 1% of every cohort, boosting their signs by 5000 without noise,
+  and the model does not converge."""
+  for name, kind in (("thesis-6.1", "random-update"), ("thesis-6.3", "gradient-ascent")):
+    row = reproduction.get_table(name).select(["FL-SIGN-DP*"])
+    assert len(row) == 1 and row[0].diverges and row[0].paper is None
+    run = _planned(row[0])[1]
+    attack = run.config.attack
+    assert (attack.kind, attack.fraction, attack.boost, attack.skip_noise) == (
+        kind, 0.01, 5000.0, True)
+    assert attack.selection == "cohort" and run.setting["num_clients"] == 6000
+    assert run.config.noise_multiplier == pytest.approx(reproduction.eps_sigma(1), abs=1e-4)
 
 
 def _attack_summary(row, accuracy, attack_value=None, reduced=False):
