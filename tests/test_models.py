@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp.models import MedicalMLP, PaperCNN, flat, from_flax, get_model, medical_mlp, paper_cnn
+from fedjax_dp.models import (MedicalMLP, PaperCNN, flat, from_flax, get_model, medical_mlp,
+                               paper_cnn)
 from fedjax_dp.models.cnn import CNN_SHAPES, cnn_apply, cnn_apply_conv, cnn_from_flax, cnn_to_flax
 from fedjax_dp.models.mlp import MLP_SHAPES, MLP_SIZES, mlp_from_flax, mlp_to_flax
 

@@ -770,7 +770,8 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   assert plan(queue) == 0  # nothing kept: nothing to go by
   out = capsys.readouterr().out.splitlines()
   assert out[0] == "thesis-5.3 FL-CS-DP r=5% seed 0: no estimate (no kept record to go by)"
-  assert out[-1] == "6 runs to go: about 0.0 run-hours at the kept records' paces, and 6 without an estimate"
+  assert out[-1] == ("6 runs to go: about 0.0 run-hours at the kept records' paces, "
+                     "and 6 without an estimate")
 
   [cs] = t53.select(["FL-CS-DP_r0.05"])
   reproduction.run_row(t53, cs, 0, tmp_path, _fake_sweep([]), "x")  # 3 rounds in 7 s
