@@ -379,7 +379,7 @@ def test_attack_rows_are_judged_on_both_metrics_and_on_divergence():
   sign = reproduction.get_table("thesis-6.3").select(["FL-SIGN_alpha0.4"])[0]
   above = _attack_summary(sign, 0.92, reduced=True).verdict
   assert above.startswith("reduced setting (--rounds 25), not the paper's: accuracy off by +0.13")
-  assert above.endswith(sign.reason) and sign.reason.startswith("cause not found yet")
+  assert above.endswith(sign.reason) and sign.reason.startswith("cause not found")
 
 
 def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
