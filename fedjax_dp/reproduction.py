@@ -422,6 +422,12 @@ _REASONS.update({
 })
 
 
+# Thesis Sec. 6.3 (l.1789-1795): FL-SIGN-DP under attack runs Table 8.2 with
+# gamma 0.001, and its attackers skip their noise and send 5000 * sign.
+_SIGN_DP_GAMMA = ("--gamma", "0.001")
+_SIGN_DP_ATTACKERS = ("--boost", "5000", "--attackers-skip-noise")
+
+
 def _thesis_degradation(number: str) -> Table:
   """Thesis Table 6.1 (random update) or 6.3 (gradient ascent, eta_adv 10), MNIST."""
   sign = {"6.1": (.98, .98, .94), "6.3": (.98, .98, .79)}[number]
@@ -441,10 +447,9 @@ def _thesis_degradation(number: str) -> Table:
   # signs by 5000 without noise: "The model fails to converge even if only
   # 1% of all selected nodes are malicious at each round."
   rows.append(Row("FL-SIGN-DP", 1.0, None, "thesis Sec. 6.3 text (l.1795)",
-                  ("--dataset", "mnist", "--gamma", "0.001",
+                  ("--dataset", "mnist", *_SIGN_DP_GAMMA,
                    "--noise-multiplier", f"{eps_sigma(1):.4f}", "--attack", kind,
-                   "--malicious-fraction", "0.01", "--boost", "5000",
-                   "--attackers-skip-noise"),
+                   "--malicious-fraction", "0.01", *_SIGN_DP_ATTACKERS),
                   tag="eps=1 alpha=0.01", diverges=True, reduced=_REDUCED_8_1_DIVERGES))
   what = ("random update, sigma_adv 200" if number == "6.1"
           else "gradient ascent, eta_adv 10 (void under FL-SIGN)")
@@ -620,7 +625,7 @@ def _thesis_sign_dp_backdoor(number: str) -> Table:
   rows = []
   for eps, (model, second) in cells.items():
     name = "FL-SIGN" if eps is None else "FL-SIGN-DP"
-    flags = ["--dataset", dataset, "--gamma", "0.001"]
+    flags = ["--dataset", dataset, *_SIGN_DP_GAMMA]
     if eps is None:  # l.1789: Table 8.2 for FL-SIGN too, not its Table 8.1 preset
       flags += _TABLE8_2
     else:
@@ -628,7 +633,7 @@ def _thesis_sign_dp_backdoor(number: str) -> Table:
     for i, alpha in enumerate(fractions):
       attack = ["--attack", kind, "--backdoor", classes, "--malicious-fraction", f"{alpha:g}"]
       if eps is not None:  # thesis l.1791-1793: no noise, 5000 * sign
-        attack += ["--boost", "5000", "--attackers-skip-noise"]
+        attack += _SIGN_DP_ATTACKERS
       tag = ("" if eps is None else f"eps={eps:g} ") + f"alpha={alpha:g}"
       rows.append(Row(name, 1.0, presets.PaperResult(model[i], None, eps),
                       f"thesis Table {number}", (*flags, *attack), tag=tag,
