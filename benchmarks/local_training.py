@@ -4,8 +4,8 @@ Example (thesis Table 8.3's reduced backdoor setting: 10 clients, 300 steps):
 
   python benchmarks/local_training.py --clients 10 --steps 300 --samples 600
 
-``fedjax_dp.models.cnn_train.cnn_local_update`` trains the 1,605,632-weight
-dense layer either factored (the shared weights and the steps' history,
+``fedjax_dp.models.fast_train.local_update`` trains the paper CNN's
+1,605,632-weight dense layer either factored (the shared weights and the steps' history,
 whose cost grows with the square of the steps) or as a copy per client;
 ``auto`` picks by ``FACTORED_MAX_ROWS``. This runs the same vmapped cohort
 (random images, same keys) in each form side by side and prints the
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import host_devices
-from fedjax_dp.models import cnn, cnn_train
+from fedjax_dp.models import cnn, fast_train
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--batch-size", type=int, default=10, help="|B|")
   p.add_argument("--samples", type=int, default=600, help="examples per client")
   p.add_argument("--lr", type=float, default=0.05, help="eta")
-  p.add_argument("--forms", nargs="+", choices=cnn_train.DENSE_FORMS,
+  p.add_argument("--forms", nargs="+", choices=fast_train.DENSE_FORMS,
                  default=["factored", "per-client"], help="dense-layer forms to time")
   p.add_argument("--repeats", type=int, default=2)
   p.add_argument("--seed", type=int, default=0)
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
   train_keys = jax.random.split(jax.random.PRNGKey(args.seed + 1), args.clients)
   results, updates = {}, {}
   for form in args.forms:
-    fn = jax.jit(jax.vmap(lambda xk, yk, kk, form=form: cnn_train.cnn_local_update(
+    fn = jax.jit(jax.vmap(lambda xk, yk, kk, form=form: fast_train.local_update(
         model, w, xk, yk, kk, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
         dense_form=form)))
     start = time.perf_counter()
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
   out = {"clients": args.clients, "steps": args.steps, "batch_size": args.batch_size,
          "samples": args.samples, "history_rows": args.steps * min(args.batch_size,
                                                                    args.samples),
-         "factored_max_rows": cnn_train.FACTORED_MAX_ROWS,
+         "factored_max_rows": fast_train.FACTORED_MAX_ROWS,
          "max_abs_update": float(np.abs(updates[base]).max()), "forms": results,
          "machine": host_devices.machine()}
   if args.json:

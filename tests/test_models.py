@@ -10,7 +10,8 @@ import pytest
 
 from fedjax_dp.models import (MedicalMLP, PaperCNN, flat, from_flax, get_model, medical_mlp,
                                paper_cnn)
-from fedjax_dp.models.cnn import CNN_SHAPES, cnn_apply, cnn_apply_conv, cnn_from_flax, cnn_to_flax
+from fedjax_dp.models import fast_train
+from fedjax_dp.models.cnn import CNN_SHAPES, cnn_apply, cnn_from_flax, cnn_to_flax
 from fedjax_dp.models.mlp import MLP_SHAPES, MLP_SIZES, mlp_from_flax, mlp_to_flax
 
 
@@ -29,25 +30,6 @@ def test_flat_view_round_trips():
   back = model.unflatten(model.flatten(params))
   for name, _ in model.shapes:
     np.testing.assert_array_equal(back[name], params[name])
-
-
-def test_patch_cnn_equals_native_convolution():
-  model = paper_cnn()
-  params = model.unflatten(model.init(jax.random.PRNGKey(2)))
-  x = jax.random.uniform(jax.random.PRNGKey(3), (4, 28, 28, 1))
-  np.testing.assert_allclose(cnn_apply(params, x), cnn_apply_conv(params, x),
-                             rtol=1e-4, atol=1e-5)
-
-
-def test_patch_conv_matches_reference_convolution():
-  # conv1 alone against lax.conv with the kernel laid out (row, col, cin).
-  from fedjax_dp.models.cnn import patches_5x5
-  x = jax.random.normal(jax.random.PRNGKey(4), (2, 8, 8, 3))
-  w = jax.random.normal(jax.random.PRNGKey(5), (5, 5, 3, 4))
-  ref = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
-  ours = patches_5x5(x) @ w.reshape(75, 4)
-  np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_binary_mlp_predicts_and_scores():
@@ -81,9 +63,9 @@ def test_paper_models_keep_their_numbers():
   np.testing.assert_allclose(_f64_sums(cnn.logits(wc, xc)), (0.6616644484456629, 3.820536505198106),
                              rtol=1e-5)
   np.testing.assert_allclose(mlp.logits(wm, xm).sum(), -2.0022222995758057, rtol=1e-5)
-  # The CNN trains and evaluates through its fast hand-written paths.
-  assert cnn.apply_fn is cnn_apply and cnn.eval_apply_fn is cnn_apply_conv
-  assert cnn.local_update_fn is not None
+  # The CNN trains through the generic fast path and evaluates natively.
+  assert cnn.eval_apply_fn is cnn_apply and cnn.local_update_fn is fast_train.local_update
+  np.testing.assert_allclose(cnn.eval_logits(wc, xc), cnn.logits(wc, xc), rtol=1e-6)
 
 
 def test_paper_cnn_module_computes_the_flat_models_function():
@@ -95,7 +77,6 @@ def test_paper_cnn_module_computes_the_flat_models_function():
   assert jax.tree.map(jnp.shape, variables) == jax.tree.map(jnp.shape, want)
   out = PaperCNN().apply(variables, x)
   np.testing.assert_allclose(out, cnn_apply(params, x), rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(out, cnn_apply_conv(params, x), rtol=1e-5, atol=1e-6)
   back = cnn_from_flax(variables)
   assert list(back) == [name for name, _ in CNN_SHAPES]
   np.testing.assert_array_equal(model.flatten(back), model.flatten(params))

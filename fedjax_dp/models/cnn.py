@@ -4,16 +4,14 @@ UAI 2021 FL-TOP paper, Appendix B.4 (after McMahan et al. 2016): two 5x5
 convolutions (32 then 64 filters, 'same' padding, ReLU), each followed by 2x2
 max pooling, a dense layer of 512 ReLU units and a 10-way softmax output.
 
-The convolutions are written as patch extraction followed by a matrix product.
-Under ``vmap`` over clients that each hold their own weights this becomes one
-batched matrix product per layer, which XLA runs far faster than the grouped
-convolution that ``vmap`` of ``lax.conv`` produces.
-
-:class:`PaperCNN` is the same architecture as a flax module (``nn.Conv`` /
-``nn.Dense``); :func:`cnn_to_flax` and :func:`cnn_from_flax` map the flat
-layout onto its variables and back. The :class:`FlatModel` keeps its own
-init (Keras' glorot-uniform with this file's key splits) and the fast
-forward paths above, which compute the module's function.
+The model trains through the same fast path as any ``from_flax`` model
+(``fedjax_dp.models.fast_train``: per-client convolutions, the factored
+dense layer). :class:`PaperCNN` is the same architecture as a flax module
+(``nn.Conv`` / ``nn.Dense``); :func:`cnn_to_flax` and :func:`cnn_from_flax`
+map the flat layout onto its variables and back. The :class:`FlatModel`
+keeps its own init (Keras' glorot-uniform with this file's key splits) and
+layout (patch-shaped convolution kernels, (25 * cin, cout)), as the
+papers' records were made with them.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp.models.cnn_train import cnn_local_update
+from fedjax_dp.models import fast_apply, fast_train
 from fedjax_dp.models.flat import FlatModel, Params, glorot_uniform
 from fedjax_dp.models.flax_model import layers_from_flax, layers_to_flax
 
@@ -70,38 +68,10 @@ def cnn_from_flax(variables: dict[str, Any]) -> Params:
   return layers_from_flax(variables, CNN_SHAPES)
 
 
-def patches_5x5(x: jax.Array) -> jax.Array:
-  """5x5 'same' patches of an NHWC batch.
-
-  Args:
-    x: Images of shape (batch, height, width, channels).
-
-  Returns:
-    Array of shape (batch, height, width, 25 * channels); the last axis is
-    ordered (kernel row, kernel column, channel).
-  """
-  _, h, w, _ = x.shape
-  pad = _K // 2
-  xp = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-  cols = [xp[:, i:i + h, j:j + w, :] for i in range(_K) for j in range(_K)]
-  return jnp.concatenate(cols, axis=-1)
-
-
 def max_pool_2x2(x: jax.Array) -> jax.Array:
   """2x2 max pooling with stride 2 of an NHWC batch (even sizes)."""
   b, h, w, c = x.shape
   return x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
-
-
-def cnn_apply(params: Params, x: jax.Array) -> jax.Array:
-  """Logits of the paper CNN for images of shape (batch, 28, 28, 1)."""
-  h = jax.nn.relu(patches_5x5(x) @ params["conv1_w"] + params["conv1_b"])
-  h = max_pool_2x2(h)
-  h = jax.nn.relu(patches_5x5(h) @ params["conv2_w"] + params["conv2_b"])
-  h = max_pool_2x2(h)
-  h = h.reshape(h.shape[0], -1)
-  h = jax.nn.relu(h @ params["dense1_w"] + params["dense1_b"])
-  return h @ params["dense2_w"] + params["dense2_b"]
 
 
 def _conv_same(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
@@ -112,12 +82,8 @@ def _conv_same(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
   return y + b
 
 
-def cnn_apply_conv(params: Params, x: jax.Array) -> jax.Array:
-  """Same function as :func:`cnn_apply` through native convolutions.
-
-  Faster for one model on a large batch (evaluation); :func:`cnn_apply` is
-  faster under ``vmap`` over per-client weights (training).
-  """
+def cnn_apply(params: Params, x: jax.Array) -> jax.Array:
+  """Logits of the paper CNN for images of shape (batch, 28, 28, 1)."""
   h = max_pool_2x2(jax.nn.relu(_conv_same(x, params["conv1_w"], params["conv1_b"])))
   h = max_pool_2x2(jax.nn.relu(_conv_same(h, params["conv2_w"], params["conv2_b"])))
   h = h.reshape(h.shape[0], -1)
@@ -142,5 +108,6 @@ def cnn_init(key: jax.Array) -> Params:
 
 def paper_cnn() -> FlatModel:
   """The Fashion-MNIST CNN of UAI 2021 App. B.4 / thesis Sec. 8 (n = 1,663,370)."""
-  return FlatModel("cnn", CNN_SHAPES, cnn_init, cnn_apply, "softmax_ce",
-                   eval_apply_fn=cnn_apply_conv, local_update_fn=cnn_local_update)
+  return FlatModel("cnn", CNN_SHAPES, cnn_init, fast_apply.fast_apply(cnn_apply, CNN_SHAPES),
+                   "softmax_ce", eval_apply_fn=cnn_apply,
+                   local_update_fn=fast_train.local_update)

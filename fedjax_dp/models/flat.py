@@ -36,7 +36,7 @@ class FlatModel:
       ``local_update_fn(model, w, x, y, key, *, steps, batch_size, lr,
       grad_mask, grad_indices, only_indices, momentum) -> w_end - w``; must
       compute what :meth:`local_update` computes without it (see
-      ``fedjax_dp.models.cnn_train``).
+      ``fedjax_dp.models.fast_train``).
     train_apply_fn: Optional training-mode forward pass
       ``train_apply_fn(params, x, key) -> logits`` (dropout); local training
       through :meth:`local_update` uses it, evaluation and the server's

@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp.models import fast_apply, fast_train
 from fedjax_dp.models.flat import FlatModel, Params
 
 LOSSES = ("softmax_ce", "sigmoid_ce")
@@ -39,7 +40,7 @@ def _nest(params: Params) -> dict[str, Any]:
 
 
 def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_ce",
-              name: str | None = None) -> FlatModel:
+              name: str | None = None, *, fast: bool = True) -> FlatModel:
   """Wraps a stateless flax module as a :class:`FlatModel`.
 
   The module's parameters (a possibly nested dict of arrays) are laid out in
@@ -100,7 +101,10 @@ def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_c
     return module.apply({"params": _nest(params)}, x)
 
   shapes = tuple((n, tuple(int(d) for d in leaf.shape)) for n, leaf in layout)
-  return FlatModel(name, shapes, init_fn, apply_fn, loss)
+  if not fast:
+    return FlatModel(name, shapes, init_fn, apply_fn, loss)
+  return FlatModel(name, shapes, init_fn, fast_apply.fast_apply(apply_fn, shapes), loss,
+                   eval_apply_fn=apply_fn, local_update_fn=fast_train.local_update)
 
 
 def layers_to_flax(params: Params,

@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp.models import fast_train
 from fedjax_dp.models.flat import FlatModel, Params, glorot_uniform
 from fedjax_dp.models.flax_model import layers_from_flax, layers_to_flax
 
@@ -92,8 +93,9 @@ def medical_mlp(dropout: float = 0.0) -> FlatModel:
   """
   if not 0.0 <= dropout < 1.0:
     raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-  if dropout == 0:
-    return FlatModel("mlp", MLP_SHAPES, mlp_init, mlp_apply, "sigmoid_ce")
+  if dropout == 0:  # the dense layers factored (fedjax_dp.models.fast_train)
+    return FlatModel("mlp", MLP_SHAPES, mlp_init, mlp_apply, "sigmoid_ce",
+                     local_update_fn=fast_train.local_update)
   return FlatModel(f"mlp (dropout {dropout:g})", MLP_SHAPES, mlp_init, mlp_apply,
                    "sigmoid_ce",
                    train_apply_fn=functools.partial(mlp_apply_train, dropout=dropout))

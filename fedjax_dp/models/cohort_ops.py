@@ -1,0 +1,301 @@
+"""Convolution and max pooling that stay fast under ``vmap`` over a cohort.
+
+Every client of a round trains its own copy of the model, so under ``vmap``
+over the cohort a convolution's kernel differs per client. JAX's batching
+rule turns that into one grouped convolution (a group per client), and the
+convolutions of its reverse mode into transposed-layout convolutions; XLA's
+CPU backend runs both an order of magnitude slower than plain convolutions
+(measured in ``benchmarks/models.py``; docs/performance.md). The ops here
+compute the same values but batch differently:
+
+* :func:`conv`: a ``custom_vmap`` rule runs a per-client kernel one client at
+  a time (``lax.map``) and folds a shared kernel's cohort into the batch;
+  its backward pass is two convolutions in the canonical NHWC / HWIO layout
+  (the input gradient correlates with the flipped kernel, the kernel
+  gradient is a convolution whose batch is the input channels).
+* :func:`max_pool`: non-overlapping windows as a reshape and a max, with a
+  backward pass that splits the gradient among tied maxima (as
+  ``jnp.max``), instead of ``reduce_window``'s select-and-scatter.
+
+Both work for any number of spatial dimensions and compute what
+``lax.conv_general_dilated`` and ``lax.reduce_window`` (``nn.Conv``,
+``nn.max_pool``) compute. ``fedjax_dp.models.fast_apply`` puts them in
+place of those primitives in any model's forward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.custom_batching import custom_vmap
+
+Padding = tuple[tuple[int, int], ...]
+
+
+def canonical_dimension_numbers(spatial: int) -> lax.ConvDimensionNumbers:
+  """NHWC inputs and outputs, HWIO kernels, for ``spatial`` spatial dims."""
+  lhs = (0, spatial + 1) + tuple(range(1, spatial + 1))
+  rhs = (spatial + 1, spatial) + tuple(range(spatial))
+  return lax.ConvDimensionNumbers(lhs, rhs, lhs)
+
+
+def _dilate(shape: Sequence[int], dilation: Sequence[int]) -> tuple[int, ...]:
+  return tuple(0 if s == 0 else 1 + d * (s - 1) for s, d in zip(shape, dilation))
+
+
+class ConvSpec(tuple):
+  """Hashable (strides, padding, lhs dilation, rhs dilation, precision)."""
+
+  __slots__ = ()
+
+  def __new__(cls, strides, padding, lhs_dilation, rhs_dilation, precision=None):
+    return super().__new__(cls, (tuple(strides), tuple(tuple(p) for p in padding),
+                                 tuple(lhs_dilation), tuple(rhs_dilation), precision))
+
+  strides = property(lambda self: self[0])
+  padding = property(lambda self: self[1])
+  lhs_dilation = property(lambda self: self[2])
+  rhs_dilation = property(lambda self: self[3])
+  precision = property(lambda self: self[4])
+
+
+def _conv_raw(x: jax.Array, w: jax.Array, spec: ConvSpec) -> jax.Array:
+  """One client's convolution, x (B, *spatial, C), w (*window, C, O)."""
+  return lax.conv_general_dilated(x, w, spec.strides, spec.padding, spec.lhs_dilation,
+                                  spec.rhs_dilation,
+                                  dimension_numbers=canonical_dimension_numbers(x.ndim - 2),
+                                  precision=spec.precision)
+
+
+def _conv_dx_raw(g: jax.Array, w: jax.Array, in_spatial: tuple[int, ...],
+                 spec: ConvSpec) -> jax.Array:
+  """Input gradient: g correlated with the flipped kernel, in/out swapped in memory."""
+  nd = g.ndim - 2
+  window = _dilate(w.shape[:nd], spec.rhs_dilation)
+  out = _dilate(g.shape[1:-1], spec.strides)
+  dilated_in = _dilate(in_spatial, spec.lhs_dilation)
+  before = [k - lo - 1 for k, (lo, _) in zip(window, spec.padding)]
+  after = [i + k - 1 - o - b for i, k, o, b in zip(dilated_in, window, out, before)]
+  flipped = jnp.flip(w, tuple(range(nd))).swapaxes(nd, nd + 1)
+  return lax.conv_general_dilated(g, flipped, spec.lhs_dilation, list(zip(before, after)),
+                                  spec.strides, spec.rhs_dilation,
+                                  dimension_numbers=canonical_dimension_numbers(nd),
+                                  precision=spec.precision)
+
+
+def _conv_dw_raw(x: jax.Array, g: jax.Array, window: tuple[int, ...],
+                 spec: ConvSpec) -> jax.Array:
+  """Kernel gradient: a convolution of x with g, x's channels as the batch."""
+  nd = x.ndim - 2
+  out = _dilate(g.shape[1:-1], spec.strides)
+  dilated_in = _dilate(x.shape[1:-1], spec.lhs_dilation)
+  dilated_window = _dilate(window, spec.rhs_dilation)
+  pads = [(lo, o - i + k - lo - 1)
+          for (lo, _), o, i, k in zip(spec.padding, out, dilated_in, dilated_window)]
+  spatial = tuple(range(1, nd + 1))
+  lhs = x.transpose((nd + 1,) + spatial + (0,))  # (C, *spatial, B)
+  rhs = g.transpose(spatial + (0, nd + 1))  # (*spatial, B, O)
+  dw = lax.conv_general_dilated(lhs, rhs, spec.rhs_dilation, pads, spec.lhs_dilation,
+                                spec.strides, dimension_numbers=canonical_dimension_numbers(nd),
+                                precision=spec.precision)
+  return dw.transpose(spatial + (0, nd + 1))  # (*window, C, O)
+
+
+def _per_client(raw, folds_batch: bool):
+  """``raw(a, b)`` whose ``vmap`` runs a per-client ``b`` one client at a time.
+
+  With ``folds_batch``, a batched ``a`` (the examples) and an unbatched ``b``
+  (a shared kernel) fold the cohort into the batch axis: one large op.
+  """
+  fn = custom_vmap(raw)
+
+  @fn.def_vmap
+  def rule(axis_size, in_batched, a, b):
+    a_batched, b_batched = in_batched
+    if folds_batch and a_batched and not b_batched:
+      out = fn(a.reshape((-1,) + a.shape[2:]), b)
+      out = out.reshape((axis_size, -1) + out.shape[1:])
+    elif a_batched and b_batched:
+      out = lax.map(lambda t: fn(*t), (a, b))
+    elif a_batched:
+      out = lax.map(lambda ai: fn(ai, b), a)
+    else:
+      out = lax.map(lambda bi: fn(a, bi), b)
+    return out, jax.tree.map(lambda _: True, out)
+
+  return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _conv_op(spec: ConvSpec, in_spatial: tuple[int, ...], window: tuple[int, ...],
+             input_grad: bool):
+  """The custom-VJP, custom-batched convolution for one static setting."""
+  fwd = _per_client(lambda x, w: _conv_raw(x, w, spec), folds_batch=True)
+  dx = _per_client(lambda g, w: _conv_dx_raw(g, w, in_spatial, spec), folds_batch=True)
+  dw = _per_client(lambda x, g: _conv_dw_raw(x, g, window, spec), folds_batch=False)
+
+  @jax.custom_vjp
+  def op(x, w):
+    return fwd(x, w)
+
+  def op_fwd(x, w):
+    return fwd(x, w), (x, w)
+
+  def op_bwd(res, g):
+    x, w = res
+    gx = dx(g, w) if input_grad else jnp.zeros_like(x)
+    return gx, dw(x, g)
+
+  op.defvjp(op_fwd, op_bwd)
+  return op
+
+
+def conv(x: jax.Array, w: jax.Array, strides: Sequence[int], padding: Padding,
+         lhs_dilation: Sequence[int] | None = None, rhs_dilation: Sequence[int] | None = None,
+         precision=None, input_grad: bool = True) -> jax.Array:
+  """``lax.conv_general_dilated`` in NHWC / HWIO / NHWC with cohort batching.
+
+  Args:
+    x: (batch, *spatial, in) inputs.
+    w: (*window, in, out) kernel.
+    strides: Window strides.
+    padding: (low, high) padding of each spatial dimension.
+    lhs_dilation: Input dilation (transposed convolution); default 1.
+    rhs_dilation: Kernel dilation; default 1.
+    precision: As for ``lax.conv_general_dilated``.
+    input_grad: False where x does not depend on anything differentiated
+      (a model's input layer): its gradient is zero and never computed.
+
+  Returns:
+    (batch, *out_spatial, out).
+  """
+  nd = x.ndim - 2
+  spec = ConvSpec(strides, padding, lhs_dilation or (1,) * nd, rhs_dilation or (1,) * nd,
+                  precision)
+  return _conv_op(spec, tuple(x.shape[1:-1]), tuple(w.shape[:nd]), input_grad)(x, w)
+
+
+def _windows(x: jax.Array, window: tuple[int, ...]) -> jax.Array:
+  """Splits every axis i into (size_i / window_i, window_i)."""
+  shape = []
+  for size, k in zip(x.shape, window):
+    shape += [size // k, k]
+  return x.reshape(shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _pool_op(window: tuple[int, ...]):
+  inner = tuple(range(1, 2 * len(window), 2))
+
+  @jax.custom_vjp
+  def op(x):
+    return jnp.max(_windows(x, window), axis=inner)
+
+  def op_fwd(x):
+    out = op(x)
+    return out, (x, out)
+
+  def op_bwd(res, g):
+    x, out = res
+    hit = (_windows(x, window) == jnp.expand_dims(out, inner)).astype(g.dtype)
+    share = jnp.expand_dims(g, inner) / jnp.sum(hit, axis=inner, keepdims=True)
+    return ((hit * share).reshape(x.shape),)
+
+  op.defvjp(op_fwd, op_bwd)
+  return op
+
+
+def pool_fits(shape: Sequence[int], window: Sequence[int], strides: Sequence[int],
+              padding: Sequence[tuple[int, int]]) -> bool:
+  """Whether :func:`max_pool` computes this ``reduce_window_max``: windows
+  that tile the input exactly (stride = window, no padding)."""
+  return (tuple(window) == tuple(strides) and all(p == (0, 0) for p in map(tuple, padding))
+          and all(s % k == 0 for s, k in zip(shape, window)))
+
+
+def max_pool(x: jax.Array, window: Sequence[int]) -> jax.Array:
+  """Max over non-overlapping windows (one size per axis of x, 1 to skip one).
+
+  Equal to ``lax.reduce_window(x, -inf, lax.max, window, window, "VALID")``
+  where every axis is a multiple of its window; the gradient is shared
+  equally among the maxima of a window.
+  """
+  if not pool_fits(x.shape, window, window, [(0, 0)] * x.ndim):
+    raise ValueError(f"max_pool needs windows {tuple(window)} that tile {x.shape}")
+  return _pool_op(tuple(window))(x)
+
+
+def _sparse_raw(a, v, rows, cols, out_dim):
+  """``z[b, j] = sum_t a[b, rows_t] v_t [cols_t == j]`` for one client."""
+  return jnp.zeros((a.shape[0], out_dim), a.dtype).at[:, cols].add(a[:, rows] * v)
+
+
+def _sparse_grads_raw(a, v, g, rows, cols):  # pylint: disable=too-many-arguments
+  """(da, dv) of :func:`_sparse_raw` for the output gradient g."""
+  dv = jnp.sum(a[:, rows] * g[:, cols], axis=0)
+  da = jnp.zeros(a.shape, a.dtype).at[:, rows].add(g[:, cols] * v)
+  return da, dv
+
+
+def _cohort_major(a):
+  """(K, B, D) -> (D, K, B): the gathered axis leading, rows contiguous."""
+  return a.transpose(2, 0, 1)
+
+
+@functools.lru_cache(maxsize=None)
+def sparse_product(out_dim: int):
+  """``product(a, v, rows, cols)``: the sparse layer ``a @ E(v)`` and its VJP.
+
+  E is zero off (rows, cols) and v on them. Under ``vmap`` over clients (a
+  and v batched, the indices shared) the gathers and scatters move whole
+  rows of (D, clients * batch) arrays instead of single numbers.
+  """
+  fwd_op = custom_vmap(lambda a, v, rows, cols: _sparse_raw(a, v, rows, cols, out_dim))
+  grads_op = custom_vmap(_sparse_grads_raw)
+
+  def batched(axis_size, in_batched, *args):
+    return [x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            for x, b in zip(args, in_batched)]
+
+  @fwd_op.def_vmap
+  def _fwd_rule(axis_size, in_batched, a, v, rows, cols):
+    if in_batched[2] or in_batched[3]:  # per-client indices: one client at a time
+      out = jax.lax.map(lambda t: fwd_op(*t), tuple(batched(axis_size, in_batched, a, v,
+                                                             rows, cols)))
+      return out, True
+    a, v = batched(axis_size, in_batched[:2], a, v)
+    picked = _cohort_major(a)[rows] * v.T[:, :, None]  # (T, K, B)
+    z = jnp.zeros((out_dim,) + picked.shape[1:], a.dtype).at[cols].add(picked)
+    return z.transpose(1, 2, 0), True
+
+  @grads_op.def_vmap
+  def _grads_rule(axis_size, in_batched, a, v, g, rows, cols):
+    if in_batched[3] or in_batched[4]:
+      out = jax.lax.map(lambda t: grads_op(*t), tuple(batched(axis_size, in_batched, a, v,
+                                                               g, rows, cols)))
+      return out, (True, True)
+    a, v, g = batched(axis_size, in_batched[:3], a, v, g)
+    g_cols = _cohort_major(g)[cols]  # (T, K, B)
+    dv = jnp.sum(_cohort_major(a)[rows] * g_cols, axis=2).T
+    da = jnp.zeros((a.shape[2],) + g_cols.shape[1:], a.dtype).at[rows].add(
+        g_cols * v.T[:, :, None])
+    return (da.transpose(1, 2, 0), dv), (True, True)
+
+  @jax.custom_vjp
+  def product(a, v, rows, cols):
+    return fwd_op(a, v, rows, cols)
+
+  def fwd(a, v, rows, cols):
+    return fwd_op(a, v, rows, cols), (a, v, rows, cols)
+
+  def bwd(res, g):
+    a, v, rows, cols = res
+    da, dv = grads_op(a, v, g, rows, cols)
+    return da, dv, None, None
+
+  product.defvjp(fwd, bwd)
+  return product

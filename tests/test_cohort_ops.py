@@ -1,0 +1,126 @@
+"""The cohort ops and the rewritten forward pass compute what JAX's ops compute."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_dp.models import cohort_ops, fast_apply, from_flax
+
+# (input spatial, window, strides, padding, lhs dilation, rhs dilation)
+CONVS = [
+    ((8, 8), (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), (1, 1)),  # the paper CNN's
+    ((9, 7), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), (1, 1)),  # strided, odd sizes
+    ((8, 8), (3, 2), (2, 1), ((0, 0), (0, 0)), (1, 1), (1, 1)),  # 'VALID', uneven
+    ((9, 9), (3, 3), (1, 1), ((1, 2), (0, 1)), (1, 1), (2, 2)),  # dilated kernel
+    ((5, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (2, 2), (1, 1)),  # transposed (lhs dilation)
+    ((10,), (4,), (3,), ((2, 1),), (2,), (2,)),  # 1-D, everything at once
+    ((4, 5, 6), (2, 3, 2), (1, 2, 1), ((1, 0), (1, 1), (0, 1)), (1, 1, 1), (1, 1, 2)),  # 3-D
+]
+
+
+def _lax_conv(x, w, strides, padding, ld, rd):
+  return jax.lax.conv_general_dilated(
+      x, w, strides, padding, ld, rd,
+      dimension_numbers=cohort_ops.canonical_dimension_numbers(x.ndim - 2))
+
+
+@pytest.mark.parametrize("spatial,window,strides,padding,ld,rd", CONVS)
+def test_conv_and_its_gradients_equal_lax(spatial, window, strides, padding, ld, rd):
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  x = jax.random.normal(keys[0], (3,) + spatial + (4,))
+  w = jax.random.normal(keys[1], window + (4, 5))
+  ref = lambda x, w: _lax_conv(x, w, strides, padding, ld, rd)
+  ours = lambda x, w: cohort_ops.conv(x, w, strides, padding, ld, rd)
+  want, want_vjp = jax.vjp(ref, x, w)
+  got, got_vjp = jax.vjp(ours, x, w)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  g = jax.random.normal(keys[2], want.shape)
+  for a, b in zip(got_vjp(g), want_vjp(g)):
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+  # Under vmap: per-client kernels, a shared kernel, shared inputs.
+  xs, ws = jnp.stack([x, 2 * x]), jnp.stack([w, -w])
+  np.testing.assert_allclose(jax.vmap(ours)(xs, ws)[1], ref(2 * x, -w), rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(jax.vmap(ours, (0, None))(xs, w)[1], ref(2 * x, w),
+                             rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(jax.vmap(ours, (None, 0))(x, ws)[1], ref(x, -w),
+                             rtol=1e-5, atol=1e-4)
+  grads = jax.vmap(jax.grad(lambda x, w: jnp.sum(ours(x, w) ** 2), (0, 1)))(xs, ws)
+  want_g = jax.grad(lambda x, w: jnp.sum(ref(x, w) ** 2), (0, 1))(2 * x, -w)
+  for a, b in zip(grads, want_g):
+    np.testing.assert_allclose(a[1], b, rtol=1e-4, atol=1e-3)
+
+
+def test_conv_without_input_gradient_skips_it():
+  x, w = jnp.ones((2, 6, 6, 3)), jnp.ones((3, 3, 3, 4))
+  dx, dw = jax.grad(lambda x, w: jnp.sum(cohort_ops.conv(
+      x, w, (1, 1), ((1, 1), (1, 1)), input_grad=False)), (0, 1))(x, w)
+  np.testing.assert_array_equal(dx, 0.0)
+  want = jax.grad(lambda w: jnp.sum(_lax_conv(x, w, (1, 1), ((1, 1), (1, 1)), (1, 1),
+                                              (1, 1))))(w)
+  np.testing.assert_allclose(dw, want, rtol=1e-6)
+
+
+def test_max_pool_equals_reduce_window_and_splits_ties():
+  z = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 6, 3))
+  z = z.at[0, :2, :2, :].set(0.5)  # a tied window
+  pool = lambda z: nn.max_pool(z, (2, 3), strides=(2, 3))
+  ours = lambda z: cohort_ops.max_pool(z, (1, 2, 3, 1))
+  np.testing.assert_array_equal(ours(z), pool(z))
+  g = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 2, 3))
+  got = jax.vjp(ours, z)[1](g)[0]
+  split = lambda z: z.reshape(2, 4, 2, 2, 3, 3).max(axis=(2, 4))  # jnp.max splits ties
+  np.testing.assert_allclose(got, jax.vjp(split, z)[1](g)[0], rtol=1e-6)
+  np.testing.assert_allclose(got[0, :2, :2, 0], g[0, 0, 0, 0] / 4, rtol=1e-6)
+  with pytest.raises(ValueError, match="tile"):
+    cohort_ops.max_pool(z, (1, 3, 3, 1))
+
+
+class _Odd(nn.Module):
+  """A conv in NCHW through lax (transposed layouts), one inside jax.jit, an
+  overlapping pool (left to JAX), and a kernel used twice (not a site)."""
+
+  @nn.compact
+  def __call__(self, x):
+    k = self.param("k", nn.initializers.lecun_normal(), (4, 1, 3, 3))  # OIHW
+    h = jax.lax.conv_general_dilated(x.transpose(0, 3, 1, 2), k, (1, 1), "SAME",
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    k2 = self.param("k2", nn.initializers.lecun_normal(), (3, 3, 4, 4))  # HWIO
+    h = jax.jit(lambda h, k: jax.lax.conv_general_dilated(
+        h.transpose(0, 2, 3, 1), k, (1, 1), "SAME",
+        dimension_numbers=("NHWC", "HWIO", "NHWC")))(h, k2)
+    h = nn.max_pool(nn.relu(h), (3, 3), strides=(2, 2))
+    tied = self.param("tied", nn.initializers.lecun_normal(), (h.shape[-1], h.shape[-1]))
+    h = (h @ tied) @ tied.T
+    return nn.Dense(3)(h.reshape(h.shape[0], -1))
+
+
+def test_rewritten_forward_equals_the_module():
+  x = jax.random.uniform(jax.random.PRNGKey(0), (5, 9, 9, 1))
+  model = from_flax(_Odd(), x[:1])
+  w = model.init(jax.random.PRNGKey(1))
+  params = model.unflatten(w)
+  ws = jnp.stack([w, 0.5 * w])
+  want = jax.vmap(lambda v: model.eval_logits(v, x))(ws)  # the module itself
+  got = jax.vmap(lambda v: model.logits(v, x))(ws)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  g_want = jax.grad(lambda v: jnp.sum(model.eval_logits(v, x) ** 2))(w)
+  g_got = jax.grad(lambda v: jnp.sum(model.logits(v, x) ** 2))(w)
+  np.testing.assert_allclose(g_got, g_want, rtol=1e-4, atol=1e-6)
+  traced = fast_apply.trace(model.eval_apply_fn, model.shapes, x)
+  top = [e.primitive.name for e in traced.jaxpr.jaxpr.eqns]
+  assert "conv_general_dilated" in top and any(p in top for p in ("jit", "pjit"))
+  names = [s.name for s in fast_apply.dense_sites(traced)]
+  assert names == ["Dense_0/kernel"]  # "tied" is used twice
+  assert fast_apply.evaluate(traced, params, x).shape == (5, 3)
+
+
+def test_jaxpr_rewrite_finds_the_paper_cnn_dense_layers(cnn):
+  traced = fast_apply.trace(cnn.eval_apply_fn, cnn.shapes, jnp.zeros((10, 28, 28, 1)))
+  sites = fast_apply.dense_sites(traced)
+  assert [(s.name, s.shape, s.rows) for s in sites] == [
+      ("dense1_w", (3136, 512), 10), ("dense2_w", (512, 10), 10)]
+  prims = [e.primitive.name for e in traced.jaxpr.jaxpr.eqns]
+  assert prims.count("conv_general_dilated") == 2
