@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
-from fedjax_dp.models import cohort_ops
+from fedjax_dp.models import cohort_ops, fast_scan
 
 _CALLS = ("jit", "pjit", "closed_call", "core_call")
 
@@ -221,6 +221,8 @@ def _eval(jaxpr, consts, args, dependent, dense) -> list:
           cohort_ops.pool_fits(operand.shape, p["window_dimensions"], p["window_strides"],
                                p["padding"])):
         out = [cohort_ops.max_pool(operand, p["window_dimensions"])]
+    elif name == "scan":
+      out = fast_scan.scan(eqn, [read(v) for v in eqn.invars], _bind)
     elif name in _CALLS and "jaxpr" in eqn.params:
       inner = eqn.params["jaxpr"]
       inner_jaxpr = getattr(inner, "jaxpr", inner)

@@ -242,8 +242,9 @@ def _factored_update(c: _Client, params: dict, sites) -> dict:
   return delta
 
 
-def _sparse_masked_update(c: _Client, model, params: dict, masks: dict,  # pylint: disable=too-many-arguments
-                          sites, grad_indices: jax.Array, only_indices: bool) -> jax.Array:
+def _sparse_masked_update(c: _Client, model, params: dict,  # pylint: disable=too-many-arguments
+                          masks: dict, sites, grad_indices: jax.Array,
+                          only_indices: bool) -> jax.Array:
   """A small mask T: each large kernel moves only on T,
   ``a @ W_k = a @ W + scatter(a[:, rows_T] v)``; returns the flat update
   (or its values on T)."""

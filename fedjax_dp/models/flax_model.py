@@ -46,7 +46,9 @@ def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_c
   The module's parameters (a possibly nested dict of arrays) are laid out in
   ``jax.tree_util`` flatten order under "/"-joined names, e.g.
   ``"Dense_0/kernel"``. ``init`` is ``module.init(key, sample_input)["params"]``
-  and the logits are ``module.apply({"params": params}, x)``.
+  and the logits are ``module.apply({"params": params}, x)``; evaluation runs
+  the module as it is, training its forward pass rewritten for the cohort
+  (``fedjax_dp.models.fast_apply``).
 
   Example::
 
@@ -68,6 +70,11 @@ def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_c
       shape and dtype are used to build the parameters.
     loss: ``"softmax_ce"`` (multi-class) or ``"sigmoid_ce"`` (binary).
     name: Model name; defaults to the module's class name.
+    fast: Train through ``fedjax_dp.models.fast_train`` (the default):
+      convolutions and max pooling batched over the cohort by custom rules,
+      dense kernels of at least ``fast_train.FACTOR_MIN_SIZE`` weights
+      factored; the same numbers as ``fast=False`` up to float32 round-off.
+      ``fast=False``: the plain path, ``vmap`` of the module's own ops.
 
   Returns:
     The model as a :class:`FlatModel`.
