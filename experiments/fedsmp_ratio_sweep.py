@@ -51,7 +51,7 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, distributed, experiment, simulation  # noqa: E402
+from fedjax_dp import datasets, distributed, experiment, flags, simulation  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
@@ -73,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
   p = _Parser(prog="fedsmp_ratio_sweep.py", description=__doc__.split("\n\n")[0],
               allow_abbrev=False,
               epilog="Any other option is passed to experiments/sweep.py.")
-  p.add_argument("--epsilon", type=float, default=1.0,
+  p.add_argument("--epsilon", type=flags.finite("--epsilon"), default=1.0,
                  help="target epsilon after all rounds (default 1.0; Fed-SMP Table I: 1.01)")
-  p.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS),
+  p.add_argument("--ratios", type=flags.finite("--ratios"), nargs="+", default=list(RATIOS),
                  help="compression ratios r (default " + " ".join(map(str, RATIOS)) + ")")
   p.add_argument("--schemes", nargs="+", default=["Fed-SMP-randk", "Fed-SMP-topk"],
                  help="schemes (default Fed-SMP-randk Fed-SMP-topk; FedAvg-randk / "

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import pathlib
+import re
 import sys
 import tempfile
 import traceback
@@ -57,7 +58,10 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
   def error(self, message):  # one line, exit code 2 (argparse prints usage too)
-    raise UsageError(message)
+    # "argument --lr: --lr must be ..." says the flag once: the flags' types
+    # (fedjax_dp.flags) name it themselves.
+    flag = re.match(r"argument (--[\w-]+): (?=\1(?![\w-]))", message)
+    raise UsageError(message[flag.end():] if flag else message)
 
 
 # Flags that spread a run over processes without changing its numbers.
@@ -106,7 +110,7 @@ def _add_secure_flags(sec: argparse._ArgumentGroup) -> None:
   sec.add_argument("--max-dropouts", type=int, default=0,
                    help="l: DP noise shares sized for |K| - l clients, so the noise "
                         "stays >= S*sigma if up to l clients fail (default 0)")
-  sec.add_argument("--dropout-rate", type=float, default=0.0,
+  sec.add_argument("--dropout-rate", type=flags.finite("--dropout-rate"), default=0.0,
                    help="each sampled client fails before sending with this "
                         "probability (default 0)")
   sec.add_argument("--client-chunk", type=int, default=None,
@@ -125,10 +129,10 @@ def _add_aggregator_flags(agg: argparse._ArgumentGroup) -> None:
                         "a robust one needing the individual updates (median, "
                         "trimmed-mean, norm-bound; thesis Sec. 3.3.2), refused with "
                         "secure aggregation and with DP schemes")
-  agg.add_argument("--trim-fraction", type=float, default=0.1,
+  agg.add_argument("--trim-fraction", type=flags.finite("--trim-fraction"), default=0.1,
                    help="trimmed-mean: fraction of values dropped at each end, in "
                         "[0, 0.5) (default 0.1)")
-  agg.add_argument("--norm-bound", type=float, default=None,
+  agg.add_argument("--norm-bound", type=flags.finite("--norm-bound"), default=None,
                    help="norm-bound: every update scaled to L2 norm at most this")
 
 
@@ -136,13 +140,13 @@ def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
   """Malicious clients (fedjax_dp.attacks, thesis Chapter 6)."""
   att.add_argument("--attack", choices=attacks.ATTACKS, default=None,
                    help="malicious clients' attack (default: none)")
-  att.add_argument("--malicious-fraction", type=float, default=None,
+  att.add_argument("--malicious-fraction", type=flags.finite("--malicious-fraction"), default=None,
                    help="alpha in [0, 1): a pool of round(alpha N) malicious clients, "
                         "drawn from the seed")
   att.add_argument("--malicious-selection", choices=attacks.SELECTIONS, default="cohort",
                    help="cohort: the pool makes up alpha of every round's cohort (thesis "
                         "l.1795, the default); fixed: the pool is sampled like every client")
-  att.add_argument("--boost", type=float, default=1.0,
+  att.add_argument("--boost", type=flags.finite("--boost"), default=1.0,
                    help="eta_adv >= 1: the attackers' boosting of gradient ascent and "
                         "backdoors (void under FL-SIGN; default 1)")
   att.add_argument("--backdoor", default=None,
@@ -158,7 +162,8 @@ def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
                         "--local-steps (default); epochs, as many passes over the pool as "
                         "a client makes over its own data (T_gd per client's worth of "
                         "pooled examples; the thesis calls T_gd local epochs, Alg. 2)")
-  att.add_argument("--attack-sigma", type=float, default=attacks.RANDOM_UPDATE_SIGMA,
+  att.add_argument("--attack-sigma", type=flags.finite("--attack-sigma"),
+                   default=attacks.RANDOM_UPDATE_SIGMA,
                    help="random-update: sigma_adv of each attacker's N(0, sigma^2 I) "
                         "(default 200)")
 
@@ -237,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
       "its round, bandwidth and epsilon like UAI 2021 Table 1."), epilog=_presets_epilog(),
       formatter_class=argparse.RawDescriptionHelpFormatter)
   _add_data_flags(p.add_argument_group("data (docs/datasets.md)"))
-  p.add_argument("--ratio", type=float, nargs="+", default=[0.005],
+  p.add_argument("--ratio", type=flags.finite("--ratio"), nargs="+", default=[0.005],
                  help="compression ratio(s) r in (0, 1] (default 0.005)")
   p.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES),
                  help="schemes, case-insensitive (default: UAI Table 1's fourteen and "
@@ -255,19 +260,19 @@ def build_parser() -> argparse.ArgumentParser:
                  help="T_gd" + _PRESET_HELP.format(P["local_steps"]))
   p.add_argument("--batch-size", type=int, default=None,
                  help="|B|" + _PRESET_HELP.format(P["batch_size"]))
-  p.add_argument("--lr", type=float, default=None,
+  p.add_argument("--lr", type=flags.finite("--lr"), default=None,
                  help="client SGD rate" + _PRESET_HELP.format(P["lr"]))
-  p.add_argument("--noise-multiplier", type=float, default=None,
+  p.add_argument("--noise-multiplier", type=flags.finite("--noise-multiplier"), default=None,
                  help="sigma of DP schemes (default: the data set's, 1.54; "
                       "medical-synth 1.49)")
   p.add_argument("--clip", type=flags.clip, default="calibrate",
                  help="clip norm S: a number, 'calibrate' (public-data round, UAI Sec. 4; "
                       "default) or 'paper' (UAI Table 6, calibrating where it has none)")
-  p.add_argument("--clip-ratio", type=float, default=None,
+  p.add_argument("--clip-ratio", type=flags.finite("--clip-ratio"), default=None,
                  help="calibrate S once as at this ratio and use it at every ratio of the "
                       "sweep (Fed-SMP Sec. 6.2: one S for all ratios); default: each "
                       "run's own ratio")
-  p.add_argument("--delta", type=float, default=None, help="delta (default 1e-5)")
+  p.add_argument("--delta", type=flags.finite("--delta"), default=None, help="delta (default 1e-5)")
   p.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="moments",
                  help="moments (papers' method, default), rdp or pld (dp-accounting)")
   p.add_argument("--sampling", choices=SAMPLERS, default="poisson",
@@ -296,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="K: 2K canary directions, each inserted as a client with "
                           "probability 1/2; reports empirical_epsilon beside epsilon "
                           "(DP schemes; default 0: no audit)")
-  audit.add_argument("--audit-confidence", type=float, default=0.95,
+  audit.add_argument("--audit-confidence", type=flags.finite("--audit-confidence"), default=0.95,
                      help="confidence of the audit's one-run lower bound (default 0.95)")
   _add_secure_flags(p.add_argument_group(
       "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))

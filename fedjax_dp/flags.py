@@ -7,6 +7,7 @@ one-line message naming the flag (the command line turns it into exit code 2).
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Callable, Mapping
 
@@ -58,14 +59,34 @@ def as_flags(message: str, names: Mapping[str, str]) -> str:
   return message
 
 
-def positive(flag: str, kind=float) -> Callable[[str], float]:
-  """A number > 0 (an int for ``kind=int``)."""
-  def parse(value: str):
+def finite(flag: str) -> Callable[[str], float]:
+  """A finite number: ``nan``, ``inf``, ``-inf``, ``infinity`` refused.
+
+  Every float flag of the command line parses through it (directly, or via
+  :func:`positive` and :func:`unit_interval`): a non-finite
+  hyper-parameter would train a non-finite model.
+  """
+  def parse(value: str) -> float:
     try:
-      number = kind(value)
+      number = float(value)
     except ValueError:
-      raise argparse.ArgumentTypeError(
-          f"{flag} takes {'an int' if kind is int else 'a number'}, got {value!r}") from None
+      raise argparse.ArgumentTypeError(f"{flag} takes a number, got {value!r}") from None
+    if not math.isfinite(number):
+      raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {value}")
+    return number
+  return parse
+
+
+def positive(flag: str, kind=float) -> Callable[[str], float]:
+  """A finite number > 0 (an int for ``kind=int``)."""
+  def parse(value: str):
+    if kind is float:
+      number = finite(flag)(value)
+    else:
+      try:
+        number = kind(value)
+      except ValueError:
+        raise argparse.ArgumentTypeError(f"{flag} takes an int, got {value!r}") from None
     if not number > 0:
       raise argparse.ArgumentTypeError(f"{flag} must be > 0, got {value}")
     return number
@@ -75,10 +96,7 @@ def positive(flag: str, kind=float) -> Callable[[str], float]:
 def unit_interval(flag: str) -> Callable[[str], float]:
   """A number in [0, 1)."""
   def parse(value: str) -> float:
-    try:
-      number = float(value)
-    except ValueError:
-      raise argparse.ArgumentTypeError(f"{flag} takes a number, got {value!r}") from None
+    number = finite(flag)(value)
     if not 0.0 <= number < 1.0:
       raise argparse.ArgumentTypeError(f"{flag} must be in [0, 1), got {value}")
     return number

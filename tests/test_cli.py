@@ -1,5 +1,6 @@
 """experiments/sweep.py: bad input exits 2 with one line; a small run writes results."""
 
+import argparse
 import json
 import os
 import pathlib
@@ -28,6 +29,7 @@ def _run(args, tmp_path, env_extra=None):
     (["--rounds", "many"], "invalid int value"),
     (["--devices", "99"], "--devices must be in [1,"),
     (["--cpu-devices", "0"], "--cpu-devices must be > 0"),
+    (["--noise-multiplier", "inf"], "--noise-multiplier must be a finite number, got inf"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path):
   proc = _run(args, tmp_path)
@@ -118,6 +120,70 @@ def test_bad_data_flags_are_one_line_exit_2_in_process(args, needle, tmp_path, c
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and needle in err[0] and err[0].startswith("sweep.py: error: ")
   assert not out.exists()
+
+
+# A non-finite float flag would only train a non-finite model.
+@pytest.mark.parametrize("args,message", [
+    (["--noise-multiplier", "inf"], "--noise-multiplier must be a finite number, got inf"),
+    (["--noise-multiplier", "nan"], "--noise-multiplier must be a finite number, got nan"),
+    (["--noise-multiplier", "infinity"],
+     "--noise-multiplier must be a finite number, got infinity"),
+    (["--noise-multiplier=-inf"], "--noise-multiplier must be a finite number, got -inf"),
+    (["--noise-multiplier", "-1"], "--noise-multiplier must be >= 0, got -1.0"),
+    (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    (["--ratio", "0.01", "inf"], "--ratio must be a finite number, got inf"),
+    (["--clip", "inf"], "--clip must be a finite number, got inf"),
+    (["--delta", "nan"], "--delta must be a finite number, got nan"),
+    (["--partition", "dirichlet", "--dirichlet-alpha", "inf"],
+     "--dirichlet-alpha must be a finite number, got inf"),
+    (["--gamma", "inf"], "--gamma must be a finite number, got inf"),  # a family's flag
+])
+def test_non_finite_floats_are_refused(args, message, tmp_path, capsys):
+  out = tmp_path / "out"
+  assert experiment.main([*args, "--out", str(out)]) == 2
+  assert capsys.readouterr().err.splitlines() == [f"sweep.py: error: {message}"]
+  assert not out.exists()
+
+
+def test_every_float_flag_refuses_nan_and_inf():
+  """Each flag that parses a float (the families' own included) refuses
+  the non-finite ones with the flag's one-line message."""
+  floats = 0
+  for action in experiment.build_parser()._actions:  # pylint: disable=protected-access
+    if action.type is None or not action.option_strings:
+      continue
+    parsed = []
+    for value in ("0.5", "1.5"):
+      try:
+        parsed.append(action.type(value))
+      except (argparse.ArgumentTypeError, ValueError):
+        pass
+    if not any(isinstance(v, float) for v in parsed):
+      continue  # an int, a choice or a string
+    floats += 1
+    for value in ("nan", "inf", "-inf", "Infinity"):
+      with pytest.raises(argparse.ArgumentTypeError, match="must be a finite number"):
+        action.type(value)
+  assert floats >= 25
+
+
+def test_a_batch_above_a_clients_examples_is_the_whole_client(tmp_path, capsys):
+  """|B| >= a client's examples is full-batch training (docs/cli.md), not an
+  error: Fed-SMP-topk's preset (|B| 10, |D_k| 9) relies on it, and
+  medical-synth's class-balanced hospitals (here 2 to 6 patients of
+  --samples-per-client 10) hold fewer than |B| = 10."""
+  out = tmp_path / "res"
+  code = experiment.main([
+      "--dataset", "medical-synth", "--schemes", "FL-STD", "--rounds", "1",
+      "--num-clients", "60", "--samples-per-client", "10", "--batch-size", "10",
+      "--clients-per-round", "3", "--local-steps", "1", "--quiet", "--test-size", "100",
+      "--out", str(out)])
+  assert code == 0, capsys.readouterr().err
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  assert run["batch_size"] == 10 and run["samples_per_client"] == 10
+  assert run["data_summary"]["size_max"] < 10 and run["best_accuracy"] >= 0
+  fedsmp = experiment.plan(experiment.build_parser().parse_args(["--schemes", "Fed-SMP-topk"]))
+  assert fedsmp[0].setting["batch_size"] == 10 and fedsmp[0].setting["samples_per_client"] == 9
 
 
 def test_missing_data_is_one_line_exit_2(tmp_path):

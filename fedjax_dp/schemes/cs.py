@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, client, keys, presets
+from fedjax_dp import calibration, client, flags, keys, presets
 from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
@@ -253,11 +253,12 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
   """FL-CS / FL-FREQ options; defaults: thesis Table 8.4."""
   group.add_argument("--chunks", type=int, default=_PAPER.chunks,
                      help="P, DCT chunks (default 200)")
-  group.add_argument("--cs-lambda", type=float, default=_PAPER.lam,
+  group.add_argument("--cs-lambda", type=flags.finite("--cs-lambda"), default=_PAPER.lam,
                      help="lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)")
-  group.add_argument("--server-momentum", type=float, default=_PAPER.momentum,
+  group.add_argument("--server-momentum", type=flags.finite("--server-momentum"),
+                     default=_PAPER.momentum,
                      help="FL-CS server momentum rho (default 0.9)")
-  group.add_argument("--server-lr", type=float, default=None,
+  group.add_argument("--server-lr", type=flags.finite("--server-lr"), default=None,
                      help="FL-CS global learning rate eta_G (default 0.35; medical-synth "
                           "1.0, UAI Table 5)")
   group.add_argument("--decoder", choices=fista.SOLVERS, default=_PAPER.decoder,
@@ -266,7 +267,7 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
                      help="FISTA with gradient restart")
   group.add_argument("--decoder-iters", type=int, default=_PAPER.max_iters,
                      help="decoder steps per round at most (default 100)")
-  group.add_argument("--decoder-tol", type=float, default=_PAPER.tol,
+  group.add_argument("--decoder-tol", type=flags.finite("--decoder-tol"), default=_PAPER.tol,
                      help="decoder stops when its iterate changes by <= this, relative "
                           "(default 1e-3)")
   group.add_argument("--dct-method", choices=dct_cs.METHODS, default=_PAPER.dct_method,

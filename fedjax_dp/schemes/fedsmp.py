@@ -332,7 +332,7 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
   """Local momentum, learning-rate decay, the server's top_k training."""
   group.add_argument("--momentum", type=flags.unit_interval("--momentum"), default=None,
                      help="local momentum beta in [0, 1), reset every round (default 0.5)")
-  group.add_argument("--lr-decay", type=float, default=None,
+  group.add_argument("--lr-decay", type=flags.finite("--lr-decay"), default=None,
                      help="learning rate factor per round, in (0, 1] (default 0.99)")
   group.add_argument("--server-steps", type=int, default=None,
                      help="top_k: server SGD steps per round on its public set (default: "

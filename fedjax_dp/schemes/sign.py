@@ -30,7 +30,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client
+from fedjax_dp import client, flags
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.privacy.dg_table import (DiscreteGaussianTable, discrete_gaussian_table,
@@ -252,7 +252,7 @@ PRESET_SOURCES = {"FL-SIGN": "thesis Table 8.1", "FL-SIGN-DP": "thesis Table 8.2
 
 def add_flags(group: argparse._ArgumentGroup) -> None:
   """--gamma."""
-  group.add_argument("--gamma", type=float, default=None,
+  group.add_argument("--gamma", type=flags.finite("--gamma"), default=None,
                      help="server step gamma (default: 0.001 for FL-SIGN and signSGD, "
                           "0.005 for FL-SIGN-DP)")
 
