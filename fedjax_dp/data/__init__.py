@@ -24,6 +24,7 @@ from fedjax_dp.data.medical import (MedicalSynth, MedicalSynthConfig, bayes_log_
                                     load_medical_synth)
 from fedjax_dp.data.partitioning import (PADDING_LABEL, client_sizes, from_client_indices,
                                          label_summary, partition, partition_indices)
+from fedjax_dp.data.shakespeare import ShakespeareData, load_shakespeare
 
 __all__ = [
     "CHECKSUMS",
@@ -32,6 +33,7 @@ __all__ = [
     "SPLITS",
     "DataError",
     "PADDING_LABEL",
+    "ShakespeareData",
     "FederatedData",
     "MedicalSynth",
     "MedicalSynthConfig",
@@ -46,6 +48,7 @@ __all__ = [
     "load_federated",
     "load_federated_with_public",
     "load_medical_synth",
+    "load_shakespeare",
     "locate",
     "parse_idx",
     "partition",
