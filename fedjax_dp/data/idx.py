@@ -91,7 +91,7 @@ class DataError(Exception):
     """A data file is missing, corrupt or malformed (one-line message)."""
 
 
-def _cache_dir() -> pathlib.Path:
+def cache_dir() -> pathlib.Path:
     if os.environ.get("FEDJAX_DP_CACHE"):
         return pathlib.Path(os.environ["FEDJAX_DP_CACHE"]).expanduser()
     if os.environ.get("XDG_CACHE_HOME"):
@@ -111,7 +111,7 @@ def data_dirs() -> list[pathlib.Path]:
     dirs = []
     if os.environ.get("FEDJAX_DP_DATA"):
         dirs.append(pathlib.Path(os.environ["FEDJAX_DP_DATA"]).expanduser())
-    cache = _cache_dir()
+    cache = cache_dir()
     if cache not in dirs:
         dirs.append(cache)
     return dirs
@@ -139,7 +139,8 @@ def _verify(name: str, file: str, raw: bytes, origin: str) -> None:
             f"expected {sha256}; replace it with the official file")
 
 
-def _decompress(gz: bytes, origin: str) -> bytes:
+def decompress_gz(gz: bytes, origin: str) -> bytes:
+    """``gzip.decompress``, a corrupt file raising DataError naming ``origin``."""
     try:
         return gzip.decompress(gz)
     except (OSError, EOFError, zlib.error) as err:
@@ -152,7 +153,7 @@ def _read_verified(name: str, file: str, path: pathlib.Path) -> bytes:
         data = path.read_bytes()
     except OSError as err:
         raise DataError(f"cannot read {path}: {err}") from err
-    raw = _decompress(data, str(path)) if path.suffix == ".gz" else data
+    raw = decompress_gz(data, str(path)) if path.suffix == ".gz" else data
     _verify(name, file, raw, str(path))
     return raw
 
@@ -170,7 +171,7 @@ def _download(name: str, file: str, target: pathlib.Path) -> bytes:
         try:
             with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
                 gz = response.read()
-            raw = _decompress(gz, url)
+            raw = decompress_gz(gz, url)
             _verify(name, file, raw, url)
         except (OSError, http.client.HTTPException, ValueError, DataError) as err:
             errors.append(f"{url}: {err}")
@@ -216,7 +217,7 @@ def locate(name: str, file: str, download: bool = True) -> bytes:
             if path.is_file():
                 return _read_verified(name, file, path)
 
-    cache = _cache_dir()
+    cache = cache_dir()
     if not download:
         reason = "download=False"
     elif os.environ.get("FEDJAX_DP_NO_DOWNLOAD", "") not in ("", "0"):

@@ -630,7 +630,7 @@ def _config_json(config: MedicalSynthConfig) -> str:
 def medical_cache_path(config: MedicalSynthConfig) -> pathlib.Path:
   """``<cache>/medical-synth/v<VERSION>-<sha256 of the config, 16 hex>.npz``."""
   digest = hashlib.sha256(_config_json(config).encode()).hexdigest()[:16]
-  return idx._cache_dir() / "medical-synth" / f"v{VERSION}-{digest}.npz"
+  return idx.cache_dir() / "medical-synth" / f"v{VERSION}-{digest}.npz"
 
 
 def clear_memory_cache() -> None:

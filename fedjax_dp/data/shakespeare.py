@@ -552,7 +552,7 @@ def _key(digests: dict[str, str], params: dict) -> str:
 
 def _cache_path(digests: dict[str, str], params: dict) -> pathlib.Path:
   """``<cache>/shakespeare/v<VERSION>-<sha256 of sources and parameters, 16 hex>.npz``."""
-  return idx._cache_dir() / "shakespeare" / f"v{VERSION}-{_key(digests, params)}.npz"
+  return idx.cache_dir() / "shakespeare" / f"v{VERSION}-{_key(digests, params)}.npz"
 
 
 def _choose(n: int, cap: int | None, rng: np.random.Generator) -> np.ndarray:
