@@ -1,15 +1,20 @@
 """Shared setup of the round benchmarks: the paper's Fashion-MNIST setting.
 
 The paper's Fashion-MNIST clients (UAI 2021 Table 5: 6,000 clients of 10
-images) and a description of the machine.
+images), a description of the machine, and the timing and FLOP helpers of
+``throughput.py`` and ``models.py`` (best-of timings, XLA's FLOP count, the
+float32 matmul rate). It imports JAX: scripts import it after
+``host_devices.configure()``.
 """
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import host_devices, simulation
+from fedjax_dp import host_devices, sharding, simulation
 from fedjax_dp.data import load_federated
 
 NUM_CLIENTS = 6000
@@ -24,3 +29,38 @@ def load_paper_data():
 def machine() -> str:
   """A one-line description of the host and JAX backend."""
   return host_devices.machine()
+
+
+def best_seconds(fn, repeats: int) -> float:
+  """Smallest wall time of ``repeats`` calls of ``fn`` (which blocks)."""
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return min(times)
+
+
+def compiled_flops(fn, *args) -> float | None:
+  """Floating-point operations of one call of jitted ``fn`` (XLA's cost analysis)."""
+  cost = fn.lower(*args).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops = (cost or {}).get("flops")
+  return None if flops is None or flops <= 0 else float(flops)
+
+
+def matmul_gflops(mesh, size: int = 2048, repeats: int = 5) -> float:
+  """GFLOP/s of float32 (size x size) matmuls, one per device of ``mesh``.
+
+  The machine's dense compute rate, for scale: evaluation's GFLOP/s is
+  compared with it.
+  """
+  devices = sharding.mesh_size(mesh)
+  a = jnp.ones((devices, size, size), jnp.float32)
+  if mesh is not None:
+    a = jax.device_put(a, jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(sharding.AXIS)))
+  fn = jax.jit(lambda x: jnp.einsum("bij,bjk->bik", x, x))
+  jax.block_until_ready(fn(a))
+  return 2 * devices * size ** 3 / best_seconds(lambda: jax.block_until_ready(fn(a)),
+                                                repeats) / 1e9

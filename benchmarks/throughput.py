@@ -40,7 +40,6 @@ import json
 import os
 import resource
 import sys
-import time
 
 from fedjax_dp import host_devices  # imports no JAX
 
@@ -51,22 +50,14 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common import load_paper_data, machine  # noqa: E402  (benchmarks/common.py)
+# benchmarks/common.py
+from common import best_seconds as _best  # noqa: E402
+from common import compiled_flops, load_paper_data, machine, matmul_gflops  # noqa: E402
 from fedjax_dp import sharding, simulation  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
 from fedjax_dp.privacy import noise  # noqa: E402
 from fedjax_dp.schemes import SCHEMES, get_scheme  # noqa: E402
-
-
-def _best(fn, repeats: int) -> float:
-  """Smallest wall time of ``repeats`` calls of ``fn`` (which blocks)."""
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return min(times)
 
 
 def _peak_rss_mb() -> float:
@@ -244,30 +235,6 @@ def _evaluation(model, mesh, weights, test_x, repeats: int) -> tuple[float, floa
   batch = tx[:500]
   flops = compiled_flops(jax.jit(model.predict), weights, batch.astype(jnp.float32))
   return seconds, None if flops is None else flops * tx.shape[0] / batch.shape[0]
-
-
-def compiled_flops(fn, *args) -> float | None:
-  """Floating-point operations of one call of jitted ``fn`` (XLA's cost analysis)."""
-  cost = fn.lower(*args).compile().cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops = (cost or {}).get("flops")
-  return None if flops is None or flops <= 0 else float(flops)
-
-
-def matmul_gflops(mesh, size: int = 2048, repeats: int = 5) -> float:
-  """GFLOP/s of float32 (size x size) matmuls, one per device of ``mesh``.
-
-  The machine's dense compute rate, for scale: evaluation's GFLOP/s is
-  compared with it.
-  """
-  devices = sharding.mesh_size(mesh)
-  a = jnp.ones((devices, size, size), jnp.float32)
-  if mesh is not None:
-    a = jax.device_put(a, jax.sharding.NamedSharding(
-        mesh, jax.sharding.PartitionSpec(sharding.AXIS)))
-  fn = jax.jit(lambda x: jnp.einsum("bij,bjk->bik", x, x))
-  jax.block_until_ready(fn(a))
-  return 2 * devices * size ** 3 / _best(lambda: jax.block_until_ready(fn(a)), repeats) / 1e9
 
 
 def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):

@@ -68,12 +68,6 @@ def cnn_from_flax(variables: dict[str, Any]) -> Params:
   return layers_from_flax(variables, CNN_SHAPES)
 
 
-def max_pool_2x2(x: jax.Array) -> jax.Array:
-  """2x2 max pooling with stride 2 of an NHWC batch (even sizes)."""
-  b, h, w, c = x.shape
-  return x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
-
-
 def _conv_same(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
   """5x5 'same' convolution with a patch-layout kernel of shape (25*cin, cout)."""
   kernel = w.reshape(_K, _K, x.shape[-1], w.shape[-1])  # (row, col, cin): HWIO
@@ -84,8 +78,10 @@ def _conv_same(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
 
 def cnn_apply(params: Params, x: jax.Array) -> jax.Array:
   """Logits of the paper CNN for images of shape (batch, 28, 28, 1)."""
-  h = max_pool_2x2(jax.nn.relu(_conv_same(x, params["conv1_w"], params["conv1_b"])))
-  h = max_pool_2x2(jax.nn.relu(_conv_same(h, params["conv2_w"], params["conv2_b"])))
+  h = nn.max_pool(jax.nn.relu(_conv_same(x, params["conv1_w"], params["conv1_b"])), (2, 2),
+                  strides=(2, 2))
+  h = nn.max_pool(jax.nn.relu(_conv_same(h, params["conv2_w"], params["conv2_b"])), (2, 2),
+                  strides=(2, 2))
   h = h.reshape(h.shape[0], -1)
   h = jax.nn.relu(h @ params["dense1_w"] + params["dense1_b"])
   return h @ params["dense2_w"] + params["dense2_b"]

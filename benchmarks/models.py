@@ -1,0 +1,275 @@
+"""Local training of a cohort for several models side by side: clients/s and GFLOP/s.
+
+Each model trains a cohort of ``--clients`` clients (``--samples`` synthetic
+examples each: uniform [0, 1) images of the model's input shape, or random
+tokens in [0, vocab) for the LSTM; random labels) for ``--steps`` local SGD
+steps of batch ``--batch-size`` at learning rate ``--lr`` (default: the
+paper setting, 10 examples a client, 5 steps of batch 10, eta 0.05), run as
+the simulator's round runs it: ``jax.jit`` of ``sharding.shard_clients`` of
+a ``vmap`` of ``model.local_update`` over the cohort, sharded over one XLA
+CPU device per core (``host_devices.configure``). The models, in this order:
+
+* ``paper-cnn``: the registered paper CNN, ``models.paper_cnn()`` (its flat
+  layout and Keras init; since issue 38 it trains through the same
+  ``models.fast_train`` as every model: the hand-written kernels it had
+  before are retired, measured against it in
+  ``benchmarks/records/local-training-hand-vs-generic-2026-11-26.jsonl``);
+* ``paper-cnn-flax``: the same CNN as a flax module, ``from_flax(PaperCNN())``;
+* ``mlp``, ``small-cnn``, ``svhn-cnn``, ``lstm``: ``models.zoo``'s modules
+  (an MLP 784-1024-512-10, a 31k-weight CNN, Fed-SMP's SVHN CNN and
+  Shakespeare LSTM) through ``from_flax``.
+
+The flax models run with ``fast=True``; ``--plain`` adds each with
+``fast=False`` (the plain ``vmap`` of the module's ops), labelled
+``<model>-plain`` (slow on CPU: svhn-cnn-plain took 141 s a cohort of 20
+clients on this project's 2-core machine). Per model, after one call that
+compiles (its extra time is reported as the compile time), the best of
+``--repeats`` timed calls gives seconds per cohort and clients/s; the
+training FLOPs,
+3 x forward FLOPs x steps x batch per client (forward + backward), over
+that time give GFLOP/s, also as a fraction of the float32 matmul rate
+measured in the same process (``common.matmul_gflops``). Forward FLOPs per
+example are XLA's cost analysis of the model's plain forward pass on one
+batch, except for the LSTM: XLA counts the body of the scan over the 80
+positions once, so its FLOPs are computed analytically (products and gate
+arithmetic; XLA's count of the scan unrolled is 0.3% higher).
+``x_paper_cnn`` is each model's seconds per cohort over paper-cnn's.
+
+  python benchmarks/models.py --clients 100 --repeats 3
+  python benchmarks/models.py --models paper-cnn,paper-cnn-flax --plain --json
+  python benchmarks/models.py --out benchmarks/records/models.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from fedjax_dp import host_devices  # imports no JAX
+
+# One XLA CPU device per core (before JAX starts); see fedjax_dp.host_devices.
+host_devices.configure()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+# benchmarks/common.py
+from common import best_seconds, compiled_flops, machine, matmul_gflops  # noqa: E402
+from fedjax_dp import sharding  # noqa: E402
+from fedjax_dp.atomic import atomic_file  # noqa: E402
+from fedjax_dp.models import PaperCNN, from_flax, paper_cnn, zoo  # noqa: E402
+
+PAPER_CNN = "paper-cnn"
+MODELS = (PAPER_CNN, "paper-cnn-flax", "mlp", "small-cnn", "svhn-cnn", "lstm")
+_IMAGE_28 = np.zeros((1, 28, 28, 1), np.float32)
+LSTM_NOTE = ("analytic: XLA's cost analysis counts the body of the LSTM's scan once, "
+             "not once per position")
+
+
+def build(name: str, fast: bool):
+  """(FlatModel, flax module or None, sample input batch) of a benchmark model."""
+  if name == PAPER_CNN:
+    return paper_cnn(), None, _IMAGE_28
+  if name == "paper-cnn-flax":
+    module, sample = PaperCNN(), _IMAGE_28
+  else:
+    constructor, sample = zoo.ZOO[name]
+    module = constructor()
+  return from_flax(module, sample, fast=fast), module, sample
+
+
+def lstm_forward_flops(module: zoo.CharLSTM, window: int) -> float:
+  """Forward FLOPs of one example of :class:`~fedjax_dp.models.zoo.CharLSTM`.
+
+  Per position and layer: the gates' products ``2 (in + units) 4 units``
+  and 17 units of elementwise work (the input and hidden products' sum and
+  bias, 3 sigmoids and 2 tanh, the cell update ``f c + i g`` and ``o
+  tanh(c)``); then the output layer on the last position. The embedding is
+  a lookup (no FLOPs).
+  """
+  u, total, width = module.units, 0, module.embed
+  for _ in range(module.layers):
+    total += window * (2 * (width + u) * 4 * u + 17 * u)
+    width = u
+  return float(total + 2 * u * module.vocab + module.vocab)
+
+
+def forward_flops(model, module, w, xb) -> tuple[float | None, float | None, str]:
+  """(forward FLOPs per example, XLA's count per example, how it was counted).
+
+  XLA's cost analysis of the plain forward pass (``eval_logits``) on the
+  batch ``xb``; for the LSTM the analytic count (XLA counts a loop body once).
+  """
+  batch = xb.shape[0]
+  xla = compiled_flops(jax.jit(model.eval_logits), w, xb)
+  xla = None if xla is None else xla / batch
+  if isinstance(module, zoo.CharLSTM):
+    return lstm_forward_flops(module, xb.shape[1]), xla, LSTM_NOTE
+  has_loop = "while" in jax.jit(model.eval_logits).lower(w, xb).as_text()
+  return xla, xla, ("xla (the forward pass has a loop: its body may be counted once)"
+                    if has_loop else "xla")
+
+
+def synthetic_cohort(sample, classes: int, clients: int, samples: int, seed: int):
+  """Random inputs shaped like ``sample`` (tokens in [0, classes) for int inputs)
+  and random labels in [0, classes), ``samples`` a client."""
+  rng = np.random.default_rng(seed)
+  shape = (clients, samples) + tuple(sample.shape[1:])
+  if np.issubdtype(sample.dtype, np.integer):
+    x = rng.integers(0, classes, shape).astype(sample.dtype)
+  else:
+    x = rng.random(shape, np.float32)
+  return jnp.asarray(x), jnp.asarray(rng.integers(0, classes, (clients, samples)), jnp.int32)
+
+
+def cohort_fn(model, mesh, *, steps: int, batch: int, lr: float):
+  """The round's local training: every client's ``local_update``, vmapped and sharded."""
+  def fn(shared, data, idx, keys):
+    xx, yy = data
+    return jax.vmap(lambda i, k: model.local_update(shared, xx[i], yy[i], k, steps=steps,
+                                                    batch_size=batch, lr=lr))(idx, keys)
+
+  return jax.jit(sharding.shard_clients(fn, mesh))
+
+
+def measure(name: str, fast: bool, mesh, args, matmul: float) -> dict:
+  """Times one model's cohort; the record of the module docstring (without x_paper_cnn)."""
+  model, module, sample = build(name, fast)
+  w = jax.jit(model.init)(jax.random.PRNGKey(args.seed))  # eager flax init: many compiles
+  classes = int(jax.eval_shape(model.eval_logits, w, jnp.asarray(sample)).shape[1])
+  x, y = synthetic_cohort(sample, classes, args.clients, args.samples, args.seed)
+  take = min(args.batch_size, args.samples)  # client.sample_batch's batch
+  fwd, xla_fwd, source = forward_flops(model, module, w, x[0, :take])
+
+  run = cohort_fn(model, mesh, steps=args.steps, batch=args.batch_size, lr=args.lr)
+  w, data = sharding.replicate((w, (x, y)), mesh)
+  idx = jnp.arange(args.clients)
+  keys = jax.random.split(jax.random.PRNGKey(args.seed + 1), args.clients)
+  out = []
+  first = best_seconds(lambda: out.append(jax.block_until_ready(run(w, data, idx, keys))), 1)
+  max_update = float(jnp.max(jnp.abs(out.pop())))
+  seconds = best_seconds(lambda: jax.block_until_ready(run(w, data, idx, keys)), args.repeats)
+  train_flops = None if fwd is None else 3 * fwd * args.steps * take * args.clients
+  gflops = None if train_flops is None else train_flops / seconds / 1e9
+  return {
+      "model": name if fast or module is None else name + "-plain",
+      "architecture": name, "fast": fast, "num_params": model.num_params,
+      "input_shape": list(sample.shape[1:]), "input_dtype": str(sample.dtype),
+      "classes": classes, "clients": args.clients, "samples": args.samples,
+      "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr,
+      "clients_per_sec": args.clients / seconds,
+      "seconds_per_cohort": seconds,
+      "compile_seconds": max(first - seconds, 0.0),
+      "first_call_seconds": first,
+      "forward_flops_per_example": fwd,
+      "xla_forward_flops_per_example": xla_fwd,
+      "flops_source": source,
+      "train_flops_per_cohort": train_flops,
+      "train_gflops_per_sec": gflops,
+      "matmul_gflops_per_sec": matmul,
+      "fraction_of_matmul": None if gflops is None else gflops / matmul,
+      "max_abs_update": max_update,
+      "devices": sharding.mesh_size(mesh),
+      "machine": machine(),
+  }
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse whose errors are one line on stderr (exit 2), without the usage."""
+
+  def error(self, message):
+    print(f"benchmarks/models.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  p = _Parser(description=__doc__.splitlines()[0])
+  p.add_argument("--models", default=",".join(MODELS),
+                 help=f"comma-separated models among {', '.join(MODELS)} (default: all; "
+                      "they run in that order)")
+  p.add_argument("--plain", action="store_true",
+                 help="also run each flax model with fast=False ('<model>-plain')")
+  p.add_argument("--clients", type=int, default=100, help="clients in the cohort")
+  p.add_argument("--samples", type=int, default=10, help="examples per client")
+  p.add_argument("--batch-size", type=int, default=10, help="|B|")
+  p.add_argument("--steps", type=int, default=5, help="local SGD steps T_gd")
+  p.add_argument("--lr", type=float, default=0.05, help="eta")
+  p.add_argument("--repeats", type=int, default=3, help="timed repeats (best is kept)")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--devices", type=int, default=None,
+                 help="shard the cohort over this many devices (default: all)")
+  p.add_argument(host_devices.OPTION, type=int, default=None,
+                 help="XLA CPU devices to create (default: one per core, at most "
+                      f"{host_devices.DEFAULT_MAX}; XLA_FLAGS={host_devices.FLAG} wins)")
+  p.add_argument("--json", action="store_true", help="one JSON line per model")
+  p.add_argument("--out", default=None, help="also write the JSON lines to this file")
+  args = p.parse_args(argv)
+  for name in ("clients", "samples", "batch_size", "steps", "repeats"):
+    if getattr(args, name) < 1:
+      p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+  if not args.lr > 0:
+    p.error(f"--lr must be > 0, got {args.lr}")
+  names = [n.strip() for n in args.models.split(",") if n.strip()]
+  unknown = [n for n in names if n not in MODELS]
+  if unknown or not names:
+    p.error(f"unknown model {unknown[0]!r} in --models; choose among {', '.join(MODELS)}"
+            if unknown else "--models names no model")
+  args.models = [n for n in MODELS if n in names]  # the paper CNN first, for x_paper_cnn
+  if args.out is not None and not os.path.isdir(os.path.dirname(args.out) or "."):
+    p.error(f"--out: folder {os.path.dirname(args.out)!r} does not exist")
+  return args
+
+
+def _row(rec: dict) -> str:
+  def num(value, fmt):
+    return "-" if value is None else format(value, fmt)
+  return (f"{rec['model']:20s} {rec['num_params']:>10,d} {rec['compile_seconds']:9.1f} "
+          f"{rec['seconds_per_cohort']:9.3f} {rec['clients_per_sec']:10.1f} "
+          f"{num(rec['train_gflops_per_sec'], '8.1f'):>8s} "
+          f"{num(rec['fraction_of_matmul'], '8.1%'):>8s} {num(rec['x_paper_cnn'], '7.2f'):>7s}")
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = parse_args(argv)
+  try:
+    mesh = sharding.client_mesh(args.devices)
+  except ValueError as e:
+    print(f"benchmarks/models.py: error: {e}", file=sys.stderr)
+    return 2
+  load_before = os.getloadavg()
+  matmul = matmul_gflops(mesh)
+  if not args.json:
+    print(f"{args.clients} clients x {args.steps} steps of batch {args.batch_size} "
+          f"({args.samples} examples each), lr {args.lr:g}, {sharding.mesh_size(mesh)} "
+          f"device(s); float32 matmul {matmul:.1f} GFLOP/s; best of {args.repeats}\n"
+          f"on {machine()}")
+    print(f"{'model':20s} {'weights':>10s} {'compile s':>9s} {'s/cohort':>9s} "
+          f"{'clients/s':>10s} {'GFLOP/s':>8s} {'%matmul':>8s} {'x_paper_cnn':>7s}", flush=True)
+  records, paper_cnn_seconds = [], None
+  for name in args.models:
+    for fast in ((True, False) if args.plain and name != PAPER_CNN else (True,)):
+      rec = measure(name, fast, mesh, args, matmul)
+      if name == PAPER_CNN:
+        paper_cnn_seconds = rec["seconds_per_cohort"]
+      rec["x_paper_cnn"] = (None if paper_cnn_seconds is None
+                       else rec["seconds_per_cohort"] / paper_cnn_seconds)
+      rec["load_average"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
+      records.append(rec)
+      print(json.dumps(rec) if args.json else _row(rec), flush=True)
+      jax.clear_caches()  # each model compiled afresh, its programs' memory freed
+  if not args.json:
+    notes = sorted({f"{r['architecture']}: FLOPs {r['flops_source']}" for r in records
+                    if r["flops_source"] != "xla"})
+    print("GFLOP/s: 3 x forward FLOPs x steps x batch per client, over s/cohort; "
+          "x_paper_cnn: s/cohort over paper-cnn's" + "".join(f"\n  {n}" for n in notes))
+  if args.out is not None:
+    with atomic_file(args.out, "w") as f:
+      f.write("".join(json.dumps(r) + "\n" for r in records))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,73 @@
+"""benchmarks/models.py run as a user runs it, on a tiny cohort (as
+tests/test_entry_points.py runs the other benchmarks), and the weight counts
+of the models of fedjax_dp.models.zoo that it times."""
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from fedjax_dp.models import from_flax, zoo
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name, weights, classes", [
+    ("mlp", 1_333_770, 10), ("small-cnn", 30_762, 10), ("svhn-cnn", 3_431_754, 10),
+    ("lstm", 817_872, 80)])
+def test_zoo_models_wrap_with_the_documented_weight_counts(name, weights, classes):
+  constructor, sample = zoo.ZOO[name]
+  for fast in (True, False):
+    model = from_flax(constructor(), sample, fast=fast)
+    assert model.num_params == weights
+  assert zoo.CharLSTM().vocab == 80 and zoo.ZOO["lstm"][1].dtype == "int32"
+
+
+def _script(*args, timeout=300):
+  # Two XLA CPU devices: the cohort goes through shard_clients' shard_map.
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  return subprocess.run([sys.executable, "benchmarks/models.py", *map(str, args)], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_models_benchmark_runs_small(tmp_path):
+  out = tmp_path / "models.jsonl"
+  proc = _script("--clients", "2", "--steps", "1", "--repeats", "1",
+                 "--models", "lstm,small-cnn,mlp", "--json", "--out", out)
+  assert proc.returncode == 0, proc.stderr
+  rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+  assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+  # The benchmark's own order, whatever the order asked for; no paper CNN, no x_paper_cnn.
+  assert [r["model"] for r in rows] == ["mlp", "small-cnn", "lstm"]
+  assert {r["num_params"] for r in rows} == {1_333_770, 30_762, 817_872}
+  for r in rows:
+    assert r["fast"] and r["clients"] == 2 and r["steps"] == 1 and r["devices"] == 2
+    assert r["x_paper_cnn"] is None
+    for key in ("clients_per_sec", "seconds_per_cohort", "forward_flops_per_example",
+                "train_gflops_per_sec", "matmul_gflops_per_sec", "fraction_of_matmul",
+                "max_abs_update"):
+      assert math.isfinite(r[key]) and r[key] > 0, (r["model"], key, r[key])
+    assert r["compile_seconds"] >= 0
+    assert math.isclose(r["clients_per_sec"] * r["seconds_per_cohort"], 2.0)
+    assert r["train_flops_per_cohort"] == 3 * r["forward_flops_per_example"] * 1 * 10 * 2
+  lstm = rows[2]
+  assert lstm["classes"] == 80 and lstm["input_dtype"] == "int32"
+  assert lstm["flops_source"].startswith("analytic")
+  # All 80 positions counted: ~128 MFLOP an example, XLA's count of the loop ~1/80 of it.
+  assert 1.2e8 < lstm["forward_flops_per_example"] < 1.35e8
+  assert lstm["xla_forward_flops_per_example"] < lstm["forward_flops_per_example"] / 20
+  assert rows[0]["flops_source"] == rows[1]["flops_source"] == "xla"
+
+
+def test_models_benchmark_bad_flags_exit_2_in_one_line():
+  for args, says in ((["--models", "small-cnn,resnet"], "'resnet'"),
+                     (["--steps", "0"], "--steps must be >= 1"),
+                     (["--clients", "many"], "--clients")):
+    proc = _script(*args)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, (args, proc.stderr[-2000:])
+    assert lines[0].startswith("benchmarks/models.py: error:") and says in lines[0]
