@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from fedjax_dp import host_devices  # imports no JAX
 
@@ -240,30 +241,48 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmarks/models.py: error: {e}", file=sys.stderr)
     return 2
   load_before = os.getloadavg()
-  matmul = matmul_gflops(mesh)
+  # The matmul rate of this VM moves between runs (189.6 and 286.4 GFLOP/s in
+  # two runs of 2026-11-26): measured before every model, the highest kept.
+  matmuls = [matmul_gflops(mesh)]
   if not args.json:
     print(f"{args.clients} clients x {args.steps} steps of batch {args.batch_size} "
           f"({args.samples} examples each), lr {args.lr:g}, {sharding.mesh_size(mesh)} "
-          f"device(s); float32 matmul {matmul:.1f} GFLOP/s; best of {args.repeats}\n"
+          f"device(s); float32 matmul {matmuls[0]:.1f} GFLOP/s; best of {args.repeats}\n"
           f"on {machine()}")
     print(f"{'model':20s} {'weights':>10s} {'compile s':>9s} {'s/cohort':>9s} "
           f"{'clients/s':>10s} {'GFLOP/s':>8s} {'%matmul':>8s} {'x_paper_cnn':>7s}", flush=True)
   records, paper_cnn_seconds = [], None
   for name in args.models:
     for fast in ((True, False) if args.plain and name != PAPER_CNN else (True,)):
-      rec = measure(name, fast, mesh, args, matmul)
+      if records:
+        matmuls.append(matmul_gflops(mesh))
+      rec = measure(name, fast, mesh, args, max(matmuls))
       if name == PAPER_CNN:
         paper_cnn_seconds = rec["seconds_per_cohort"]
       rec["x_paper_cnn"] = (None if paper_cnn_seconds is None
-                       else rec["seconds_per_cohort"] / paper_cnn_seconds)
+                            else rec["seconds_per_cohort"] / paper_cnn_seconds)
       rec["load_average"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
+      rec.update(command=" ".join(["python", "benchmarks/models.py"] + list(
+          sys.argv[1:] if argv is None else argv)), seed=args.seed, jax_version=jax.__version__,
+                 date_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
       records.append(rec)
-      print(json.dumps(rec) if args.json else _row(rec), flush=True)
+      if not args.json:
+        print(_row(rec), flush=True)
       jax.clear_caches()  # each model compiled afresh, its programs' memory freed
+  best = max(matmuls)
+  for rec in records:  # every share against the run's best matmul rate
+    rec["matmul_gflops_per_sec"] = best
+    rec["matmul_gflops_measured"] = [round(m, 1) for m in matmuls]
+    if rec["train_gflops_per_sec"] is not None:
+      rec["fraction_of_matmul"] = rec["train_gflops_per_sec"] / best
+    if args.json:
+      print(json.dumps(rec), flush=True)
   if not args.json:
     notes = sorted({f"{r['architecture']}: FLOPs {r['flops_source']}" for r in records
                     if r["flops_source"] != "xla"})
-    print("GFLOP/s: 3 x forward FLOPs x steps x batch per client, over s/cohort; "
+    print(f"float32 matmul: best of {len(matmuls)} measurements, {best:.1f} GFLOP/s "
+          f"(range {min(matmuls):.1f}-{best:.1f}); %matmul above is against the best so far\n"
+          "GFLOP/s: 3 x forward FLOPs x steps x batch per client, over s/cohort; "
           "x_paper_cnn: s/cohort over paper-cnn's" + "".join(f"\n  {n}" for n in notes))
   if args.out is not None:
     with atomic_file(args.out, "w") as f:

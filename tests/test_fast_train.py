@@ -4,6 +4,8 @@ On the paper CNN with real data (its dense layer factored, sparse under a
 mask, or per-client copies), and on small flax models of every layer kind.
 """
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -233,6 +235,9 @@ def test_fast_update_refuses_bad_arguments(cnn):
     call(only_indices=True)
   with pytest.raises(ValueError, match="momentum"):
     call(grad_mask=jnp.ones((cnn.num_params,), bool), momentum=0.9)
+  keyed = dataclasses.replace(cnn, train_apply_fn=lambda p, x, k: cnn.apply_fn(p, x))
+  with pytest.raises(ValueError, match="dropout"):
+    fast_train.local_update(keyed, w, x, y, key, steps=1, batch_size=2, lr=0.1)
 
 
 def test_medical_mlp_trains_fast_with_its_sigmoid_loss():

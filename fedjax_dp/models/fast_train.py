@@ -120,7 +120,8 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
 
   Raises:
     ValueError: ``momentum`` with a ``grad_mask``, ``only_indices`` without
-      ``grad_indices``, or an unknown ``dense_form``.
+      ``grad_indices``, an unknown ``dense_form``, or a model with a
+      ``train_apply_fn`` (dropout: trained by ``client.local_sgd``).
   """
   beta = None if momentum is None or (not isinstance(momentum, jax.Array)
                                       and momentum == 0) else momentum
@@ -130,6 +131,9 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
     raise ValueError("only_indices needs grad_indices")
   if dense_form not in DENSE_FORMS:
     raise ValueError(f"unknown dense_form {dense_form!r}; choose one of {', '.join(DENSE_FORMS)}")
+  if model.train_apply_fn is not None:
+    raise ValueError(f"{model.name} has a training-mode forward pass (dropout), which the "
+                     "fast path does not run; train it without local_update_fn")
   num = x.shape[0]
   take = min(batch_size, num)
   count = client.num_examples(y)
