@@ -63,17 +63,19 @@ def test_conv_without_input_gradient_skips_it():
   np.testing.assert_allclose(dw, want, rtol=1e-6)
 
 
-def test_max_pool_equals_reduce_window_and_splits_ties():
+def test_max_pool_and_its_gradient_equal_reduce_window_with_ties():
   z = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 6, 3))
-  z = z.at[0, :2, :2, :].set(0.5)  # a tied window
+  z = z.at[0, :2, :3, :].set(0.5).at[1, 2:4, 3:6, 1].set(-0.2)  # tied windows
   pool = lambda z: nn.max_pool(z, (2, 3), strides=(2, 3))
   ours = lambda z: cohort_ops.max_pool(z, (1, 2, 3, 1))
   np.testing.assert_array_equal(ours(z), pool(z))
   g = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 2, 3))
   got = jax.vjp(ours, z)[1](g)[0]
-  split = lambda z: z.reshape(2, 4, 2, 2, 3, 3).max(axis=(2, 4))  # jnp.max splits ties
-  np.testing.assert_allclose(got, jax.vjp(split, z)[1](g)[0], rtol=1e-6)
-  np.testing.assert_allclose(got[0, :2, :2, 0], g[0, 0, 0, 0] / 4, rtol=1e-6)
+  np.testing.assert_array_equal(got, jax.vjp(pool, z)[1](g)[0])  # ties: the first maximum
+  np.testing.assert_array_equal(got[0, :2, :3, 0].ravel(), [g[0, 0, 0, 0]] + [0.0] * 5)
+  zs = jnp.stack([z, -z])  # under vmap too
+  np.testing.assert_array_equal(jax.vmap(lambda z: jax.vjp(ours, z)[1](g)[0])(zs)[1],
+                                jax.vjp(pool, -z)[1](g)[0])
   with pytest.raises(ValueError, match="tile"):
     cohort_ops.max_pool(z, (1, 3, 3, 1))
 

@@ -13,9 +13,9 @@ compute the same values but batch differently:
   its backward pass is two convolutions in the canonical NHWC / HWIO layout
   (the input gradient correlates with the flipped kernel, the kernel
   gradient is a convolution whose batch is the input channels).
-* :func:`max_pool`: non-overlapping windows as a reshape and a max, with a
-  backward pass that splits the gradient among tied maxima (as
-  ``jnp.max``), instead of ``reduce_window``'s select-and-scatter.
+* :func:`max_pool`: non-overlapping windows as a reshape and a max, whose
+  backward pass scatters to the saved position of each window's maximum,
+  instead of ``reduce_window``'s select-and-scatter.
 
 Both work for any number of spatial dimensions and compute what
 ``lax.conv_general_dilated`` and ``lax.reduce_window`` (``nn.Conv``,
@@ -26,6 +26,7 @@ place of those primitives in any model's forward pass.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Sequence
 
 import jax
@@ -180,30 +181,41 @@ def conv(x: jax.Array, w: jax.Array, strides: Sequence[int], padding: Padding,
 
 
 def _windows(x: jax.Array, window: tuple[int, ...]) -> jax.Array:
-  """Splits every axis i into (size_i / window_i, window_i)."""
+  """x with every window's entries on one last axis: (*x.shape / window, prod(window))."""
   shape = []
   for size, k in zip(x.shape, window):
     shape += [size // k, k]
-  return x.reshape(shape)
+  nd = x.ndim
+  inner = tuple(range(1, 2 * nd, 2))
+  outer = tuple(range(0, 2 * nd, 2))
+  return x.reshape(shape).transpose(outer + inner).reshape(
+      tuple(shape[a] for a in outer) + (-1,))
+
+
+def _unwindows(w: jax.Array, window: tuple[int, ...]) -> jax.Array:
+  """Inverse of :func:`_windows`."""
+  nd = len(window)
+  outer = w.shape[:nd]
+  inter = w.reshape(outer + tuple(window))
+  perm = [axis for pair in zip(range(nd), range(nd, 2 * nd)) for axis in pair]
+  return inter.transpose(perm).reshape(tuple(o * k for o, k in zip(outer, window)))
 
 
 @functools.lru_cache(maxsize=None)
 def _pool_op(window: tuple[int, ...]):
-  inner = tuple(range(1, 2 * len(window), 2))
-
   @jax.custom_vjp
   def op(x):
-    return jnp.max(_windows(x, window), axis=inner)
+    return jnp.max(_windows(x, window), axis=-1)
 
   def op_fwd(x):
-    out = op(x)
-    return out, (x, out)
+    xs = _windows(x, window)
+    first = jnp.argmax(xs, axis=-1)  # the first maximum, as select_and_scatter picks it
+    return jnp.take_along_axis(xs, first[..., None], axis=-1)[..., 0], first
 
-  def op_bwd(res, g):
-    x, out = res
-    hit = (_windows(x, window) == jnp.expand_dims(out, inner)).astype(g.dtype)
-    share = jnp.expand_dims(g, inner) / jnp.sum(hit, axis=inner, keepdims=True)
-    return ((hit * share).reshape(x.shape),)
+  def op_bwd(first, g):
+    size = math.prod(window)
+    hit = jax.nn.one_hot(first, size, dtype=g.dtype)
+    return (_unwindows(hit * g[..., None], window),)
 
   op.defvjp(op_fwd, op_bwd)
   return op
@@ -221,8 +233,11 @@ def max_pool(x: jax.Array, window: Sequence[int]) -> jax.Array:
   """Max over non-overlapping windows (one size per axis of x, 1 to skip one).
 
   Equal to ``lax.reduce_window(x, -inf, lax.max, window, window, "VALID")``
-  where every axis is a multiple of its window; the gradient is shared
-  equally among the maxima of a window.
+  where every axis is a multiple of its window, and so is its gradient: all
+  of it to the first maximum of a window (in row-major order), as JAX's
+  select-and-scatter gives it. The forward pass keeps which entry that is,
+  so the backward pass never compares recomputed values (XLA may recompute
+  the pooled input in another fusion, with other round-off).
   """
   if not pool_fits(x.shape, window, window, [(0, 0)] * x.ndim):
     raise ValueError(f"max_pool needs windows {tuple(window)} that tile {x.shape}")

@@ -10,6 +10,9 @@ every primitive as it is except:
   skips its input gradient;
 * max pooling over tiling windows (``reduce_window_max``, as ``nn.max_pool``
   with stride = window) runs through :func:`cohort_ops.max_pool`;
+* loops (``scan``, e.g. ``nn.RNN``) run through
+  :func:`fedjax_dp.models.fast_scan.scan`: their products with
+  loop-invariant kernels take the kernels' gradients after the loop;
 * optionally, the products of the inputs with chosen dense kernels
   (:func:`dense_sites`) are computed by a caller's function: the factored
   and sparse dense layers of ``fedjax_dp.models.fast_train``.
@@ -17,8 +20,9 @@ every primitive as it is except:
 The values are those of ``apply_fn`` (the same primitives on the same
 numbers); only the batching under ``vmap`` and the backward pass's layout
 differ. Nested calls (``jit`` inside the model) are evaluated the same way;
-other higher-order primitives (``scan`` of an RNN, ``custom_jvp`` of
-``relu``) are bound unchanged.
+other higher-order primitives (``custom_jvp`` of ``relu``, ``while``,
+``cond``) are bound unchanged, and so is every equation inside a loop's
+body but the products above.
 """
 
 from __future__ import annotations
@@ -225,8 +229,9 @@ def _eval(jaxpr, consts, args, dependent, dense) -> list:
       out = fast_scan.scan(eqn, [read(v) for v in eqn.invars], _bind)
     elif name in _CALLS and "jaxpr" in eqn.params:
       inner = eqn.params["jaxpr"]
-      inner_jaxpr = getattr(inner, "jaxpr", inner)
-      inner_consts = getattr(inner, "consts", ())
+      closed = isinstance(inner, jcore.ClosedJaxpr)
+      inner_jaxpr = inner.jaxpr if closed else inner
+      inner_consts = inner.consts if closed else ()
       flags = [isinstance(v, jcore.Var) and v in dependent for v in eqn.invars]
       out = _eval(inner_jaxpr, inner_consts, [read(v) for v in eqn.invars],
                   _depends_on_params(inner_jaxpr, flags), {})
