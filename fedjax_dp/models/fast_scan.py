@@ -60,6 +60,87 @@ def _invariant(body, num_consts: int) -> set:
   return invariant
 
 
+def _read(env: dict, v):
+  return v.val if isinstance(v, jcore.Literal) else env[v]
+
+
+class _Loop:
+  """A ``scan`` equation split into its loop-invariant part and its steps.
+
+  Attributes:
+    eqn: The ``scan`` equation.
+    bind: Binds the body's equations.
+    sites: Indices of the body's products with a loop-invariant kernel.
+    hoisted: The body's loop-invariant equations, computed once.
+    looped: (index, equation) of the others, computed every step.
+    probe_shapes: (steps, *output) of each site's probe.
+  """
+
+  def __init__(self, eqn, bind: Bind, sites: list[int], invariant: set):
+    self.eqn, self.bind, self.sites = eqn, bind, sites
+    self.body = eqn.params["jaxpr"].jaxpr
+    self.num_consts, self.num_carry = eqn.params["num_consts"], eqn.params["num_carry"]
+    once = [bool(e.outvars) and all(v in invariant for v in e.outvars) for e in self.body.eqns]
+    self.hoisted = [e for e, o in zip(self.body.eqns, once) if o]
+    self.looped = [(i, e) for i, (e, o) in enumerate(zip(self.body.eqns, once)) if not o]
+    self.probe_shapes = [(eqn.params["length"],) + tuple(self.body.eqns[i].outvars[0].aval.shape)
+                         for i in sites]
+
+  def split(self, values: list) -> tuple[list, list, list]:
+    """(constants, initial carry, per-step inputs) of the scan's operands."""
+    c, k = self.num_consts, self.num_consts + self.num_carry
+    return values[:c], values[c:k], values[k:]
+
+  def hoist(self, consts: list) -> dict:
+    """The loop-invariant values, computed once from the constants."""
+    env = dict(zip(self.body.constvars, self.eqn.params["jaxpr"].consts))
+    env.update(zip(self.body.invars[:self.num_consts], consts))
+    for e in self.hoisted:
+      env.update(zip(e.outvars, self.bind(e, [_read(env, v) for v in e.invars])))
+    return env
+
+  def weights(self, consts: list) -> list:
+    """The sites' kernels."""
+    env = self.hoist(consts)
+    return [env[self.body.eqns[i].invars[1]] for i in self.sites]
+
+  def zero_probes(self) -> list:
+    return [jnp.zeros(s, jnp.float32) for s in self.probe_shapes]
+
+  def run(self, values: list, probes: list) -> tuple[list, list]:
+    """The loop with probes added to the sites' products; returns (the
+    scan's outputs, each site's inputs stacked over the steps)."""
+    consts, init, xs = self.split(values)
+    env0 = self.hoist(consts)
+    for i in self.sites:  # the kernels' gradients are taken after the loop
+      rhs = self.body.eqns[i].invars[1]
+      env0[rhs] = jax.lax.stop_gradient(env0[rhs])
+    site_of = {i: k for k, i in enumerate(self.sites)}
+    carry_vars = self.body.invars[self.num_consts:self.num_consts + self.num_carry]
+    x_vars = self.body.invars[self.num_consts + self.num_carry:]
+
+    def step(carry, inputs):
+      x_t, probe_t = inputs
+      env = dict(env0)
+      env.update(zip(carry_vars, carry))
+      env.update(zip(x_vars, x_t))
+      seen = []
+      for i, e in self.looped:
+        args = [_read(env, v) for v in e.invars]
+        out = self.bind(e, args)
+        if i in site_of:
+          out = [out[0] + probe_t[site_of[i]]]
+          seen.append(args[0])
+        env.update(zip(e.outvars, out))
+      outs = [_read(env, v) for v in self.body.outvars]
+      return outs[:self.num_carry], (outs[self.num_carry:], seen)
+
+    p = self.eqn.params
+    carry, (ys, seen) = jax.lax.scan(step, init, (xs, probes), length=p["length"],
+                                     reverse=p["reverse"], unroll=p["unroll"])
+    return list(carry) + list(ys), seen
+
+
 def scan(eqn, invals: list, bind: Bind) -> list | None:
   """A ``scan`` equation evaluated with its weight gradients hoisted.
 
@@ -72,109 +153,45 @@ def scan(eqn, invals: list, bind: Bind) -> list | None:
     The scan's outputs, or None when its body has no such product (the
     caller binds the equation as it is).
   """
-  p = eqn.params
-  closed, num_consts, num_carry = p["jaxpr"], p["num_consts"], p["num_carry"]
-  body = closed.jaxpr
+  body, num_consts = eqn.params["jaxpr"].jaxpr, eqn.params["num_consts"]
   invariant = _invariant(body, num_consts)
   sites = _sites(body, invariant)
-  if not sites or p.get("_split_transpose", False):
+  if not sites or eqn.params.get("_split_transpose", False):
     return None
-  site_set = set(sites)
-  hoisted = [e for e in body.eqns if e.outvars and all(v in invariant for v in e.outvars)]
-  looped = [(i, e) for i, e in enumerate(body.eqns)
-            if not (e.outvars and all(v in invariant for v in e.outvars))]
-  length = p["length"]
+  return _hoisted_gradients(_Loop(eqn, bind, sites, invariant), invals)
 
-  def read(env, v):
-    return v.val if isinstance(v, jcore.Literal) else env[v]
 
-  def hoist(consts):
-    env = dict(zip(body.constvars, closed.consts))
-    env.update(zip(body.invars[:num_consts], consts))
-    for e in hoisted:
-      env.update(zip(e.outvars, bind(e, [read(env, v) for v in e.invars])))
-    return env
-
-  def weights(consts):
-    env = hoist(consts)
-    return [env[body.eqns[i].invars[1]] for i in sites]
-
-  def run(consts, init, xs, probes):
-    """The loop with probes on the sites; returns (outputs, stacked site inputs)."""
-    env0 = hoist(consts)
-    for i in sites:  # the kernels' gradients are taken after the loop
-      rhs = body.eqns[i].invars[1]
-      env0[rhs] = jax.lax.stop_gradient(env0[rhs])
-
-    def step(carry, inputs):
-      x_t, probe_t = inputs
-      env = dict(env0)
-      env.update(zip(body.invars[num_consts:num_consts + num_carry], carry))
-      env.update(zip(body.invars[num_consts + num_carry:], x_t))
-      seen = []
-      for i, e in looped:
-        args = [read(env, v) for v in e.invars]
-        if i in site_set:
-          k = sites.index(i)
-          out = [bind(e, args)[0] + probe_t[k]]
-          seen.append(args[0])
-        else:
-          out = bind(e, args)
-        env.update(zip(e.outvars, out))
-      outs = [read(env, v) for v in body.outvars]
-      return outs[:num_carry], (outs[num_carry:], seen)
-
-    carry, (ys, seen) = jax.lax.scan(step, init, (xs, probes), length=length,
-                                     reverse=p["reverse"], unroll=p["unroll"])
-    return list(carry) + list(ys), seen
-
-  consts_in = invals[:num_consts]
-  init_in = invals[num_consts:num_consts + num_carry]
-  xs_in = invals[num_consts + num_carry:]
-  probe_shapes = [(length,) + tuple(body.eqns[i].outvars[0].aval.shape) for i in sites]
-  diff = [_is_float(v) for v in invals]
-
-  def split(values):
-    return (values[:num_consts], values[num_consts:num_consts + num_carry],
-            values[num_consts + num_carry:])
+def _hoisted_gradients(loop: _Loop, invals: list) -> list:
+  """``loop`` run with a VJP whose kernel gradients are ``H^T G`` after it."""
+  diff = [_is_float(v) for v in invals]  # integer operands get no cotangent
+  diff_consts = diff[:loop.num_consts]
 
   @jax.custom_vjp
-  def loop(*values):
-    consts, init, xs = split(list(values))
-    return run(consts, init, xs, [jnp.zeros(s, jnp.float32) for s in probe_shapes])[0]
+  def run(*values):
+    return loop.run(list(values), loop.zero_probes())[0]
 
-  def loop_fwd(*values):
+  def run_fwd(*values):
     values = list(values)
-
-    def differentiable(dvals, probes):
-      full = _merge(values, dvals, diff)
-      consts, init, xs = split(full)
-      return run(consts, init, xs, probes)
-
     dvals = [v for v, d in zip(values, diff) if d]
-    probes = [jnp.zeros(s, jnp.float32) for s in probe_shapes]
-    outs, vjp, seen = jax.vjp(differentiable, dvals, probes, has_aux=True)
-    dconsts = [v for v, d in zip(values[:num_consts], diff) if d]
-
-    def site_weights(dconsts):
-      return weights(_merge(values[:num_consts], dconsts, diff[:num_consts]))
-
-    _, vjp_weights = jax.vjp(site_weights, dconsts)
+    outs, vjp, seen = jax.vjp(lambda dv, probes: loop.run(_merge(values, dv, diff), probes),
+                              dvals, loop.zero_probes(), has_aux=True)
+    consts = values[:loop.num_consts]
+    _, vjp_weights = jax.vjp(lambda dc: loop.weights(_merge(consts, dc, diff_consts)),
+                             [v for v, d in zip(consts, diff_consts) if d])
     return outs, (vjp, vjp_weights, seen)
 
-  def loop_bwd(res, cts):
+  def run_bwd(res, cts):
     vjp, vjp_weights, seen = res
     d_vals, d_probes = vjp(list(cts))
-    d_w = [jnp.einsum("...i,...o->io", a, g) for a, g in zip(seen, d_probes)]
-    (d_consts,) = vjp_weights(d_w)
-    n_const = sum(diff[:num_consts])
-    d_vals = [a + b for a, b in zip(d_vals[:n_const], d_consts)] + list(d_vals[n_const:])
+    (d_consts,) = vjp_weights([jnp.einsum("...i,...o->io", a, g)
+                               for a, g in zip(seen, d_probes)])
+    n = sum(diff_consts)
+    d_vals = [a + b for a, b in zip(d_vals[:n], d_consts)] + list(d_vals[n:])
     it = iter(d_vals)
     return tuple(next(it) if d else None for d in diff)
 
-  loop.defvjp(loop_fwd, loop_bwd)
-  del consts_in, init_in, xs_in
-  return loop(*invals)
+  run.defvjp(run_fwd, run_bwd)
+  return run(*invals)
 
 
 def _merge(values: list, dvals: list, diff: list) -> list:
