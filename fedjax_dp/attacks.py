@@ -85,6 +85,9 @@ CLASS_NAMES = {
     "fashion-mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
                       "Shirt", "Sneaker", "Bag", "Ankle boot"),
     "mnist": tuple(str(d) for d in range(10)),
+    "cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                "ship", "truck"),
+    "svhn": tuple(str(d) for d in range(10)),
 }
 
 
@@ -246,17 +249,20 @@ def adversarial_model(model: FlatModel, config: AttackConfig, boost: float) -> F
   honest = model.local_update
 
   def local_update_fn(_, w, x, y, key, *, steps, batch_size, lr, grad_mask=None,
-                      grad_indices=None, only_indices=False, momentum=None):
+                      grad_indices=None, only_indices=False, momentum=None,
+                      optimizer="sgd"):
     if config.kind == "random-update":
       update = config.sigma * jax.random.normal(key, w.shape, w.dtype)
       if grad_mask is not None:
         update = update * grad_mask
       return update[grad_indices] if only_indices else update
-    # SGD at rate -eta climbs the loss: w <- w + eta * grad f(B; w).
+    # SGD at rate -eta climbs the loss: w <- w + eta * grad f(B; w) (Adam at
+    # -eta likewise steps up its moment estimate's direction).
     rate = -lr if config.kind == "gradient-ascent" else lr
     return boost * honest(w, x, y, key, steps=steps, batch_size=batch_size, lr=rate,
                           grad_mask=grad_mask, grad_indices=grad_indices,
-                          only_indices=only_indices, momentum=momentum)
+                          only_indices=only_indices, momentum=momentum,
+                          optimizer=optimizer)
 
   return dataclasses.replace(model, local_update_fn=local_update_fn)
 

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import (aggregators, attacks, bandwidth, canaries, distributed, fast_prng, keys,
-                       metrics, sampling, sharding)
+from fedjax_dp import (aggregators, attacks, bandwidth, canaries, client, distributed, fast_prng,
+                       keys, metrics, sampling, sharding)
 from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.data import ClientData, as_float
@@ -86,7 +86,8 @@ class RoundConfig:
     num_kept: K, values per compressed update.
     local_steps: T_gd.
     batch_size: |B|.
-    lr: Client SGD learning rate eta.
+    lr: Client learning rate eta.
+    local_optimizer: The clients' optimiser (``client.OPTIMIZERS``).
     noise_multiplier: sigma (DP schemes).
     clip_norm: S (DP schemes).
     secure_bits: b: sum the contributions under simulated secure
@@ -119,6 +120,7 @@ class RoundConfig:
   local_steps: int
   batch_size: int
   lr: float
+  local_optimizer: str = "sgd"
   noise_multiplier: float = 0.0
   clip_norm: float = 1.0
   secure_bits: int | None = None
@@ -137,7 +139,7 @@ class RoundConfig:
   @property
   def local(self) -> LocalTraining:
     """The client-side hyper-parameters."""
-    return LocalTraining(self.local_steps, self.batch_size, self.lr)
+    return LocalTraining(self.local_steps, self.batch_size, self.lr, self.local_optimizer)
   aggregator: aggregators.AggregatorConfig | None = None
   attack: attacks.AttackConfig | None = None
   canary_slots: int = 0
@@ -614,6 +616,8 @@ class RunConfig:
   local_steps: int = 5
   batch_size: int = 10
   lr: float = 0.215
+  # The clients' optimiser (client.OPTIMIZERS): sgd (UAI), adam (thesis Table 8.1).
+  local_optimizer: str = "sgd"
   noise_multiplier: float = 1.54
   clip_norm: float | None = None  # None: calibrate on public data
   # Calibrate S as a run at this ratio would (None: the run's own ratio):
@@ -657,6 +661,9 @@ class RunConfig:
         (self.local_steps >= 1, f"local_steps must be >= 1, got {self.local_steps}"),
         (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
         (self.lr > 0, f"lr must be > 0, got {self.lr}"),
+        (self.local_optimizer in client.OPTIMIZERS,
+         f"unknown local_optimizer {self.local_optimizer!r}; choose one of "
+         f"{', '.join(client.OPTIMIZERS)}"),
         (self.noise_multiplier >= 0,
          f"noise_multiplier must be >= 0, got {self.noise_multiplier}"),
         (self.clip_norm is None or self.clip_norm > 0,
@@ -706,7 +713,7 @@ class RunConfig:
   @property
   def local(self) -> LocalTraining:
     """The client-side hyper-parameters."""
-    return LocalTraining(self.local_steps, self.batch_size, self.lr)
+    return LocalTraining(self.local_steps, self.batch_size, self.lr, self.local_optimizer)
 
   def rate(self, num_clients: int) -> float:
     """q = C = clients_per_round / N."""
@@ -721,6 +728,10 @@ class RunConfig:
     """
     self.validate(num_clients)
     scheme.validate(num_params, self.ratio)
+    if self.local_optimizer not in scheme.traits.local_optimizers:
+      raise ValueError(f"local_optimizer {self.local_optimizer!r} does not apply to "
+                       f"{scheme.name}, which trains with "
+                       f"{' or '.join(scheme.traits.local_optimizers)}")
     self._check_aggregator(scheme)
     if self.attack is not None:
       self._check_attack(scheme, num_clients)
@@ -905,8 +916,10 @@ def _check_clients(data: ClientData) -> None:
                      "are the padding label -1)")
 
 
-# RunConfig fields newer than the checkpoint format (see ``run``).
-_LATER_FIELDS = ("clip_ratio", "aggregator", "attack", "audit")
+# RunConfig fields newer than the checkpoint format, with the value that
+# means what runs did before the field existed (see ``run``).
+_LATER_FIELDS = {"clip_ratio": None, "aggregator": None, "attack": None, "audit": None,
+                 "local_optimizer": "sgd"}
 
 
 def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
@@ -988,7 +1001,8 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   round_cfg = RoundConfig(
       scheme=scheme, num_clients=num_clients, clients_per_round=cfg.clients_per_round,
       capacity=capacity, sampler=cfg.sampler, num_kept=k, local_steps=cfg.local_steps,
-      batch_size=cfg.batch_size, lr=cfg.lr, noise_multiplier=setup_data.noise_multiplier,
+      batch_size=cfg.batch_size, lr=cfg.lr, local_optimizer=cfg.local_optimizer,
+      noise_multiplier=setup_data.noise_multiplier,
       clip_norm=clip_norm if traits.dp else 1.0, secure_bits=comm.secure_bits,
       secure_scale=comm.secure_scale, secure_neighbours=cfg.secure_neighbours,
       max_dropouts=dropouts, dropout_rate=cfg.dropout_rate,
@@ -1216,6 +1230,8 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Train
       "clip_norm": prep.clip_norm,
       "clipped_fraction": counters.clipped / max(parts, 1) if client_level else None,
       "rounds": cfg.rounds,
+      # Named where it is not the SGD every record before it used.
+      **({"local_optimizer": cfg.local_optimizer} if cfg.local_optimizer != "sgd" else {}),
       "num_params": n,
       "num_clients": rc.num_clients,
       "clients_per_round": cfg.clients_per_round,
@@ -1318,7 +1334,7 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     # Fields added since checkpoints were first written count only when set,
     # so a run interrupted under older code still resumes.
     settings = {k: v for k, v in dataclasses.asdict(cfg).items()
-                if not (k in _LATER_FIELDS and v is None)}
+                if not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
     saving = (checkpoint, checkpoint_lib.fingerprint(
         model.name, model.num_params, scheme.name, scheme.describe(),
         settings, data.x.shape, str(data.x.dtype),

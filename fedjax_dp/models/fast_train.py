@@ -91,6 +91,7 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
                  grad_indices: jax.Array | None = None,
                  only_indices: bool = False,
                  momentum: float | jax.Array | None = None,
+                 optimizer: str = "sgd",
                  dense_form: str = "auto") -> jax.Array:
   """``local_sgd(model.loss, w, ...) - w`` for any traceable model, computed fast.
 
@@ -110,6 +111,10 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
     only_indices: Return the update on ``grad_indices`` only.
     momentum: Optional heavy-ball momentum beta (``client.sgd``), without a
       mask only.
+    optimizer: ``"sgd"``, or ``"adam"``: Adam's step is not linear in the
+      gradients, so nothing is factored; each client trains its own copy of
+      the weights (``client.local_train``) through the rewritten forward
+      pass (per-client convolutions and pooling, as above).
     dense_form: Without a mask, how the large kernels train: ``factored``
       (shared weights and the steps' history), ``per-client`` (a copy per
       client) or ``auto``: factored up to ``FACTORED_MAX_ROWS`` history rows,
@@ -134,6 +139,11 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
   if model.train_apply_fn is not None:
     raise ValueError(f"{model.name} has a training-mode forward pass (dropout), which the "
                      "fast path does not run; train it without local_update_fn")
+  if optimizer != "sgd":
+    w_end = client.local_train(model.loss, w, x, y, key, steps=steps, batch_size=batch_size,
+                               optimizer=client.optimizer(optimizer, lr, momentum),
+                               grad_mask=grad_mask)
+    return (w_end - w)[grad_indices] if only_indices else w_end - w
   num = x.shape[0]
   take = min(batch_size, num)
   count = client.num_examples(y)

@@ -34,7 +34,8 @@ class FlatModel:
       batch (evaluation); must compute the same function.
     local_update_fn: Optional faster local training,
       ``local_update_fn(model, w, x, y, key, *, steps, batch_size, lr,
-      grad_mask, grad_indices, only_indices, momentum) -> w_end - w``; must
+      grad_mask, grad_indices, only_indices, momentum, optimizer) -> w_end -
+      w``; must
       compute what :meth:`local_update` computes without it (see
       ``fedjax_dp.models.fast_train``).
     train_apply_fn: Optional training-mode forward pass
@@ -101,12 +102,14 @@ class FlatModel:
                    grad_mask: jax.Array | None = None,
                    grad_indices: jax.Array | None = None,
                    only_indices: bool = False,
-                   momentum: float | None = None) -> jax.Array:
-    """One client's update ``w_end - w`` after local SGD from w.
+                   momentum: float | None = None,
+                   optimizer: str = "sgd") -> jax.Array:
+    """One client's update ``w_end - w`` after local training from w.
 
     ``client.local_sgd(self.loss, w, x, y, key, ...) - w`` (same batches for
-    the same key; heavy-ball ``momentum`` as there), through
-    ``local_update_fn`` when the model has one.
+    the same key; heavy-ball ``momentum`` as there), or the same steps of
+    ``client.optimizer(optimizer, lr)`` (Adam), through ``local_update_fn``
+    when the model has one.
     Written for one client; the round vmaps it over the cohort.
     ``grad_indices`` (optional) lists the True entries of ``grad_mask``,
     sorted, for a ``local_update_fn`` that can use them; with
@@ -118,12 +121,14 @@ class FlatModel:
     if self.local_update_fn is not None:
       return self.local_update_fn(self, w, x, y, key, steps=steps, batch_size=batch_size,
                                   lr=lr, grad_mask=grad_mask, grad_indices=grad_indices,
-                                  only_indices=only_indices, momentum=momentum)
+                                  only_indices=only_indices, momentum=momentum,
+                                  optimizer=optimizer)
     from fedjax_dp import client  # pylint: disable=import-outside-toplevel
     keyed = self.train_apply_fn is not None
-    update = client.local_sgd(self.train_loss if keyed else self.loss, w, x, y, key,
-                              steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
-                              grad_mask=grad_mask, loss_takes_key=keyed) - w
+    update = client.local_train(self.train_loss if keyed else self.loss, w, x, y, key,
+                                steps=steps, batch_size=batch_size,
+                                optimizer=client.optimizer(optimizer, lr, momentum),
+                                grad_mask=grad_mask, loss_takes_key=keyed) - w
     return update[grad_indices] if only_indices else update
 
   def predict(self, flat: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -37,17 +37,47 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp import client
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import noise
 from fedjax_dp.privacy.accounting import Mechanism
 
 
 class LocalTraining(NamedTuple):
-  """Client-side hyper-parameters: T_gd steps of SGD with |B| and eta."""
+  """Client-side hyper-parameters: T_gd optimiser steps with |B| and eta.
+
+  Attributes:
+    steps: T_gd.
+    batch_size: |B|.
+    lr: eta.
+    optimizer: One of ``client.OPTIMIZERS``: ``"sgd"`` (the UAI paper's,
+      the default) or ``"adam"`` (thesis Table 8.1: CIFAR-10 and IMDB), its
+      state fresh every round.
+  """
 
   steps: int
   batch_size: int
   lr: float
+  optimizer: str = "sgd"
+
+  def update(self, model: FlatModel, w: jax.Array, x: jax.Array, y: jax.Array,
+             key: jax.Array, **options) -> jax.Array:
+    """One client's ``w_end - w`` (``model.local_update`` with these settings).
+
+    ``options``: ``local_update``'s mask arguments (``grad_mask``,
+    ``grad_indices``, ``only_indices``).
+    """
+    return model.local_update(w, x, y, key, steps=self.steps, batch_size=self.batch_size,
+                              lr=self.lr, optimizer=self.optimizer, **options)
+
+  def train(self, loss_fn: Callable[..., jax.Array], w: jax.Array, x: jax.Array,
+            y: jax.Array, key: jax.Array, grad_mask: jax.Array | None = None) -> jax.Array:
+    """The weights after these steps from ``w`` on (x, y) (``client.local_train``):
+    the server's public-data round that calibrates S (UAI Sec. 4)."""
+    return client.local_train(loss_fn, w, x, y, key, steps=self.steps,
+                              batch_size=self.batch_size,
+                              optimizer=client.optimizer(self.optimizer, self.lr),
+                              grad_mask=grad_mask)
 
 
 class Traits(NamedTuple):
@@ -74,6 +104,9 @@ class Traits(NamedTuple):
       the nominal bits per value. 0: nothing measured.
     public_holdout: Training examples held out of the clients' data as the
       server's public set (Fed-SMP top_k); 0: the UAI public batch.
+    local_optimizers: The clients' optimisers the scheme's training follows
+      (``client.OPTIMIZERS``); Fed-SMP's momentum SGD and CDP-LQ's DP-SGD
+      are SGD only.
   """
 
   dp: bool = False
@@ -85,6 +118,7 @@ class Traits(NamedTuple):
   fixed_sensitivity: str | None = None
   measured_streams: int = 0
   public_holdout: int = 0
+  local_optimizers: tuple[str, ...] = ("sgd", "adam")
 
 
 class SetupData(NamedTuple):

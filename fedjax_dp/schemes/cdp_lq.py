@@ -99,7 +99,9 @@ class LatticeScheme(Scheme):
   @property
   def traits(self) -> Traits:
     """DP (record level, in the clients' DP-SGD), no ratio, coded streams."""
-    return Traits(dp=True, uses_ratio=False, measured_streams=self.measured_clients)
+    # Alg. 1 is DP-SGD: its noise is calibrated to the SGD step.
+    return Traits(dp=True, uses_ratio=False, measured_streams=self.measured_clients,
+                  local_optimizers=("sgd",))
 
   @property
   def quantizer(self) -> lattice_lib.Lattice:

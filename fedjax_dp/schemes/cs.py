@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, client, flags, keys, presets
+from fedjax_dp import calibration, flags, keys, presets
 from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
@@ -175,9 +175,8 @@ class CSScheme(Scheme):
   def calibrate_clip(self, data: SetupData, state: CSState) -> float:
     """S = ||C(delta)|| of one public-data round from w0 (UAI Sec. 4)."""
     def message(train_key, op):
-      w1 = client.local_sgd(data.model.loss, data.w0, data.public_x, data.public_y,
-                            train_key, steps=data.local.steps,
-                            batch_size=data.local.batch_size, lr=data.local.lr)
+      w1 = data.local.train(data.model.loss, data.w0, data.public_x, data.public_y,
+                            train_key)
       return op.encode(w1 - data.w0)
 
     return calibration.public_clip_norm(data.key, message, state.op)
@@ -191,8 +190,7 @@ class CSScheme(Scheme):
                      x: jax.Array, y: jax.Array, key: jax.Array,
                      local: LocalTraining) -> jax.Array:
     """T_gd SGD steps, then C(delta) (Alg. 4 lines 16-18, Alg. 11 line 19)."""
-    return plan.encode(model.local_update(w, x, y, key, steps=local.steps,
-                                          batch_size=local.batch_size, lr=local.lr))
+    return plan.encode(local.update(model, w, x, y, key))
 
   def server_update(self, w: jax.Array, state: CSState, mean: jax.Array,
                     plan: dct_cs.ChunkedDCT) -> tuple[jax.Array, CSState]:

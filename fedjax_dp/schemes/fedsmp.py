@@ -148,7 +148,9 @@ class FedSMPScheme(Scheme):
   @property
   def traits(self) -> Traits:
     """k real values up, the full model down; top_k holds out a public set."""
-    return Traits(dp=self.private, public_holdout=self.public_holdout)
+    # Sec. 6.2: local momentum SGD (its learning-rate decay, its server's top_k pass).
+    return Traits(dp=self.private, public_holdout=self.public_holdout,
+                  local_optimizers=("sgd",))
 
   def validate(self, num_params: int, ratio: float) -> None:
     """Raises ValueError (one line) for a bad setting."""

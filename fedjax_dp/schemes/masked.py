@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, client, flags, keys
+from fedjax_dp import calibration, flags, keys
 from fedjax_dp.compression import masks
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
@@ -139,10 +139,8 @@ class MaskedScheme(Scheme):
     k = self.num_values(n, data.ratio)
 
     def message(train_key, indices):
-      w1 = client.local_sgd(data.model.loss, data.w0, data.public_x, data.public_y,
-                            train_key, steps=data.local.steps,
-                            batch_size=data.local.batch_size, lr=data.local.lr,
-                            grad_mask=self.grad_mask(indices, n))
+      w1 = data.local.train(data.model.loss, data.w0, data.public_x, data.public_y,
+                            train_key, grad_mask=self.grad_mask(indices, n))
       return self.compress(w1 - data.w0, indices)
 
     if self.selection == "random":
@@ -173,11 +171,9 @@ class MaskedScheme(Scheme):
     """Local (masked) SGD from the global model, then C(delta) = delta[T]."""
     mask = self.grad_mask(plan, w.shape[0])
     if mask is not None:  # only T moves: C(delta) = delta[T] straight from training
-      return model.local_update(w, x, y, key, steps=local.steps,
-                                batch_size=local.batch_size, lr=local.lr, grad_mask=mask,
-                                grad_indices=plan, only_indices=True)
-    delta = model.local_update(w, x, y, key, steps=local.steps,
-                               batch_size=local.batch_size, lr=local.lr)
+      return local.update(model, w, x, y, key, grad_mask=mask, grad_indices=plan,
+                          only_indices=True)
+    delta = local.update(model, w, x, y, key)
     return self.compress(delta, plan)
 
   def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,

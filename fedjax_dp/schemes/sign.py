@@ -99,7 +99,9 @@ class SignScheme(Scheme):
     return Traits(dp=self.private, uses_ratio=False, integer_messages=True,
                   max_abs_value=1.0, upstream_bits=None if self.private else 1,
                   downstream_bits=1 if self.single_batch else 32,
-                  fixed_sensitivity="sqrt(n): a sign vector's L2 norm (thesis Table 8.2)")
+                  fixed_sensitivity="sqrt(n): a sign vector's L2 norm (thesis Table 8.2)",
+                  # signSGD sends one batch's gradient: no local optimiser runs.
+                  local_optimizers=("sgd",) if self.single_batch else ("sgd", "adam"))
 
   def num_values(self, num_params: int, ratio: float) -> int:
     """n signs (or noisy integers) up per client and round."""
@@ -128,8 +130,7 @@ class SignScheme(Scheme):
     if self.single_batch:
       delta = -client.batch_gradient(model.loss, w, x, y, train_key, local.batch_size)
     else:
-      delta = model.local_update(w, x, y, train_key, steps=local.steps,
-                                 batch_size=local.batch_size, lr=local.lr)
+      delta = local.update(model, w, x, y, train_key)
     return random_tie_sign(delta, tie_key)
 
   def share_scale(self, num_params: int, noise_multiplier: float,
