@@ -109,7 +109,7 @@ def sweep_args(forward: list[str], name: str, **overrides) -> argparse.Namespace
 
 
 def held_out_public(args: argparse.Namespace) -> tuple:
-  """The image data set's public set held out for top_k (the same whatever N)."""
+  """Fashion-MNIST's or MNIST's public set held out for top_k (the same whatever N)."""
   size = args.public_holdout or fedsmp.PUBLIC_HOLDOUT
   images, labels = load_dataset(args.dataset, "train", as_uint8=True)
   held = holdout_indices(len(images), size, args.seed)[0]
@@ -126,9 +126,11 @@ def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
   run = experiment.plan(args)[0]
   fed = experiment.load_data(args, [run]).of(run)
   config = dataclasses.replace(run.config, clip_norm=None)
-  # medical-synth's public data is the public hospital, whatever the scheme.
-  medical = datasets.get_dataset(args.dataset).split_by == "hospital"
-  public = fed.public if medical else held_out_public(args)
+  # Fashion-MNIST and MNIST serve the other one's images to the schemes without
+  # a hold-out; the other data sets serve one public set to every scheme (the
+  # public hospital, windows or images held out of the clients' data).
+  other = datasets.get_dataset(args.dataset).public_source in datasets.DATASETS
+  public = held_out_public(args) if other else fed.public
   return simulation.prepare(experiment.model_for(args), run.scheme, fed.data, public,
                             config).clip_norm
 

@@ -270,3 +270,27 @@ def test_fedsmp_topk_trains_its_server_on_the_public_windows(plays, tmp_path, ca
   assert run["scheme"] == "Fed-SMP-topk" and run["public_holdout"] == 12
   _check_record(run)
   assert run["epsilon"] is not None and run["clip_norm"] > 0
+
+
+def test_the_ratio_sweep_calibrates_on_the_held_out_windows(plays, tmp_path, capsys,
+                                                            monkeypatch):
+  """experiments/fedsmp_ratio_sweep.py on shakespeare: S calibrated once on the
+  public windows every scheme shares (no Fashion-MNIST hold-out exists here)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "fedsmp_ratio_sweep", ROOT / "experiments" / "fedsmp_ratio_sweep.py")
+  sweep = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(sweep)
+  monkeypatch.setattr(experiment, "get_model", lambda name, **_: from_flax(
+      _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
+  out = tmp_path / "sweep"
+  tiny = ["--rounds", "1", "--num-clients", "6", "--samples-per-client", "16",
+          "--clients-per-round", "3", "--local-steps", "2", "--public-size", "12",
+          "--test-size", "8", "--quiet"]  # _TINY without the ratio and top_k's hold-out
+  code = sweep.main(["--dataset", "shakespeare", "--epsilon", "4", "--ratios", "0.1", "1.0",
+                     "--schemes", "Fed-SMP-randk", *tiny, "--out", str(out)])
+  assert code == 0, capsys.readouterr().err
+  runs = json.loads((out / "table.json").read_text())["runs"]
+  assert [r["ratio"] for r in runs] == [0.1, 1.0]
+  assert runs[0]["clip_norm"] == runs[1]["clip_norm"] > 0  # one S, from r = 1
+  assert all(r["data_summary"]["public_windows"] == 12 for r in runs)
