@@ -1,20 +1,22 @@
 """Tests for fedjax_dp.data.archives on small files in the official formats (no network)."""
 
-import gzip
 import hashlib
 import io
 import os
 import pickle
-import struct
 import sys
-import tarfile
 import urllib.request
-import zipfile
 
 import numpy as np
 import pytest
 import scipy.io
 
+from archive_files import cifar_tar as _cifar_tar
+from archive_files import emnist_zip as _emnist_zip
+from archive_files import imdb_tar as _imdb_tar
+from archive_files import put as _put
+from archive_files import svhn_mat as _svhn_mat
+from archive_files import tar as _tar
 from fedjax_dp.data import archives
 from fedjax_dp.data.idx import DataError
 
@@ -35,96 +37,10 @@ def _isolated(monkeypatch, tmp_path):
   archives.clear_cache()
 
 
-def _put(tmp_path, name, file, content: bytes, folder="data"):
-  """Writes a file at <folder>/<name>/<file>; returns a checksum table for it."""
-  path = tmp_path / folder / name / file
-  path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_bytes(content)
-  return {(name, file): (len(content), hashlib.sha256(content).hexdigest())}
-
-
 def _one_line_error(excinfo) -> str:
   text = str(excinfo.value)
   assert "\n" not in text
   return text
-
-
-# --- official-format builders ------------------------------------------------------------
-
-
-def _svhn_mat(n=7, seed=0):
-  rng = np.random.default_rng(seed)
-  x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
-  y = (np.arange(n) % 10 + 1).astype(np.uint8).reshape(n, 1)  # 1..10, 10 = digit 0
-  buf = io.BytesIO()
-  scipy.io.savemat(buf, {"X": x, "y": y})  # MATLAB v5, as the official files
-  return buf.getvalue(), x, y
-
-
-def _py2_pickle(obj) -> bytes:
-  """A pickle read like the Python 2 originals: numpy.core path, byte-string dtype args."""
-  raw = pickle.dumps(obj, protocol=3)
-  return (raw.replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
-          .replace(b"X\x02\x00\x00\x00u1", b"U\x02u1").replace(b"X\x01\x00\x00\x00|", b"U\x01|"))
-
-
-def _tar(members: dict, mode: str) -> bytes:
-  buf = io.BytesIO()
-  with tarfile.open(fileobj=buf, mode=mode) as tar:
-    for name, content in members.items():
-      info = tarfile.TarInfo(name)
-      info.size = len(content)
-      tar.addfile(info, io.BytesIO(content))
-  return buf.getvalue()
-
-
-def _cifar_tar(per_batch=3, seed=0, batch_bytes=None):
-  rng = np.random.default_rng(seed)
-  members, data, labels = {}, {}, {}
-  for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-    data[name] = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-    labels[name] = [int(v) for v in rng.integers(0, 10, per_batch)]
-    members[f"cifar-10-batches-py/{name}"] = batch_bytes or _py2_pickle(
-        {b"batch_label": b"batch", b"labels": labels[name], b"data": data[name],
-         b"filenames": [b"f.png"] * per_batch})
-  members["cifar-10-batches-py/batches.meta"] = _py2_pickle({b"label_names": [b"airplane"]})
-  members["cifar-10-batches-py/readme.html"] = b"<html></html>"
-  return _tar(members, "w:gz"), data, labels
-
-
-def _idx(array: np.ndarray) -> bytes:
-  magic = 0x803 if array.ndim == 3 else 0x801
-  return struct.pack(f">I{array.ndim}I", magic, *array.shape) + array.astype(np.uint8).tobytes()
-
-
-def _emnist_zip(true_images, labels, subset="digits"):
-  """gzip.zip as NIST ships it: each image stored transposed."""
-  buf = io.BytesIO()
-  with zipfile.ZipFile(buf, "w") as archive:
-    for split in ("train", "test"):
-      stem = f"gzip/emnist-{subset}-{split}"
-      archive.writestr(f"{stem}-images-idx3-ubyte.gz",
-                       gzip.compress(_idx(true_images.transpose(0, 2, 1))))
-      archive.writestr(f"{stem}-labels-idx1-ubyte.gz", gzip.compress(_idx(labels)))
-    archive.writestr(f"gzip/emnist-{subset}-mapping.txt", "0 48\n1 49\n")
-  return buf.getvalue()
-
-
-IMDB_REVIEWS = {
-    "aclImdb/train/pos/1_9.txt": "Great great movie.<br /><br />Loved it",
-    "aclImdb/train/pos/0_10.txt": "great acting, GREAT fun",
-    "aclImdb/train/neg/3_1.txt": "Bad movie. Bad bad_plot",
-    "aclImdb/train/neg/2_2.txt": "boring",
-    "aclImdb/test/pos/0_8.txt": "great zebra",
-    "aclImdb/test/neg/0_3.txt": "bad movie bad",
-    "aclImdb/train/unsup/0_0.txt": "zebra zebra zebra zebra zebra",
-    "aclImdb/imdb.vocab": "the\nzebra\n",
-    "aclImdb/train/labeledBow.feat": "0:1 1:2\n",
-}
-
-
-def _imdb_tar():
-  return _tar({k: v.encode() for k, v in IMDB_REVIEWS.items()}, "w:gz")
 
 
 # --- SVHN ---------------------------------------------------------------------------------
