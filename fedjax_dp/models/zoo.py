@@ -1,17 +1,27 @@
 """More models as flax modules: the seeds' other architectures and benchmark models.
 
-Every module here is stateless (parameters only: no BatchNorm statistics) and
-has no dropout, so :func:`fedjax_dp.models.from_flax` wraps each of them as a
+Every module here is stateless (parameters only: no BatchNorm statistics), so
+:func:`fedjax_dp.models.from_flax` wraps each of them as a
 :class:`~fedjax_dp.models.flat.FlatModel` with ``fast=True`` or ``fast=False``::
 
   from fedjax_dp.models import from_flax, zoo
   constructor, sample = zoo.ZOO["svhn-cnn"]
   model = from_flax(constructor(), sample)
 
+One of them has dropout: :class:`AllCNNC` (``dropout``, off by default and
+in evaluation; ``train=True`` draws it from the ``"dropout"`` rng). With
+dropout 0 it trains on the fast path like the others;
+``fedjax_dp.models.all_cnn_c(d)`` with d > 0 gives it a training-mode
+forward pass (``train_apply_fn``), trained on the plain path.
+
 The weight counts in the docstrings were computed from the modules
 (``from_flax(...).num_params``), not copied from the papers. Fed-SMP is the
 seed ``fed-smp-sparsified-model-perturbation.txt`` (Hu et al., "Federated
-Learning with Sparsified Model Perturbation"); "l." are its line numbers.
+Learning with Sparsified Model Perturbation"), the thesis
+``kerkouche-thesis-dp-fl-bandwidth-energy.txt`` (Kerkouche, App. 8.3.1
+"Model Architectures"), the poster
+``compressive-dp-fl-lattice-quantization-poster.txt``; "l." are their line
+numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from typing import Callable, Sequence
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 # LEAF's Shakespeare task: 80 distinct characters, windows of 80 characters (the
@@ -27,6 +38,14 @@ import numpy as np
 # windows this model reads).
 SHAKESPEARE_VOCAB = 80
 SHAKESPEARE_WINDOW = 80
+
+# The thesis' IMDB setting (App. 8.3.1, l.2221): a vocabulary of 5,000 words,
+# reviews cut or padded to 400 tokens (0 = padding). The same as
+# fedjax_dp.data.archives' IMDB_VOCAB_SIZE and IMDB_MAXLEN, whose int32 token
+# arrays this model reads (mirrored, not imported, so that importing the
+# models imports no data code; tests/test_zoo_models.py checks they agree).
+IMDB_VOCAB = 5000
+IMDB_LENGTH = 400
 
 
 class MLP(nn.Module):
@@ -155,6 +174,138 @@ class CharLSTM(nn.Module):
     return nn.Dense(self.vocab, name="dense")(h[:, -1])
 
 
+class AllCNNC(nn.Module):
+  """The thesis' CIFAR-10 model, All-CNN-C: 1,369,738 weights.
+
+  Thesis App. 8.3.1 (l.2217-2219), "All-CNN-C" of Springenberg et al. 2015
+  ("Striving for simplicity: the all convolutional net"): images
+  (batch, 32, 32, 3), floats in [0, 1], to (batch, ``classes``) logits.
+
+  * Block 1: three 3x3 convolutions of 96 filters, 'same' padding, ReLU
+    after each; the third has stride 2 (32 -> 16) and is followed by
+    dropout ("the last layer has a strides of 2x2 and dropout of 0.5 is
+    applied").
+  * Block 2: the same with 192 filters (16 -> 8), dropout after it.
+  * Block 3: a 3x3 convolution of 192 filters (ReLU), 'valid' (8 -> 6), a
+    1x1 convolution of 192 (ReLU), a 1x1 convolution of ``classes`` (the
+    logits: no ReLU; the thesis names none and applies softmax after the
+    pooling), global average pooling over the 6x6 positions.
+
+  The seed states neither padding. Blocks 1-2 use 'same' (the strided
+  convolutions halve the size in place of max pooling); block 3's 3x3 is
+  'valid' as in Springenberg et al.'s All-CNN-C, which averages over 6x6
+  positions. Padding changes no weight count, and the count, 1,369,738,
+  equals the thesis' (l.2219): block 1 2,688 + 83,040 + 83,040 = 168,768;
+  block 2 166,080 + 331,968 + 331,968 = 830,016; block 3 331,968 + 37,056 +
+  1,930 = 370,954. No normalisation; flax's default initialisers.
+
+  Attributes:
+    dropout: Rate of the dropout after blocks 1 and 2 in training mode
+      (thesis: 0.5); 0, the default, for none.
+    classes: Number of output logits (CIFAR-10: 10).
+  """
+
+  dropout: float = 0.0
+  classes: int = 10
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    layer = 0
+    for filters in (96, 192):
+      for stride in (1, 1, 2):
+        layer += 1
+        x = nn.relu(nn.Conv(filters, (3, 3), strides=(stride, stride), padding="SAME",
+                            name=f"conv{layer}")(x))
+      x = nn.Dropout(self.dropout, deterministic=not train)(x)
+    x = nn.relu(nn.Conv(192, (3, 3), padding="VALID", name="conv7")(x))
+    x = nn.relu(nn.Conv(192, (1, 1), name="conv8")(x))
+    x = nn.Conv(self.classes, (1, 1), name="conv9")(x)
+    return jnp.mean(x, axis=(1, 2))
+
+
+class ImdbCNNLSTM(nn.Module):
+  """The thesis' IMDB model, a 1-D CNN and an LSTM: 402,701 weights.
+
+  Thesis App. 8.3.1 (l.2221): "one embedding layer with an output size of 50
+  (the vocabulary size is set to 5000 and the maximum length input to 400),
+  followed by a convolution layer of one dimension with a kernel size of 5
+  and 250 filters; and a max pooling layer of size 3; followed by a LSTM
+  layer with an output size set to 70 and an output layer with one unit
+  that uses a sigmoid activation function" (Keras' ``imdb_cnn_lstm``
+  example). Token ids (batch, ``length``) int32, 0 the padding
+  (``fedjax_dp.data.archives.load_imdb`` pads before the review) ->
+  nn.Embed(vocab, 50) -> 1-D convolution of 250 filters of width 5, 'valid'
+  as the Keras example, ReLU (400 -> 396) -> max pooling of size and stride
+  3 (396 -> 132) -> LSTM of 70 units (``nn.RNN(nn.OptimizedLSTMCell(70))``,
+  zero initial state, as :class:`CharLSTM`) -> Dense(1) of its last hidden
+  state: the logit of a positive review (loss ``"sigmoid_ce"``).
+
+  Weights: embedding 5,000 * 50 = 250,000 + convolution 5 * 50 * 250 + 250
+  = 62,750 + LSTM 4 * 70 * (250 + 70 + 1) = 89,880 + dense 71 = 402,701,
+  the thesis' count. The gates are logistic sigmoids (flax's; Keras 2.2's
+  default recurrent activation was the hard sigmoid, which the seed does
+  not mention); flax's default initialisers. No dropout.
+
+  Attributes:
+    vocab: Vocabulary size (token ids in [0, vocab)).
+    length: Tokens per review (the input's second axis).
+    embed: Embedding dimension.
+    filters: Convolution filters.
+    width: Convolution kernel width.
+    pool: Max-pooling size (and stride).
+    units: LSTM units.
+  """
+
+  vocab: int = IMDB_VOCAB
+  length: int = IMDB_LENGTH
+  embed: int = 50
+  filters: int = 250
+  width: int = 5
+  pool: int = 3
+  units: int = 70
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    if tokens.shape[1:] != (self.length,):
+      raise ValueError(f"ImdbCNNLSTM reads (batch, {self.length}) tokens, got shape "
+                       f"{tokens.shape}")
+    h = nn.Embed(self.vocab, self.embed, name="embed")(tokens)
+    h = nn.relu(nn.Conv(self.filters, (self.width,), padding="VALID", name="conv")(h))
+    h = nn.max_pool(h, (self.pool,), strides=(self.pool,))
+    h = nn.RNN(nn.OptimizedLSTMCell(self.units, name="lstm"))(h)
+    return nn.Dense(1, name="dense")(h[:, -1])
+
+
+class EmnistCNN(nn.Module):
+  """The EMNIST model, this simulator's choice: 1,690,046 weights (62 classes).
+
+  The poster (l.107: EMNIST, 25 participants each holding the data of 50
+  writers) names no model. **This simulator's choice**, not a seed's: the
+  architecture of the papers' MNIST CNN (:class:`~fedjax_dp.models.PaperCNN`,
+  thesis l.2215) with ``num_classes`` outputs: images (batch, 28, 28, 1)
+  floats in [0, 1] -> conv 5x5x32 'same' (ReLU) - 2x2 max pool - conv
+  5x5x64 'same' (ReLU) - 2x2 max pool - dense 512 (ReLU) - dense
+  ``num_classes`` (EMNIST ByClass: 10 digits, 26 upper- and 26 lower-case
+  letters). Weights: 832 + 51,264 + 1,606,144 + 31,806 = 1,690,046. No
+  dropout.
+
+  Attributes:
+    num_classes: Number of output logits.
+  """
+
+  num_classes: int = 62
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = nn.relu(nn.Conv(32, (5, 5), padding="SAME", name="conv1")(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = nn.relu(nn.Conv(64, (5, 5), padding="SAME", name="conv2")(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape(x.shape[0], -1)
+    x = nn.relu(nn.Dense(512, name="dense1")(x))
+    return nn.Dense(self.num_classes, name="dense2")(x)
+
+
 # name -> (constructor, sample input batch) for benchmarks/models.py; the
 # samples are NumPy arrays, so importing this module starts no JAX backend.
 ZOO: dict[str, tuple[Callable[[], nn.Module], np.ndarray]] = {
@@ -162,7 +313,10 @@ ZOO: dict[str, tuple[Callable[[], nn.Module], np.ndarray]] = {
     "small-cnn": (SmallCNN, np.zeros((1, 28, 28, 1), np.float32)),
     "svhn-cnn": (SVHNCNN, np.zeros((1, 32, 32, 3), np.float32)),
     "lstm": (CharLSTM, np.zeros((1, SHAKESPEARE_WINDOW), np.int32)),
+    "all-cnn-c": (AllCNNC, np.zeros((1, 32, 32, 3), np.float32)),
+    "imdb-cnn-lstm": (ImdbCNNLSTM, np.zeros((1, IMDB_LENGTH), np.int32)),
+    "emnist-cnn": (EmnistCNN, np.zeros((1, 28, 28, 1), np.float32)),
 }
 
-__all__ = ["CharLSTM", "MLP", "SHAKESPEARE_VOCAB", "SHAKESPEARE_WINDOW", "SVHNCNN",
-           "SmallCNN", "ZOO"]
+__all__ = ["AllCNNC", "CharLSTM", "EmnistCNN", "IMDB_LENGTH", "IMDB_VOCAB", "ImdbCNNLSTM",
+           "MLP", "SHAKESPEARE_VOCAB", "SHAKESPEARE_WINDOW", "SVHNCNN", "SmallCNN", "ZOO"]
