@@ -17,7 +17,12 @@ CPU device per core (``host_devices.configure``). The models, in this order:
 * ``paper-cnn-flax``: the same CNN as a flax module, ``from_flax(PaperCNN())``;
 * ``mlp``, ``small-cnn``, ``svhn-cnn``, ``lstm``: ``models.zoo``'s modules
   (an MLP 784-1024-512-10, a 31k-weight CNN, Fed-SMP's SVHN CNN and
-  Shakespeare LSTM) through ``from_flax``.
+  Shakespeare LSTM) through ``from_flax``;
+* ``all-cnn-c``, ``imdb-cnn-lstm``, ``emnist-cnn`` (issue 39): the thesis'
+  CIFAR-10 All-CNN-C (without dropout: the fast path) and IMDB CNN-LSTM
+  (binary: one logit, ``sigmoid_ce``; tokens in [0, 5000), labels 0 or 1),
+  and the EMNIST CNN (62 classes), ``models.zoo``'s modules through
+  ``from_flax`` as the registered ``models.all_cnn_c()`` etc. build them.
 
 The flax models run with ``fast=True``; ``--plain`` adds each with
 ``fast=False`` (the plain ``vmap`` of the module's ops), labelled
@@ -30,9 +35,11 @@ training FLOPs,
 that time give GFLOP/s, also as a fraction of the float32 matmul rate
 measured in the same process (``common.matmul_gflops``). Forward FLOPs per
 example are XLA's cost analysis of the model's plain forward pass on one
-batch, except for the LSTM: XLA counts the body of the scan over the 80
-positions once, so its FLOPs are computed analytically (products and gate
-arithmetic; XLA's count of the scan unrolled is 0.3% higher).
+batch, except for the models with an LSTM: XLA counts the body of the scan
+over the positions once, so their FLOPs are computed analytically (products
+and gate arithmetic; XLA's count of the scan unrolled is 0.3% higher for
+the Shakespeare LSTM, 0.13% for the IMDB model, whose convolution and
+pooling are counted as products, bias, ReLU and comparisons).
 ``x_paper_cnn`` is each model's seconds per cohort over paper-cnn's.
 
   python benchmarks/models.py --clients 100 --repeats 3
@@ -64,7 +71,10 @@ from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.models import PaperCNN, from_flax, paper_cnn, zoo  # noqa: E402
 
 PAPER_CNN = "paper-cnn"
-MODELS = (PAPER_CNN, "paper-cnn-flax", "mlp", "small-cnn", "svhn-cnn", "lstm")
+MODELS = (PAPER_CNN, "paper-cnn-flax", "mlp", "small-cnn", "svhn-cnn", "lstm", "all-cnn-c",
+          "imdb-cnn-lstm", "emnist-cnn")
+# Binary models (one logit, sigmoid cross-entropy); the others are softmax_ce.
+SIGMOID = ("imdb-cnn-lstm",)
 _IMAGE_28 = np.zeros((1, 28, 28, 1), np.float32)
 LSTM_NOTE = ("analytic: XLA's cost analysis counts the body of the LSTM's scan once, "
              "not once per position")
@@ -79,23 +89,48 @@ def build(name: str, fast: bool):
   else:
     constructor, sample = zoo.ZOO[name]
     module = constructor()
-  return from_flax(module, sample, fast=fast), module, sample
+  loss = "sigmoid_ce" if name in SIGMOID else "softmax_ce"
+  return from_flax(module, sample, loss=loss, fast=fast), module, sample
+
+
+def lstm_layer_flops(positions: int, width: int, units: int) -> int:
+  """Forward FLOPs of one LSTM layer over ``positions`` inputs of ``width``.
+
+  Per position: the gates' products ``2 (width + units) 4 units`` and 17
+  units of elementwise work (the input and hidden products' sum and bias, 3
+  sigmoids and 2 tanh, the cell update ``f c + i g`` and ``o tanh(c)``).
+  """
+  return positions * (2 * (width + units) * 4 * units + 17 * units)
 
 
 def lstm_forward_flops(module: zoo.CharLSTM, window: int) -> float:
   """Forward FLOPs of one example of :class:`~fedjax_dp.models.zoo.CharLSTM`.
 
-  Per position and layer: the gates' products ``2 (in + units) 4 units``
-  and 17 units of elementwise work (the input and hidden products' sum and
-  bias, 3 sigmoids and 2 tanh, the cell update ``f c + i g`` and ``o
-  tanh(c)``); then the output layer on the last position. The embedding is
-  a lookup (no FLOPs).
+  Each layer's :func:`lstm_layer_flops` over the window, then the output
+  layer on the last position. The embedding is a lookup (no FLOPs).
   """
   u, total, width = module.units, 0, module.embed
   for _ in range(module.layers):
-    total += window * (2 * (width + u) * 4 * u + 17 * u)
+    total += lstm_layer_flops(window, width, u)
     width = u
   return float(total + 2 * u * module.vocab + module.vocab)
+
+
+def imdb_forward_flops(module: zoo.ImdbCNNLSTM) -> float:
+  """Forward FLOPs of one review of :class:`~fedjax_dp.models.zoo.ImdbCNNLSTM`.
+
+  The embedding is a lookup (no FLOPs); the 'valid' 1-D convolution's
+  products ``2 width embed filters`` at each of its ``length - width + 1``
+  positions, plus its bias and ReLU; the max pooling's ``pool - 1``
+  comparisons per output; the LSTM (:func:`lstm_layer_flops`) over the
+  pooled positions; the output layer (70 products and a bias).
+  """
+  conv = module.length - module.width + 1
+  pooled = conv // module.pool
+  total = (2 * module.width * module.embed * module.filters * conv + 2 * module.filters * conv
+           + (module.pool - 1) * module.filters * pooled
+           + lstm_layer_flops(pooled, module.filters, module.units) + 2 * module.units + 1)
+  return float(total)
 
 
 def forward_flops(model, module, w, xb) -> tuple[float | None, float | None, str]:
@@ -109,18 +144,22 @@ def forward_flops(model, module, w, xb) -> tuple[float | None, float | None, str
   xla = None if xla is None else xla / batch
   if isinstance(module, zoo.CharLSTM):
     return lstm_forward_flops(module, xb.shape[1]), xla, LSTM_NOTE
+  if isinstance(module, zoo.ImdbCNNLSTM):
+    return imdb_forward_flops(module), xla, LSTM_NOTE
   has_loop = "while" in jax.jit(model.eval_logits).lower(w, xb).as_text()
   return xla, xla, ("xla (the forward pass has a loop: its body may be counted once)"
                     if has_loop else "xla")
 
 
-def synthetic_cohort(sample, classes: int, clients: int, samples: int, seed: int):
-  """Random inputs shaped like ``sample`` (tokens in [0, classes) for int inputs)
-  and random labels in [0, classes), ``samples`` a client."""
+def synthetic_cohort(sample, classes: int, clients: int, samples: int, seed: int,
+                     vocab: int | None = None):
+  """Random inputs shaped like ``sample`` (tokens in [0, vocab) for int inputs,
+  ``vocab`` defaulting to ``classes``) and random labels in [0, classes),
+  ``samples`` a client."""
   rng = np.random.default_rng(seed)
   shape = (clients, samples) + tuple(sample.shape[1:])
   if np.issubdtype(sample.dtype, np.integer):
-    x = rng.integers(0, classes, shape).astype(sample.dtype)
+    x = rng.integers(0, classes if vocab is None else vocab, shape).astype(sample.dtype)
   else:
     x = rng.random(shape, np.float32)
   return jnp.asarray(x), jnp.asarray(rng.integers(0, classes, (clients, samples)), jnp.int32)
@@ -140,8 +179,10 @@ def measure(name: str, fast: bool, mesh, args, matmul: float) -> dict:
   """Times one model's cohort; the record of the module docstring (without x_paper_cnn)."""
   model, module, sample = build(name, fast)
   w = jax.jit(model.init)(jax.random.PRNGKey(args.seed))  # eager flax init: many compiles
-  classes = int(jax.eval_shape(model.eval_logits, w, jnp.asarray(sample)).shape[1])
-  x, y = synthetic_cohort(sample, classes, args.clients, args.samples, args.seed)
+  logits = int(jax.eval_shape(model.eval_logits, w, jnp.asarray(sample)).shape[1])
+  classes = 2 if model.loss_name == "sigmoid_ce" else logits  # one logit: labels 0, 1
+  x, y = synthetic_cohort(sample, classes, args.clients, args.samples, args.seed,
+                          getattr(module, "vocab", None))
   take = min(args.batch_size, args.samples)  # client.sample_batch's batch
   fwd, xla_fwd, source = forward_flops(model, module, w, x[0, :take])
 
@@ -159,7 +200,8 @@ def measure(name: str, fast: bool, mesh, args, matmul: float) -> dict:
       "model": name if fast or module is None else name + "-plain",
       "architecture": name, "fast": fast, "num_params": model.num_params,
       "input_shape": list(sample.shape[1:]), "input_dtype": str(sample.dtype),
-      "classes": classes, "clients": args.clients, "samples": args.samples,
+      "classes": classes, "loss": model.loss_name, "clients": args.clients,
+      "samples": args.samples,
       "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr,
       "clients_per_sec": args.clients / seconds,
       "seconds_per_cohort": seconds,

@@ -18,11 +18,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("name, weights, classes", [
     ("mlp", 1_333_770, 10), ("small-cnn", 30_762, 10), ("svhn-cnn", 3_431_754, 10),
-    ("lstm", 817_872, 80)])
+    ("lstm", 817_872, 80), ("all-cnn-c", 1_369_738, 10), ("imdb-cnn-lstm", 402_701, 1),
+    ("emnist-cnn", 1_690_046, 62)])
 def test_zoo_models_wrap_with_the_documented_weight_counts(name, weights, classes):
   constructor, sample = zoo.ZOO[name]
+  loss = "sigmoid_ce" if classes == 1 else "softmax_ce"
   for fast in (True, False):
-    model = from_flax(constructor(), sample, fast=fast)
+    model = from_flax(constructor(), sample, loss=loss, fast=fast)
     assert model.num_params == weights
   assert zoo.CharLSTM().vocab == 80 and zoo.ZOO["lstm"][1].dtype == "int32"
 
@@ -61,6 +63,36 @@ def test_models_benchmark_runs_small(tmp_path):
   assert 1.2e8 < lstm["forward_flops_per_example"] < 1.35e8
   assert lstm["xla_forward_flops_per_example"] < lstm["forward_flops_per_example"] / 20
   assert rows[0]["flops_source"] == rows[1]["flops_source"] == "xla"
+
+
+def test_models_benchmark_runs_the_seeds_other_models(tmp_path):
+  """Issue 39's models, 2 clients of 2 examples, one step: the IMDB model binary
+  (labels 0/1, tokens of its 5,000-word vocabulary) with analytic FLOPs."""
+  out = tmp_path / "new.jsonl"
+  proc = _script("--clients", "2", "--samples", "2", "--batch-size", "2", "--steps", "1",
+                 "--repeats", "1", "--models", "emnist-cnn,imdb-cnn-lstm,all-cnn-c",
+                 "--out", out)
+  assert proc.returncode == 0, proc.stderr
+  rows = {r["model"]: r for r in map(json.loads, out.read_text().splitlines())}
+  assert list(rows) == ["all-cnn-c", "imdb-cnn-lstm", "emnist-cnn"]
+  assert {k: r["num_params"] for k, r in rows.items()} == {
+      "all-cnn-c": 1_369_738, "imdb-cnn-lstm": 402_701, "emnist-cnn": 1_690_046}
+  assert {k: (r["classes"], r["loss"]) for k, r in rows.items()} == {
+      "all-cnn-c": (10, "softmax_ce"), "imdb-cnn-lstm": (2, "sigmoid_ce"),
+      "emnist-cnn": (62, "softmax_ce")}
+  for r in rows.values():
+    assert r["fast"] and r["clients"] == 2 and r["max_abs_update"] > 0
+    assert r["train_flops_per_cohort"] == 3 * r["forward_flops_per_example"] * 1 * 2 * 2
+    assert math.isfinite(r["train_gflops_per_sec"]) and r["train_gflops_per_sec"] > 0
+  imdb = rows["imdb-cnn-lstm"]
+  assert imdb["input_shape"] == [400] and imdb["input_dtype"] == "int32"
+  # Conv 49.5 M + bias/ReLU 0.2 M + pooling 0.07 M + LSTM 132 x 180,390 + output 141.
+  assert imdb["flops_source"].startswith("analytic")
+  assert imdb["forward_flops_per_example"] == 73_575_621
+  assert imdb["xla_forward_flops_per_example"] < 0.7 * imdb["forward_flops_per_example"]
+  for name, low, high in (("all-cnn-c", 4.5e8, 5.5e8), ("emnist-cnn", 2e7, 2.3e7)):
+    assert rows[name]["flops_source"] == "xla"
+    assert low < rows[name]["forward_flops_per_example"] < high, rows[name]
 
 
 def test_models_benchmark_bad_flags_exit_2_in_one_line():
