@@ -367,22 +367,12 @@ def test_presets_and_their_sources():
   assert datasets.get_dataset("imdb").num_classes == 2
 
 
-@pytest.fixture
-def stand_in_models(monkeypatch):
-  """The new data sets' models, a small stand-in for any not registered yet (only their
-  parameter count is read before the data is loaded)."""
-  from tiny_model import tiny_linear  # pylint: disable=import-outside-toplevel
-  for name in ("svhn-cnn", "all-cnn-c", "imdb-cnn-lstm", "emnist-cnn"):
-    if name not in models.MODELS:
-      monkeypatch.setitem(models.MODELS, name, tiny_linear)
-
-
 def _plan(*argv):
   args = experiment.build_parser().parse_args(["--ratio", "0.1", *argv])
   return args, {r.scheme.name: r for r in experiment.plan(args)}
 
 
-def test_command_line_takes_each_data_set_s_setting(files, stand_in_models):
+def test_command_line_takes_each_data_set_s_setting(files):
   _, runs = _plan("--dataset", "svhn", "--schemes", "Fed-SMP-topk", "FL-STD")
   top = runs["Fed-SMP-topk"]
   assert top.setting == {**presets.SVHN, "local_optimizer": "sgd"}
@@ -413,8 +403,8 @@ def test_command_line_takes_each_data_set_s_setting(files, stand_in_models):
 @pytest.mark.parametrize("name,file", [
     ("svhn", "svhn/test_32x32.mat"), ("cifar10", "cifar10/cifar-10-python.tar.gz"),
     ("imdb", "imdb/aclImdb_v1.tar.gz"), ("femnist", "femnist/fed_emnist.tar.bz2")])
-def test_missing_data_exits_2_with_one_line_and_writes_nothing(files, stand_in_models,
-                                                               tmp_path, capsys, name, file):
+def test_missing_data_exits_2_with_one_line_and_writes_nothing(files, tmp_path, capsys, name,
+                                                               file):
   out = tmp_path / "out" / "sweep"
   code = experiment.main(["--dataset", name, "--schemes", "FL-STD", "FL-TOP-DP", "--rounds", "1",
                          "--out", str(out)])
@@ -433,3 +423,31 @@ def test_dataset_help_names_every_data_set():
   for name in NEW:
     assert name in action.help
   assert parser.parse_args(["--dataset", "femnist"]).dataset == "femnist"
+
+
+@pytest.mark.parametrize("name,extra", [
+    ("cifar10", ["--dropout", "0.5", "--schemes", "FL-STD"]),  # Table 8.1: Adam, dropout
+    ("imdb", ["--schemes", "FL-TOP-DP"]),  # binary, tokens, Adam on the masked path
+])
+def test_a_round_trains_the_seeds_model_on_the_small_files(files, tmp_path, capsys, name,
+                                                             extra):
+  """One round through ``sweep.py``'s code with the data set's real model and preset
+  optimiser: the data, the model and the local optimiser fit together."""
+  if name == "cifar10":
+    _cifar(files)
+    size = ["--num-clients", "4", "--samples-per-client", "20", "--public-size", "20"]
+  else:
+    _imdb(files)
+    size = ["--num-clients", "4", "--samples-per-client", "2", "--public-size", "2",
+            "--ratio", "0.01"]
+  out = tmp_path / "out"
+  code = experiment.main(["--dataset", name, *extra, *size, "--rounds", "1",
+                          "--clients-per-round", "2", "--local-steps", "2",
+                          "--batch-size", "2", "--quiet", "--out", str(out)])
+  assert code == 0, capsys.readouterr().err
+  import json  # pylint: disable=import-outside-toplevel
+  (run,) = json.loads((out / "results.json").read_text())["runs"]
+  model = models.get_model(datasets.get_dataset(name).model)
+  assert run["num_params"] == model.num_params
+  assert run["local_optimizer"] == "adam" and run["dataset"] == name
+  assert 0.0 <= run["best_accuracy"] <= 1.0 and run["history"]

@@ -64,7 +64,7 @@ def test_fedavg_baselines_take_the_fedsmp_options():
 def test_sweep_runs_fedsmp_and_dp_fedavg(tmp_path, capsys, monkeypatch):
   # Three runs (each compiles its round). The FedAvg baselines are the same
   # code with dp=False; FedAvg-topk runs rounds in tests/test_fedsmp.py.
-  monkeypatch.setattr(experiment, "get_model", lambda name: tiny_linear())
+  monkeypatch.setattr(experiment, "get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "res"
   code = experiment.main([
       "--schemes", "Fed-SMP-randk", "fed-smp-topk", "dp-fedavg", "--ratio", "0.1",
