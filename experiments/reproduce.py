@@ -7,9 +7,14 @@
   python experiments/reproduce.py plan FILE [--out DIR]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
-thesis-5.2, fedsmp, thesis-6.1, thesis-6.3, thesis-6.5, thesis-6.7, thesis-6.9,
-thesis-6.10, thesis-6.11, thesis-6.12 (``fedjax_dp.reproduction.tables()``;
-``list`` shows their rows, with the records kept and the runs in progress).
+thesis-5.2, fedsmp, fedsmp-svhn, fedsmp-shakespeare, thesis-6.1, thesis-6.2,
+thesis-6.3, thesis-6.4, thesis-6.5, thesis-6.6, thesis-6.7, thesis-6.8,
+thesis-6.9, thesis-6.10, thesis-6.11, thesis-6.12, poster-cdp-lq
+(``fedjax_dp.reproduction.tables()``; ``list`` shows their rows, with the
+records kept and the runs in progress). A row whose data set this
+machine cannot read (SVHN, CIFAR-10, IMDB, EMNIST by writer: not shipped here)
+is never run; it is reported "data not reachable on this machine", with the
+command that runs it where the data is.
 Each (row, seed) runs ``experiments/sweep.py`` with the paper's setting and
 is kept as ``DIR/<table>/<row>.seed<k>.json``; a kept record is not run
 again, and an interrupted run continues from its last checkpoint
@@ -41,7 +46,7 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure([])  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import experiment, reproduction, runlock  # noqa: E402
+from fedjax_dp import datasets, experiment, reproduction, runlock  # noqa: E402
 
 DEFAULT_OUT = "experiments/reference/reproduction"
 DEFAULT_REPORT = "docs/REPRODUCTION.md"
@@ -108,6 +113,8 @@ def _list(name: str | None, out: str) -> int:
           f"record, {going} with a run in progress, {running} running now)")
     for row in table.rows:
       mark = " (headline: seeds 0 1 2)" if row.headline else ""
+      if name and datasets.reachable(row.dataset):
+        mark += " (data not reachable on this machine)"
       shown = [s for s in states[row.slug] if name or s.running is not None]
       if name or shown:
         found = [_state(s, _rounds(row, s, out)) for s in shown]
@@ -198,15 +205,22 @@ def _queue(path: str, out: str) -> list[Job]:
   return jobs
 
 
-def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str]]:
-  """Runs a job's (row, seed)s not kept yet; returns those that failed and
-  those left to other processes.
+def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str], list[str]]:
+  """Runs a job's (row, seed)s not kept yet; returns those that failed, those
+  left to other processes and those whose data this machine cannot read
+  (never run, each said with its command).
 
   Raises:
     KeyboardInterrupt: A run was interrupted (its checkpoint is kept).
   """
-  failed, elsewhere = [], []
+  failed, elsewhere, away = [], [], []
   for row in job.rows:
+    if reason := datasets.reachable(row.dataset):
+      print(f"reproduce.py: {job.table.name} {row.name}: data not reachable on this machine "
+            f"({reason}); not run. Where the data is: "
+            f"{reproduction.rerun_command(job.table, [row])}", file=sys.stderr)
+      away.append(row.slug)
+      continue
     for seed in job.row_seeds(row):
       print(f"reproduce.py: {job.table.name} {row.name} seed {seed}", file=sys.stderr)
       try:
@@ -225,7 +239,7 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str]]:
       print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
             f"round {rec['best_round']} (paper: {reproduction.paper_cell(row)})",
             file=sys.stderr)
-  return failed, elsewhere
+  return failed, elsewhere, away
 
 
 # The test images of MNIST and Fashion-MNIST, evaluated after every round.
@@ -316,6 +330,10 @@ def _plan(path: str, out: str) -> int:
   for job in jobs:
     for row in job.rows:
       extra = row.reduced if job.reduced else job.extra
+      if datasets.reachable(row.dataset):
+        print(f"{job.table.name} {row.name}: not run here (data not reachable on this "
+              "machine)")
+        continue
       for seed in job.row_seeds(row):
         argv = tuple(row.argv(seed, "OUT", extra))
         if argv in planned or reproduction.is_kept(out, job.table, row, seed, extra):
@@ -376,12 +394,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reproduce.py: error: {e}", file=sys.stderr)
     return 2
   machine = host_devices.machine()
-  failed, elsewhere = [], []
+  failed, elsewhere, away = [], [], []
   try:
     for job in jobs:
-      job_failed, job_elsewhere = _run_job(job, args.out, machine)
+      job_failed, job_elsewhere, job_away = _run_job(job, args.out, machine)
       failed += job_failed
       elsewhere += job_elsewhere
+      away += job_away
   except KeyboardInterrupt:
     print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
           f"progress are in {args.out}: the same command continues", file=sys.stderr)
@@ -391,6 +410,11 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
   if failed:
     print(f"reproduce.py: error: failed: {', '.join(failed)}", file=sys.stderr)
+    return 1
+  asked = sum(len(job.rows) for job in jobs)
+  if away and len(away) == asked:  # nothing could run here
+    print(f"reproduce.py: error: data not reachable on this machine for every row asked "
+          f"({', '.join(dict.fromkeys(away))}); nothing run", file=sys.stderr)
     return 1
   tables = ", ".join(dict.fromkeys(job.table.name for job in jobs))
   print(f"reproduce.py: records of {tables} in {args.out}; "

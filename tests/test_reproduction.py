@@ -612,7 +612,8 @@ def test_report_draws_the_attack_metric_and_figure_6_1(tmp_path):
 def test_the_script_names_every_table():
   """reproduce.py's usage lists each table ``reproduction.tables()`` runs."""
   usage = SCRIPT.read_text().split('"""')[1]
-  named = set(re.findall(r"\b(?:uai|thesis|fedsmp)[\w.-]*\d|\bfedsmp\b", usage))
+  named = set(re.findall(r"\b(?:uai|thesis)[\w.-]*\d|\bfedsmp(?:-[a-z]+)?\b|\bposter-[a-z-]+",
+                         usage))
   assert set(reproduction.tables()) <= named, set(reproduction.tables()) - named
 
 
@@ -880,3 +881,82 @@ def test_every_stated_reason_reaches_its_row():
            for row in table.rows if row.reason}
   assert given == reproduction._REASONS
   assert len(given) == 37
+
+
+def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
+  """Issue 39: thesis Table 4.1's CIFAR-10 and IMDB rows, Tables 6.2/6.4 (IMDB),
+  6.6/6.8 (CIFAR-10), Fed-SMP Tables II/III and the poster, as stated."""
+  t41 = reproduction.get_table("thesis-4.1")
+  [cifar] = t41.select(["FL-STD_cifar10"])
+  _, run = _planned(cifar)
+  assert (cifar.paper.accuracy, cifar.paper.round) == (.86, 375)
+  assert run.setting["local_optimizer"] == "adam" and run.config.local_optimizer == "adam"
+  assert (run.setting["samples_per_client"], run.setting["batch_size"],
+          run.setting["local_steps"], run.setting["rounds"], run.setting["lr"]) == (
+              500, 50, 50, 400, 0.001)
+  assert run.setting["num_clients"] == 999  # one client's share public
+  [imdb] = t41.select(["FL-SIGN_imdb"])
+  _, run = _planned(imdb)
+  assert (imdb.paper.accuracy, imdb.paper.round) == (.85, 91)
+  assert (run.setting["samples_per_client"], run.setting["local_steps"]) == (25, 5)
+  # Tables 6.2 and 6.4: FL-SIGN's cells, eta_adv 20 on IMDB, the rest diverge.
+  t64 = reproduction.get_table("thesis-6.4")
+  sign = [r.paper.accuracy for r in t64.rows if r.scheme == "FL-SIGN"]
+  assert sign == [.86, .72, .52] and all(r.diverges for r in t64.rows if r.scheme != "FL-SIGN")
+  assert _planned(t64.select(["FL-STD_alpha0.2"])[0])[1].config.attack.boost == 20
+  assert [r.paper.accuracy for r in reproduction.get_table("thesis-6.2").rows
+          if r.scheme == "FL-SIGN"] == [.86, .86, .54]
+  # Table 6.6: airplane -> ship, FL-CS at 60% unboosted, FL-TOP at 20%, eta_adv 7/4/2.
+  t66 = reproduction.get_table("thesis-6.6")
+  boosts = {(r.scheme, r.ratio): _planned(r)[1].config.attack.boost
+            for r in t66.select(["*alpha0.2"])}
+  assert boosts == {("FL-SIGN", 1.0): 4, ("FL-STD", 1.0): 4, ("FL-CS", 0.6): 1,
+                    ("FL-TOP", 0.2): 4}
+  [std] = t66.select(["FL-STD_alpha0.1"])
+  attack = _planned(std)[1].config.attack
+  assert (attack.source, attack.target) == (0, 8) and std.paper_attack == .55
+  t68 = reproduction.get_table("thesis-6.8")
+  assert {_planned(r)[1].setting["rounds"] for r in t68.rows} == {300}
+  assert [r.paper_attack for r in t68.select(["FL-SIGN_*"])] == [.66, .74, .93]
+  # Fed-SMP Tables II and III: both schemes at every ratio, one S, the claim.
+  for name, dataset in (("fedsmp-svhn", "svhn"), ("fedsmp-shakespeare", "shakespeare")):
+    table = reproduction.get_table(name)
+    assert {(r.scheme, r.ratio) for r in table.rows} == {
+        (s, r) for s in ("Fed-SMP-randk", "Fed-SMP-topk") for r in reproduction.FEDSMP_RATIOS}
+    assert {r.dataset for r in table.rows} == {dataset} and table.claim
+  [poster] = reproduction.get_table("poster-cdp-lq").rows
+  args, run = _planned(poster)
+  assert poster.dataset == "femnist" and args.delta == 1e-4 and run.scheme.name == "CDP-LQ"
+
+
+def test_rows_whose_data_is_missing_are_reported_with_their_command(tmp_path, monkeypatch):
+  from fedjax_dp import datasets
+  monkeypatch.setattr(datasets, "reachable",
+                      lambda name: "cifar10: not here" if name == "cifar10" else "")
+  report = tmp_path / "R.md"
+  reproduction.write_report(tmp_path / "records", report, "cmd")
+  text = report.read_text()
+  assert ("Data not reachable on this machine (cifar10): 2 rows never run here; where the "
+          "data is: `python experiments/reproduce.py thesis-4.1 --rows FL-SIGN_cifar10 "
+          "FL-STD_cifar10`.") in text
+  # A table on that data alone: the whole table's command; imdb is reachable here.
+  assert ("Data not reachable on this machine (cifar10): 12 rows never run here; where "
+          "the data is: `python experiments/reproduce.py thesis-6.6`.") in text
+  assert "(imdb)" not in text
+
+
+def test_reproduce_never_runs_a_row_whose_data_is_missing(tmp_path, capsys, monkeypatch):
+  from fedjax_dp import datasets
+  monkeypatch.setattr(datasets, "reachable",
+                      lambda name: "imdb: aclImdb_v1.tar.gz not found" if name == "imdb" else "")
+  main = _script_main()
+  out = tmp_path / "records"
+  assert main(["thesis-6.4", "--rows", "FL-SIGN_alpha0.1", "--out", str(out)]) == 1
+  err = capsys.readouterr().err
+  assert ("thesis-6.4 FL-SIGN alpha=0.1: data not reachable on this machine (imdb: "
+          "aclImdb_v1.tar.gz not found); not run. Where the data is: python "
+          "experiments/reproduce.py thesis-6.4 --rows FL-SIGN_alpha0.1") in err
+  assert "nothing run" in err.strip().splitlines()[-1]
+  assert not list(out.rglob("*.json"))
+  assert main(["list", "thesis-6.4", "--out", str(out)]) == 0
+  assert "(data not reachable on this machine)" in capsys.readouterr().out
