@@ -561,18 +561,26 @@ def load_data(args: argparse.Namespace, runs: list[PlannedRun]) -> Data:
   """
   partition = datasets.PartitionConfig(args.partition, args.dirichlet_alpha,
                                        args.shards_per_client)
-  medical = datasets.get_dataset(args.dataset).split_by == "hospital"
-  federations = {}
+  dataset = datasets.get_dataset(args.dataset)
+  medical = dataset.split_by == "hospital"
+  federations, loaded = {}, {}
   for run in runs:
     shape = _shape(run)
-    if shape not in federations:
+    if shape in federations:
+      continue
+    # Where every scheme's public set is held out (svhn, shakespeare, ...), a
+    # top_k hold-out of the public set's size splits the data the same way:
+    # one federation in memory, not two.
+    held = 0 if medical else shape[2] or (args.public_size if dataset.holds_out_public else 0)
+    if (shape[0], shape[1], held) not in loaded:
       try:
-        federations[shape] = datasets.load(
+        loaded[shape[0], shape[1], held] = datasets.load(
             args.dataset, shape[0], shape[1], args.seed, partition=partition,
             public_size=args.public_size, holdout=0 if medical else shape[2],
             test_size=args.test_size)
       except ValueError as e:  # the library names parameters; the user typed flags
         raise ValueError(flags.as_flags(str(e), flags.DATA_FLAGS)) from None
+    federations[shape] = loaded[shape[0], shape[1], held]
   return Data(federations)
 
 
