@@ -17,6 +17,26 @@ import numpy as np
 import scipy.io
 
 
+def isolate(monkeypatch, tmp_path: pathlib.Path) -> None:
+  """Empty data and cache folders under ``tmp_path``, downloads forbidden, the network
+  cut (a test that reaches for it fails), no cached arrays."""
+  import urllib.request  # pylint: disable=import-outside-toplevel
+
+  import pytest  # pylint: disable=import-outside-toplevel
+
+  from fedjax_dp.data import archives  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setenv("FEDJAX_DP_DATA", str(tmp_path / "data"))
+  monkeypatch.setenv("FEDJAX_DP_CACHE", str(tmp_path / "cache"))
+  monkeypatch.setenv("FEDJAX_DP_NO_DOWNLOAD", "1")
+
+  def no_network(url, *args, **kwargs):
+    pytest.fail(f"network access attempted: {url}")
+
+  monkeypatch.setattr(urllib.request, "urlopen", no_network)
+  archives.clear_cache()
+
+
 def put(root: pathlib.Path, name: str, file: str, content: bytes,
         folder: str = "data") -> dict:
   """Writes ``root/<folder>/<name>/<file>``; returns a checksum table for it."""

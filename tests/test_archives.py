@@ -14,6 +14,7 @@ import scipy.io
 from archive_files import cifar_tar as _cifar_tar
 from archive_files import emnist_zip as _emnist_zip
 from archive_files import imdb_tar as _imdb_tar
+from archive_files import isolate as _isolate
 from archive_files import put as _put
 from archive_files import svhn_mat as _svhn_mat
 from archive_files import tar as _tar
@@ -24,15 +25,7 @@ from fedjax_dp.data.idx import DataError
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path):
   """Empty data and cache folders, downloads forbidden, no network, no cached arrays."""
-  monkeypatch.setenv("FEDJAX_DP_DATA", str(tmp_path / "data"))
-  monkeypatch.setenv("FEDJAX_DP_CACHE", str(tmp_path / "cache"))
-  monkeypatch.setenv("FEDJAX_DP_NO_DOWNLOAD", "1")
-
-  def no_network(url, *args, **kwargs):
-    pytest.fail(f"network access attempted: {url}")
-
-  monkeypatch.setattr(urllib.request, "urlopen", no_network)
-  archives.clear_cache()
+  _isolate(monkeypatch, tmp_path)
   yield
   archives.clear_cache()
 

@@ -6,7 +6,6 @@ are forbidden and the network is cut.
 """
 
 import sys
-import urllib.request
 
 import numpy as np
 import pytest
@@ -24,15 +23,7 @@ NEW = ("svhn", "cifar10", "imdb", "femnist")
 def files(tmp_path, monkeypatch):
   """Empty data and cache folders, no downloads, no network; ``files(name, file, bytes)``
   installs a file and its checksums."""
-  monkeypatch.setenv("FEDJAX_DP_DATA", str(tmp_path / "data"))
-  monkeypatch.setenv("FEDJAX_DP_CACHE", str(tmp_path / "cache"))
-  monkeypatch.setenv("FEDJAX_DP_NO_DOWNLOAD", "1")
-
-  def no_network(url, *args, **kwargs):
-    pytest.fail(f"network access attempted: {url}")
-
-  monkeypatch.setattr(urllib.request, "urlopen", no_network)
-  archives.clear_cache()
+  F.isolate(monkeypatch, tmp_path)
 
   def install(name, file, content):
     for key, value in F.put(tmp_path, name, file, content).items():

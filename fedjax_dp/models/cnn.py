@@ -45,7 +45,14 @@ _FLAX_KERNELS = {"conv1": (_K, _K, 1, 32), "conv2": (_K, _K, 32, 64),
 
 
 class PaperCNN(nn.Module):
-  """The paper CNN as a flax module: images (batch, 28, 28, 1) to 10 logits."""
+  """The paper CNN as a flax module: images (batch, 28, 28, 1) to 10 logits.
+
+  Attributes:
+    num_classes: Output logits: the papers' 10, or EMNIST's 62 for this
+      simulator's ``emnist-cnn`` (``fedjax_dp.models.emnist_cnn``).
+  """
+
+  num_classes: int = 10
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -55,7 +62,7 @@ class PaperCNN(nn.Module):
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
     x = x.reshape(x.shape[0], -1)
     x = nn.relu(nn.Dense(512, name="dense1")(x))
-    return nn.Dense(10, name="dense2")(x)
+    return nn.Dense(self.num_classes, name="dense2")(x)
 
 
 def cnn_to_flax(params: Params) -> dict[str, Any]:

@@ -26,12 +26,15 @@ numbers.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from fedjax_dp.models.cnn import PaperCNN
 
 # LEAF's Shakespeare task: 80 distinct characters, windows of 80 characters (the
 # same as fedjax_dp.data.shakespeare's NUM_LETTERS and SEQ_LEN, whose int32
@@ -276,36 +279,6 @@ class ImdbCNNLSTM(nn.Module):
     return nn.Dense(1, name="dense")(h[:, -1])
 
 
-class EmnistCNN(nn.Module):
-  """The EMNIST model, this simulator's choice: 1,690,046 weights (62 classes).
-
-  The poster (l.107: EMNIST, 25 participants each holding the data of 50
-  writers) names no model. **This simulator's choice**, not a seed's: the
-  architecture of the papers' MNIST CNN (:class:`~fedjax_dp.models.PaperCNN`,
-  thesis l.2215) with ``num_classes`` outputs: images (batch, 28, 28, 1)
-  floats in [0, 1] -> conv 5x5x32 'same' (ReLU) - 2x2 max pool - conv
-  5x5x64 'same' (ReLU) - 2x2 max pool - dense 512 (ReLU) - dense
-  ``num_classes`` (EMNIST ByClass: 10 digits, 26 upper- and 26 lower-case
-  letters). Weights: 832 + 51,264 + 1,606,144 + 31,806 = 1,690,046. No
-  dropout.
-
-  Attributes:
-    num_classes: Number of output logits.
-  """
-
-  num_classes: int = 62
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    x = nn.relu(nn.Conv(32, (5, 5), padding="SAME", name="conv1")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = nn.relu(nn.Conv(64, (5, 5), padding="SAME", name="conv2")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = x.reshape(x.shape[0], -1)
-    x = nn.relu(nn.Dense(512, name="dense1")(x))
-    return nn.Dense(self.num_classes, name="dense2")(x)
-
-
 # name -> (constructor, sample input batch) for benchmarks/models.py; the
 # samples are NumPy arrays, so importing this module starts no JAX backend.
 ZOO: dict[str, tuple[Callable[[], nn.Module], np.ndarray]] = {
@@ -315,8 +288,11 @@ ZOO: dict[str, tuple[Callable[[], nn.Module], np.ndarray]] = {
     "lstm": (CharLSTM, np.zeros((1, SHAKESPEARE_WINDOW), np.int32)),
     "all-cnn-c": (AllCNNC, np.zeros((1, 32, 32, 3), np.float32)),
     "imdb-cnn-lstm": (ImdbCNNLSTM, np.zeros((1, IMDB_LENGTH), np.int32)),
-    "emnist-cnn": (EmnistCNN, np.zeros((1, 28, 28, 1), np.float32)),
+    # The poster (l.107) names no model: this simulator's choice is the papers'
+    # MNIST CNN with EMNIST ByClass' 62 outputs (fedjax_dp.models.emnist_cnn).
+    "emnist-cnn": (functools.partial(PaperCNN, num_classes=62),
+                   np.zeros((1, 28, 28, 1), np.float32)),
 }
 
-__all__ = ["AllCNNC", "CharLSTM", "EmnistCNN", "IMDB_LENGTH", "IMDB_VOCAB", "ImdbCNNLSTM",
+__all__ = ["AllCNNC", "CharLSTM", "IMDB_LENGTH", "IMDB_VOCAB", "ImdbCNNLSTM",
            "MLP", "SHAKESPEARE_VOCAB", "SHAKESPEARE_WINDOW", "SVHNCNN", "SmallCNN", "ZOO"]
