@@ -261,7 +261,7 @@ def test_fedsmp_topk_trains_its_server_on_the_public_windows(plays, tmp_path, ca
   held-out int32 windows (an embedding needs integer input). A small embedding model in
   place of the LSTM, in process: the same code path, seconds instead of a compilation of
   the LSTM's round."""
-  monkeypatch.setattr(experiment, "get_model", lambda name: from_flax(
+  monkeypatch.setattr(experiment, "get_model", lambda name, **_: from_flax(
       _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
   out = tmp_path / "out"
   code = experiment.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-topk", *_TINY,
