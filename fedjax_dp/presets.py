@@ -102,7 +102,10 @@ MEDICAL_SERVER_LR = 1.0
 # * eta = 0.5 with the Fed-SMP schemes' momentum 0.5 (fedsmp.MOMENTUM, also this
 #   simulator's choice): an effective step eta / (1 - beta) = 1, [34]'s FedAvg client rate;
 # * sigma = 1.0 (Fed-SMP's value for Shakespeare is lost; tune it); S is calibrated on the
-#   public windows (--clip; Fed-SMP tunes it on a grid);
+#   public windows (--clip; Fed-SMP tunes it on a grid). With DP, [34]'s |K| = 10 puts
+#   noise sigma S / |K| of about 0.46 on each kept weight a round (S 4.55 in a reduced
+#   run), and neither Fed-SMP-rand_k at r = 0.5% nor DP-FedAvg learned in 100 reduced
+#   rounds: docs/reproduction-notes.md, "Fed-SMP Table III";
 # * delta = 1e-5 < 1/N (Sec. 6.2 sets delta below 1/N; the number is lost). Epsilon is
 #   accounted with the real N and q = |K| / N, not a hypothetical population;
 # * T_init = 5: UAI Table 5's public-data steps of FL-TOP (not a Fed-SMP setting).
