@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import pathlib
 import re
@@ -485,6 +486,13 @@ def apply_dataset_defaults(args: argparse.Namespace) -> argparse.Namespace:
   return args
 
 
+@functools.lru_cache(maxsize=None)
+def _num_params(build: Callable[..., FlatModel], name: str, dropout: float) -> int:
+  """n of a model, built once per process (``reproduce.py`` plans every row of
+  every table; ``build`` is in the key so that a stand-in model counts anew)."""
+  return build(name, dropout=dropout).num_params
+
+
 def model_for(args: argparse.Namespace) -> FlatModel:
   """The data set's model (with --dropout: the medical MLP, All-CNN-C)."""
   return get_model(datasets.get_dataset(args.dataset).model, dropout=args.dropout)
@@ -502,7 +510,8 @@ def plan(args: argparse.Namespace, num_params: int | None = None) -> list[Planne
     ValueError: A bad setting, one line naming the flag.
   """
   apply_dataset_defaults(args)
-  num_params = num_params or model_for(args).num_params
+  num_params = num_params or _num_params(get_model, datasets.get_dataset(args.dataset).model,
+                                         args.dropout)
   schemes = [configure(get_scheme(s), args) for s in args.schemes]
   pairs = [(s, r) for r in args.ratio for s in schemes if s.uses_ratio]
   pairs += [(s, 1.0) for s in schemes if not s.uses_ratio]

@@ -67,19 +67,20 @@ def test_models_benchmark_runs_small(tmp_path):
 
 def test_models_benchmark_runs_the_seeds_other_models(tmp_path):
   """Issue 39's models, 2 clients of 2 examples, one step: the IMDB model binary
-  (labels 0/1, tokens of its 5,000-word vocabulary) with analytic FLOPs."""
+  (labels 0/1, tokens of its 5,000-word vocabulary) with analytic FLOPs, the EMNIST
+  CNN's XLA count (All-CNN-C, 20 s more, runs the same code path as the latter;
+  its training is checked in tests/test_zoo_models.py)."""
   out = tmp_path / "new.jsonl"
   proc = _script("--clients", "2", "--samples", "2", "--batch-size", "2", "--steps", "1",
-                 "--repeats", "1", "--models", "emnist-cnn,imdb-cnn-lstm,all-cnn-c",
+                 "--repeats", "1", "--models", "emnist-cnn,imdb-cnn-lstm",
                  "--out", out)
   assert proc.returncode == 0, proc.stderr
   rows = {r["model"]: r for r in map(json.loads, out.read_text().splitlines())}
-  assert list(rows) == ["all-cnn-c", "imdb-cnn-lstm", "emnist-cnn"]
+  assert list(rows) == ["imdb-cnn-lstm", "emnist-cnn"]
   assert {k: r["num_params"] for k, r in rows.items()} == {
-      "all-cnn-c": 1_369_738, "imdb-cnn-lstm": 402_701, "emnist-cnn": 1_690_046}
+      "imdb-cnn-lstm": 402_701, "emnist-cnn": 1_690_046}
   assert {k: (r["classes"], r["loss"]) for k, r in rows.items()} == {
-      "all-cnn-c": (10, "softmax_ce"), "imdb-cnn-lstm": (2, "sigmoid_ce"),
-      "emnist-cnn": (62, "softmax_ce")}
+      "imdb-cnn-lstm": (2, "sigmoid_ce"), "emnist-cnn": (62, "softmax_ce")}
   for r in rows.values():
     assert r["fast"] and r["clients"] == 2 and r["max_abs_update"] > 0
     assert r["train_flops_per_cohort"] == 3 * r["forward_flops_per_example"] * 1 * 2 * 2
@@ -90,9 +91,9 @@ def test_models_benchmark_runs_the_seeds_other_models(tmp_path):
   assert imdb["flops_source"].startswith("analytic")
   assert imdb["forward_flops_per_example"] == 73_575_621
   assert imdb["xla_forward_flops_per_example"] < 0.7 * imdb["forward_flops_per_example"]
-  for name, low, high in (("all-cnn-c", 4.5e8, 5.5e8), ("emnist-cnn", 2e7, 2.3e7)):
-    assert rows[name]["flops_source"] == "xla"
-    assert low < rows[name]["forward_flops_per_example"] < high, rows[name]
+  emnist = rows["emnist-cnn"]
+  assert emnist["flops_source"] == "xla"
+  assert 2e7 < emnist["forward_flops_per_example"] < 2.3e7, emnist
 
 
 def test_models_benchmark_bad_flags_exit_2_in_one_line():

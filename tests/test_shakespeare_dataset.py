@@ -200,7 +200,7 @@ def test_command_line_applies_the_shakespeare_setting():
 @pytest.mark.parametrize("argv,needle", [
     (["--partition", "shards", "--shards-per-client", "2"], "is split by role (LEAF)"),
     (["--lr-decay-every", "0"], "--lr-decay-every must be > 0, got 0"),
-    (["--dropout", "0.5"], "uses the LSTM"),
+    (["--dropout", "0.5"], "uses the model 'lstm'"),
 ])
 def test_bad_shakespeare_flags_exit_2(argv, needle, tmp_path, capsys):
   code = experiment.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-randk", *argv,
