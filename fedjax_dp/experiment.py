@@ -255,18 +255,9 @@ def _add_device_flags(dev: argparse._ArgumentGroup) -> None:
                         f"{host_devices.FLAG} wins; no effect on GPU)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-  """The sweep's command-line options."""
-  p = _Parser(prog="sweep.py", description=(
-      "Run DP / compressed federated learning schemes and report best accuracy, "
-      "its round, bandwidth and epsilon like UAI 2021 Table 1."), epilog=_presets_epilog(),
-      formatter_class=argparse.RawDescriptionHelpFormatter)
-  _add_data_flags(p.add_argument_group("data (docs/datasets.md)"))
-  p.add_argument("--ratio", type=flags.finite("--ratio"), nargs="+", default=[0.005],
-                 help="compression ratio(s) r in (0, 1] (default 0.005)")
-  p.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES),
-                 help="schemes, case-insensitive (default: UAI Table 1's fourteen and "
-                      "FL-CS, FL-CS-DP); known: " + ", ".join(SCHEMES))
+def _add_setting_flags(p: argparse.ArgumentParser) -> None:
+  """The preset-able settings (the scheme's preset, else the data set's) and the
+  clients' optimiser."""
   p.add_argument("--rounds", type=int, default=None,
                  help="T_cl" + _PRESET_HELP.format(P["rounds"]))
   p.add_argument("--num-clients", type=int, default=None,
@@ -286,6 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
                  help="the clients' optimiser, its state fresh every round: sgd (the UAI "
                       "paper's) or adam (thesis Table 8.1: CIFAR-10, IMDB; Keras' epsilon "
                       "1e-7); default: the data set's (adam on cifar10 and imdb), else sgd")
+
+
+def build_parser() -> argparse.ArgumentParser:
+  """The sweep's command-line options."""
+  p = _Parser(prog="sweep.py", description=(
+      "Run DP / compressed federated learning schemes and report best accuracy, "
+      "its round, bandwidth and epsilon like UAI 2021 Table 1."), epilog=_presets_epilog(),
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  _add_data_flags(p.add_argument_group("data (docs/datasets.md)"))
+  p.add_argument("--ratio", type=flags.finite("--ratio"), nargs="+", default=[0.005],
+                 help="compression ratio(s) r in (0, 1] (default 0.005)")
+  p.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES),
+                 help="schemes, case-insensitive (default: UAI Table 1's fourteen and "
+                      "FL-CS, FL-CS-DP); known: " + ", ".join(SCHEMES))
+  _add_setting_flags(p)
   p.add_argument("--noise-multiplier", type=flags.finite("--noise-multiplier"), default=None,
                  help="sigma of DP schemes (default: the data set's, 1.54; "
                       "medical-synth 1.49)")

@@ -128,17 +128,7 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
       ``grad_indices``, an unknown ``dense_form``, or a model with a
       ``train_apply_fn`` (dropout: trained by ``client.local_sgd``).
   """
-  beta = None if momentum is None or (not isinstance(momentum, jax.Array)
-                                      and momentum == 0) else momentum
-  if beta is not None and grad_mask is not None:
-    raise ValueError("momentum is supported without grad_mask only")
-  if only_indices and grad_indices is None:
-    raise ValueError("only_indices needs grad_indices")
-  if dense_form not in DENSE_FORMS:
-    raise ValueError(f"unknown dense_form {dense_form!r}; choose one of {', '.join(DENSE_FORMS)}")
-  if model.train_apply_fn is not None:
-    raise ValueError(f"{model.name} has a training-mode forward pass (dropout), which the "
-                     "fast path does not run; train it without local_update_fn")
+  beta = _checked(model, grad_mask, grad_indices, only_indices, momentum, dense_form)
   if optimizer != "sgd":
     w_end = client.local_train(model.loss, w, x, y, key, steps=steps, batch_size=batch_size,
                                optimizer=client.optimizer(optimizer, lr, momentum),
@@ -173,6 +163,22 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
       delta = _per_client_update(c, params, None)
   flat = model.flatten(delta)
   return flat[grad_indices] if only_indices else flat
+
+
+def _checked(model, grad_mask, grad_indices, only_indices, momentum, dense_form):
+  """:func:`local_update`'s arguments checked; returns the momentum beta or None."""
+  beta = None if momentum is None or (not isinstance(momentum, jax.Array)
+                                      and momentum == 0) else momentum
+  if beta is not None and grad_mask is not None:
+    raise ValueError("momentum is supported without grad_mask only")
+  if only_indices and grad_indices is None:
+    raise ValueError("only_indices needs grad_indices")
+  if dense_form not in DENSE_FORMS:
+    raise ValueError(f"unknown dense_form {dense_form!r}; choose one of {', '.join(DENSE_FORMS)}")
+  if model.train_apply_fn is not None:
+    raise ValueError(f"{model.name} has a training-mode forward pass (dropout), which the "
+                     "fast path does not run; train it without local_update_fn")
+  return beta
 
 
 def _sgd(c: _Client, p: dict, g: dict, vel: dict | None):
