@@ -13,7 +13,9 @@ the setting where it is not the UAI 2021 Table 5 one, the table's clip norm S
 thesis' fixed-epsilon tables, the noise multiplier sigma that the moments
 accountant gives for that epsilon (thesis Sec. 5.2.4, footnote 5). Nothing is
 tuned: a row that stays off by more than ``TOLERANCE`` carries the reason
-found, never a changed setting.
+found, never a changed setting. The report's prose (each table's stated
+setting, and the reasons found) is data: ``reproduction_text.toml`` beside
+this module (:func:`text_file`, :func:`reasons`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import fnmatch
 import functools
 import glob
 import hashlib
+import importlib.resources
 import json
 import math
 import os
@@ -33,6 +36,11 @@ import shlex
 import statistics
 import time
 from typing import Callable, NamedTuple
+
+try:
+  import tomllib
+except ImportError:  # Python 3.10
+  import tomli as tomllib
 
 from fedjax_dp import checkpoint, presets, runlock
 from fedjax_dp.atomic import atomic_file
@@ -49,6 +57,9 @@ MOVING = 0.02
 INTERRUPTED = 130  # sweep.py's exit code after Ctrl-C
 SEEDS_HEADLINE = (0, 1, 2)
 COMMAND = "command.json"  # in a (row, seed)'s sweep folder: the command it runs
+# The report's prose beside this module: the tables' settings, claims and
+# figures, and the reasons found for rows that stay off (text_file, reasons).
+TEXT = "reproduction_text.toml"
 
 # Thesis Table 8.1 (MNIST / Fashion-MNIST): the FL-SIGN vs FL-STD setting.
 _TABLE8_1 = ("--num-clients", "1000", "--clients-per-round", "100",
@@ -75,7 +86,8 @@ class Row:
     flags: Further sweep flags: the setting, S, sigma.
     tag: Tells apart rows of one scheme and ratio (epsilon, data set).
     headline: Run with three seeds in the campaign (issue 14).
-    reason: Why the row is known to stay off, once found; empty otherwise.
+    reason: Why the row is known to stay off, once found (:func:`reasons`);
+      empty otherwise.
     diverges: The paper reports that the run does not converge ("-").
     attack_metric: Under a backdoor, the second figure the paper reports:
       "class_accuracy" or "attack_accuracy" (thesis Sec. 6.2).
@@ -179,64 +191,43 @@ class Table:
     return chosen
 
 
+@functools.lru_cache(maxsize=None)
+def text_file() -> dict:
+  """The parsed :data:`TEXT` file (its texts as written; see :func:`prose`)."""
+  source = importlib.resources.files("fedjax_dp").joinpath(TEXT)
+  return tomllib.loads(source.read_text(encoding="utf-8"))
+
+
+def prose(written: str, **values) -> str:
+  """A text of :data:`TEXT` as shown: one line (its line breaks and runs of
+  spaces one space), its ``{name}`` fields filled in with ``values``."""
+  return " ".join(written.split()).format(**values)
+
+
+def _setting(key: str, **values) -> str:
+  """The ``[setting]`` text ``key`` of :data:`TEXT`, shown (:func:`prose`)."""
+  return prose(text_file()["setting"][key], **values)
+
+
+@functools.lru_cache(maxsize=None)
+def reasons() -> dict[tuple[str, str], str]:
+  """Why each row found to stay off by more than ``TOLERANCE`` does, by
+  (table, row slug): the ``[[reason]]`` entries of :data:`TEXT`.
+
+  Raises:
+    ValueError: Two reasons for one row.
+  """
+  found = {}
+  for entry in text_file()["reason"]:
+    for slug in entry["rows"]:
+      if (entry["table"], slug) in found:
+        raise ValueError(f"{TEXT}: two reasons for {entry['table']} row {slug}")
+      found[(entry["table"], slug)] = prose(entry["text"])
+  return found
+
+
 def _clip(value: float) -> tuple[str, ...]:
   return ("--clip", f"{value:g}")
-
-
-# Rows found to stay off by more than TOLERANCE, with the reason (never a
-# tweak), keyed by (table, row slug); ``tables()`` gives each row its own.
-_REASONS = {
-    ("uai-table1", "FL-STD-DP"): (
-        "the peak of a run that then breaks down, cause of the height not established. "
-        "The shape matches: the paper's best over 200 rounds is at round 60 (eps 0.76), "
-        "seed 0's at round 49 (eps 0.74); after it seed 0 falls to chance at rounds "
-        "76-77 and from round 130 on. The noise, sigma S / m = 1.54 x 2.40 / 100 = 0.037 per "
-        "weight and round on all 1,663,370 weights (a norm of 48 a round, against 31 "
-        "for w0 and at most 2.4 for the mean clipped update), drives the weights on a "
-        "random walk: from round 20 to 125 seed 0 moves between 0.30 and 0.67 around a "
-        "mean of 0.59 (sd 0.06 from round to round), so its best is the highest of many "
-        "noisy evaluations. Seeds 1 and 2 wander lower (means 0.40 and 0.45 over rounds "
-        "20-125; bests 0.589 at round 122, eps 0.87, and 0.601 at round 54, eps 0.75): "
-        "the three seeds' bests span 0.08, more than the gap of their mean, and all three "
-        "lie above the paper's 0.56, by 0.03 to 0.11. The same authors report 0.61 for "
-        "FL-STD-DP at eps 1 in the same data setting with S 2.15 (thesis Table 5.2): the "
-        "paper's own figures differ by 0.05"),
-    ("uai-table1", "FL-BAS-2-DP_r0.005"): (
-        "no deviation from the paper's FL-BAS-2-DP found (UAI l.2060-2086: one shared "
-        "random set, no reset, clipped and noised like FL-TOP-DP; S 0.16, Table 6). In "
-        "the paper DP costs FL-BAS-2 at most 0.02 at 0.1/1/5/10% (0.16/0.14, 0.59/0.62, "
-        "0.72/0.72, 0.78/0.77) but 0.08 at 0.5% (0.46/0.38); ours costs 0.02 and passes "
-        "0.38 at round 146: most likely the spread of the paper's single run"),
-    ("uai-table1", "FL-BAS-4-DP_r0.005"): (
-        "the slow start of FL-BAS-4, whose single runs differ by 0.13: without the reset "
-        "(UAI l.2069-2070) the 5-step update restricted to the one random set barely "
-        "follows the gradient (cosine 0.10 with the first step's, 0.97 with reset; 40 "
-        "clients at w0), and FL-BAS-4's seeds 0, 1, 2 reach 0.12, 0.29, 0.26 at round 60 "
-        "and 0.328, 0.460, 0.419 at their best (mean 0.402 against the paper's 0.41: "
-        "within). With the same random set and w0 our DP seed 0 ends above our non-DP "
-        "one (0.365 against 0.328); this row's seeds 1 and 2 are queued"),
-    ("uai-table1", "FL-TOP-BIS_r0.005"): (
-        "no deviation from the paper's FL-TOP-BIS found (UAI l.2072-2078: FL-TOP's Top-K "
-        "set from T_init 5 steps on 10 public MNIST images, trained without the reset). "
-        "The paper's FL-TOP-BIS and FL-TOP-BIS-DP differ by 0.08 (0.76 and 0.68); ours "
-        "by 0.002 (0.715 and 0.717, one Top-K set and w0 for both), which is where the "
-        "paper's two average (0.72). Most likely the spread of single runs, which also "
-        "differ in their public batch and so in their Top-K set; seeds 1 and 2 will "
-        "measure it"),
-    ("uai-table1", "FL-TOP-BIS-DP_r0.005"): (
-        "the pair of FL-TOP-BIS (see its row): ours ends 0.002 above our non-DP run, "
-        "the paper's 0.08 below its own; seeds 1 and 2 will measure the spread"),
-    ("uai-table1", "FL-CS_r0.005"): (
-        "the decoder: ours stops FISTA after 100 warm-started steps, the thesis ran "
-        "OWL-QN to convergence. With 42 coefficients per chunk the 100-step solution is "
-        "far from it; the same seed with --decoder-iters 1000 (449 steps a round on "
-        "average, stopping at tolerance 1e-3) gives 0.594 at round 200 and 0.574 at "
-        "round 185 (paper 0.57 @185), against 0.624 and 0.605: a decoder nearer "
-        "convergence takes 0.03 of the gap and leaves +0.024 (record "
-        "FL-CS_r0.005.seed0.91537af3.json, kept apart). The default stays 100 steps "
-        "(the 1,000-step run took 2.2x as long, 5,648 s against 2,583 s on the shared "
-        "CPU); FL-CS-DP at 0.5% and 5% is within 0.03 with it"),
-}
 
 
 def _uai_table1() -> Table:
@@ -256,9 +247,7 @@ def _uai_table1() -> Table:
         rows.append(Row(name, ratio, cell, "UAI Table 8 (Table 1 at 0.5/5/10%)", flags,
                         headline=headline))
   return Table("uai-table1", "UAI 2021 Table 1 / Table 8 (Fashion-MNIST)",
-               "UAI Table 5: N 6000, C 1/60, |D_k| = |B| = 10, T_gd 5, eta 0.215, "
-               "T_cl 200, sigma 1.54, delta 1e-5, T_init 5; S from UAI Table 6",
-               tuple(rows))
+               _setting("uai-table1"), tuple(rows))
 
 
 # Thesis Table 8.1's CIFAR-10 and IMDB columns are the data sets' presets
@@ -289,13 +278,8 @@ def _thesis_table4_1() -> Table:
     for name in ("FL-SIGN", "FL-STD"):
       rows.append(Row(name, 1.0, _THESIS_TABLE4_1_MORE[(dataset, name)],
                       "thesis Table 4.1 (l.712-715)", flags, tag=dataset))
-  return Table("thesis-4.1", "Thesis Table 4.1: FL-SIGN vs FL-STD",
-               "thesis Table 8.1: MNIST and Fashion-MNIST N 1000, C 0.1, |D_k| 60, |B| 10, "
-               "T_gd 30, T_cl 100, eta 0.215; CIFAR-10 |D_k| 500 (of the 10x augmented "
-               "set), |B| 50, T_gd 50, T_cl 400, Adam 0.001, dropout 0.5; IMDB |D_k| 25, "
-               "|B| 25, T_gd 5, T_cl 100, Adam 0.001; gamma 0.001. CIFAR-10 and IMDB: "
-               "N 999, one client's share held out as the server's public set "
-               "(datasets.md)", tuple(rows))
+  return Table("thesis-4.1", "Thesis Table 4.1: FL-SIGN vs FL-STD", _setting("thesis-4.1"),
+               tuple(rows))
 
 
 def _thesis_cs(private: bool) -> Table:
@@ -317,9 +301,8 @@ def _thesis_cs(private: bool) -> Table:
   return Table(f"thesis-{number}",
                f"Thesis Table {number}: the FL-CS family" + (
                    " with DP" if private else " and signSGD") + " (Fashion-MNIST)",
-               "thesis Table 8.4: UAI Table 5 setting, P 200, lambda 1e-5, eta_G 0.35, "
-               "rho 0.9" + ("; S 0.47/0.69/0.98 at r = 5/10/20%" if private else "")
-               + ("" if private else "; signSGD: every client, T_gd 1"), tuple(rows))
+               _setting("cs") + _setting("cs-private" if private else "cs-public"),
+               tuple(rows))
 
 
 @functools.lru_cache(maxsize=None)
@@ -336,33 +319,6 @@ def eps_sigma(epsilon: float, accountant: str = "moments") -> float:
       epsilon, _EPS_RATE, _EPS_ROUNDS, _EPS_DELTA, accountant, "poisson",
       num_clients=_EPS_CLIENTS)
   return math.ceil(sigma * 1e4) / 1e4
-
-
-_REASONS.update({
-    ("thesis-5.2", "FL-STD-DP_eps1"): (
-        "the noisy course of UAI Table 1's FL-STD-DP (see its row: the same sigma 1.54, "
-        "S 2.15 here against 2.40 there). The accuracy climbs to a plateau, moves from "
-        "round 20 to 140 between 0.27 and 0.68 around a mean of 0.63 (sd 0.05), and falls "
-        "to chance from round 149 on. The paper's 0.61 lies on that plateau; ours is the "
-        "highest of its 121 evaluations, reached at round 78 (eps 0.80). The thesis' own "
-        "FL-STD-DP figures at eps 1 differ by 0.05 between this table and UAI Table 1 "
-        "(0.61 and 0.56); seeds 1 and 2 are not run (not a headline row)"),
-    ("thesis-5.1", "FL-STD-DP_eps1"): (
-        "not found yet; the setting is the thesis' (Table 8.2: UAI Table 5 data setting "
-        "on MNIST, S 1.73, sigma 1.54 for eps 1). Not the clip norm: by the thesis' own "
-        "rule (Sec. 5.2.6 fn 4, the median of the N clients' update norms in an "
-        "initialization round) S would be 1.55 here and 1.75 on Fashion-MNIST "
-        "(reproduction-notes.md), so the thesis' S is 1.11 times that on MNIST and 1.23 "
-        "times on Fashion-MNIST: relatively more noise on Fashion-MNIST, whose run lies "
-        "above the paper's. The noise, sigma S / m = 0.027 per weight and round on all "
-        "1,663,370 weights, dominates as on Fashion-MNIST: the accuracy moves from round "
-        "20 to 140 between 0.27 and 0.76 around a mean of 0.64, and drifts down to a mean "
-        "of 0.57 over rounds 141-200 without breaking down, never reaching the paper's "
-        "0.86. The paper's gap between the two data sets (0.25) is three times ours "
-        "(0.08). A low row, not a low seed: seeds 1 and 2 (run on a GPU) give 0.769 at "
-        "round 15 and 0.783 at round 112, moving from round 20 to 140 around means of 0.59 "
-        "and 0.70 (seed 0: 0.64), all three below the paper's 0.86 at every round"),
-})
 
 
 def _thesis_eps_table(dataset: str) -> Table:
@@ -382,9 +338,7 @@ def _thesis_eps_table(dataset: str) -> Table:
   return Table(f"thesis-{number}",
                f"Thesis Table {number}: FL-STD-DP vs FL-SIGN-DP at eps 1, 2, 4 "
                f"({'MNIST' if dataset == 'mnist' else 'Fashion-MNIST'})",
-               "thesis Table 8.2: UAI Table 5 data setting, T_cl 200, gamma 0.005; "
-               f"FL-STD-DP S {presets.THESIS_STD_DP_CLIP[dataset]}, FL-SIGN-DP S = sqrt(n); "
-               "sigma from epsilon (moments accountant, delta 1e-5)", tuple(rows))
+               _setting("eps", clip=presets.THESIS_STD_DP_CLIP[dataset]), tuple(rows))
 
 
 FEDSMP_RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
@@ -404,12 +358,8 @@ def _fedsmp_curve() -> Table:
   rows = tuple(Row(name, ratio, None, "Fed-SMP Table I, Sec. 6.3.2 (l.98)", flags)
                for name in ("Fed-SMP-randk", "Fed-SMP-topk") for ratio in FEDSMP_RATIOS)
   return Table("fedsmp", "Fed-SMP: accuracy against the compression ratio (Fashion-MNIST)",
-               "Fed-SMP presets (Sec. 6.1-6.2; |K| 100, T_cl 200 from UAI Table 5), "
-               f"epsilon {FEDSMP_EPSILON:g} (RDP, delta 1e-5), one S per scheme for every "
-               "ratio; the paper's one S for both schemes is not met: each calibrates on its "
-               "own public data, rand_k's S about twice top_k's (reproduction-notes.md), so "
-               "compare each curve over r, not the two schemes", rows,
-               claim="accuracy first rises, then falls as r grows, for rand_k and top_k")
+               _setting("fedsmp", epsilon=FEDSMP_EPSILON), rows,
+               claim=prose(text_file()["claim"]["fedsmp"]))
 
 
 def _fedsmp_natural_curve(dataset: str) -> Table:
@@ -424,18 +374,10 @@ def _fedsmp_natural_curve(dataset: str) -> Table:
   rows = tuple(Row(name, ratio, None, f"Fed-SMP Table {number}, Sec. 6.3.2 (l.188-189)",
                    flags)
                for name in ("Fed-SMP-randk", "Fed-SMP-topk") for ratio in FEDSMP_RATIOS)
-  setting = {"svhn": "Fed-SMP Sec. 6.1-6.2 on SVHN (train + extra over 6,000 clients, "
-                     "2,000 public images held out; presets.SVHN and its sources)",
-             "shakespeare": "Fed-SMP Sec. 6.1-6.2 on Shakespeare (one client per role, "
-                            "1,000 public windows held out; presets.SHAKESPEARE and its "
-                            "sources: |K| 10, |B| 4, T_cl 1,200 from its ref. [34]); epsilon "
-                            "accounted with the real N, not the paper's hypothetical "
-                            "population"}[dataset]
   return Table(f"fedsmp-{dataset}",
                f"Fed-SMP Table {number}: accuracy against the compression ratio ({data})",
-               setting + "; sigma the data set's preset (the paper's value lost), RDP, "
-               "one S per scheme for every ratio", rows,
-               claim="accuracy first rises, then falls as r grows, for rand_k and top_k")
+               _setting(f"fedsmp-{dataset}") + _setting("fedsmp-natural"), rows,
+               claim=prose(text_file()["claim"]["fedsmp"]))
 
 
 # Thesis Chapter 6 (MNIST): FL-CS at r = 5% and FL-TOP at r = 0.5% (Table 8.3;
@@ -459,22 +401,6 @@ _TABLE8_3 = ("--dataset", "mnist", "--num-clients", "10", "--clients-per-round",
 _REDUCED_8_1 = ("--rounds", "25")
 _REDUCED_8_1_DIVERGES = ("--rounds", "10")
 _REDUCED_8_3 = ("--local-steps", "300", "--rounds", "10")
-
-
-_REASONS.update({
-    ("thesis-6.3", "FL-SIGN_alpha0.4"): (
-        "cause not found. In the thesis' setting ours peaks at 0.945 (round 48; 0.922 "
-        "after the reduced run's 25 rounds), 0.15 above the thesis' best, then swings: "
-        "its accuracy averages 0.92, 0.82 and 0.89 over rounds 26-50, 51-75 and 76-100 "
-        "and falls as low as 0.62: the attack bites, but the best round stays far above "
-        "the thesis' 0.79. The attack is in "
-        "force: boosting is void under FL-SIGN (l.1671), so the 40 colluding attackers "
-        "cast 40 identical votes, the sign of their pooled gradient-ascent update, "
-        "against 60 honest ones; the thesis' own bound for sign inversion (l.1683, "
-        "BZAA18: O(1 / ((1 - 2 alpha) sqrt(C N T_cl)))) slows the training at alpha 0.4 "
-        "without stopping it, as in our run. The thesis gives the attack no parameter "
-        "but eta_adv; ours ascends for the setting's T_gd steps at the clients' rate"),
-})
 
 
 # Thesis Sec. 6.3 (l.1789-1795): FL-SIGN-DP under attack runs Table 8.2 with
@@ -520,17 +446,10 @@ def _thesis_degradation(number: str) -> Table:
   what = ("random update, sigma_adv 200" if kind == "random-update"
           else f"gradient ascent, eta_adv {boost[1]} (void under FL-SIGN)")
   data = {"mnist": "MNIST", "imdb": "IMDB"}[dataset]
-  text = ("thesis Table 8.1 on MNIST" if dataset == "mnist" else
-          "thesis Table 8.1 on IMDB (N 1000, C 0.1, |D_k| = |B| = 25, T_gd 5, T_cl 100, "
-          "Adam 0.001; N 999 here, one client's share public)")
-  text += (", malicious clients alpha of every cohort; FL-CS r 5%, FL-TOP r 0.5% (the "
-           "thesis states no ratio for Tables 6.1-6.4: those of its MNIST backdoors); "
-           "reduced: 25 of the 100 rounds, 10 for the rows the thesis reports as not "
-           "converging")
+  setting = _setting(f"degradation-{dataset}") + _setting("degradation")
   if dataset == "mnist":
-    text += (". FL-SIGN-DP (thesis Sec. 6.3, l.1795): Table 8.2 with gamma 0.001 at eps 1, "
-             "1% of every cohort malicious, sending 5000 * sign without noise")
-  return Table(f"thesis-{number}", f"Thesis Table {number}: {what} ({data})", text,
+    setting += _setting("degradation-sign-dp")
+  return Table(f"thesis-{number}", f"Thesis Table {number}: {what} ({data})", setting,
                tuple(rows))
 
 
@@ -590,23 +509,12 @@ def _thesis_backdoor(number: str) -> Table:
   what = (f"{kind} {source} -> {target}, "
           + (f"eta_adv {'/'.join(map(str, boosts))}" if kind == "in-backdoor"
              else "no boosting"))
-  figure = {"6.5": ("Thesis Figure 6.1: in-backdoor 5 -> 7 against FL-SIGN and FL-STD, "
-                    "eta_adv 7, 10% malicious", ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1")),
-            "6.6": ("Thesis Figure 6.2: in-backdoor airplane -> ship against FL-SIGN and "
-                    "FL-STD, eta_adv 7, 10% malicious",
-                    ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1"))}.get(number, ("", ()))
-  if cifar:
-    setting = ("thesis Table 8.3: N 10, C 1, |D_k| 50,000 (of the 10x augmented set; "
-               "49,950 here, the server's 500 public images held out), "
-               f"|B| 100, T_gd 1000, T_cl {rounds}, Adam 0.001, dropout 0.5; FL-CS r 60% "
-               "(not boosted, l.1749), FL-TOP r 20%")
-    if kind == "out-backdoor":  # footnote 2 of l.1720
-      setting += ("; the thesis also removed birds and trucks from the training data, "
-                  "which this simulator does not")
-  else:
-    setting = (f"thesis Table 8.3: N 10, C 1, |D_k| 6000, |B| 10, T_gd 3000, T_cl {rounds}, "
-               "eta 0.215; FL-CS r 5% (not boosted, l.1737), FL-TOP r 0.5%")
-  setting += "; reduced: T_gd 300, 10 rounds"
+  drawn = text_file()["figure"].get(f"thesis-{number}")
+  figure = ("", ()) if drawn is None else (prose(drawn["caption"]), tuple(drawn["rows"]))
+  setting = _setting("backdoor-cifar" if cifar else "backdoor-mnist", rounds=rounds)
+  if cifar and kind == "out-backdoor":
+    setting += _setting("backdoor-cifar-out")
+  setting += _setting("backdoor-reduced")
   data = "CIFAR-10" if cifar else "MNIST"
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} ({data})", setting,
                tuple(rows), figure=figure)
@@ -645,91 +553,6 @@ _SIGN_DP_BACKDOORS = {
 _REDUCED_8_2 = ("--rounds", "50")
 
 
-# Table 6.10's rows that the colluders' update alone trains.
-_FMNIST_IN_COLLUDERS = (
-    "the colluders' training, as far as found. Under FL-SIGN-DP at every alpha, and "
-    "under FL-SIGN at 40% (40 identical votes against 60 honest ones that mostly cancel), "
-    "the vote follows the colluders' update: our FL-SIGN-DP rows end between 0.741 and "
-    "0.747 at every eps (1, 2, 4) and alpha, and FL-SIGN at 40% at 0.742, as the thesis' "
-    "lie together (0.77, 0.79, 0.80 at every eps; 0.79). Ours train as a client does, "
-    "T_gd 5 steps of |B| 10 from their pool, the same update at every alpha; the "
-    "thesis' accuracy rises with alpha, so its colluders' update grew with their pool, "
-    "and it does not say how they trained. With --pool-training epochs (5 passes over "
-    "the pool) the alpha 10% row reaches 0.7725 in 50 rounds, still rising "
-    "(docs/reproduction-notes.md): the unstated training length moves these rows by "
-    "more than their gap")
-
-# Table 6.12's FL-SIGN-DP rows: one cause for the nine.
-_FMNIST_OUT_POOL = (
-    "the colluders' pool, as far as found. Under FL-SIGN-DP their noise-free 5000 x sign "
-    "outvotes the honest clients' noisy signs, so the model follows the update they train "
-    "on their pool: their own data and every T-shirt taken from the honest clients (our "
-    "reading of l.1720), relabelled Trouser, 53%, 36% and 22% of the pool at alpha "
-    "10/20/40%. As that share falls our attack accuracy falls (eps 1: 0.93, 0.92, 0.68 "
-    "at the best round, 0.97, 0.93, 0.87 over the last 50 rounds; eps 2: 0.94, 0.89, "
-    "0.75; eps 4: 0.95, 0.87, 0.83) and the model accuracy rises (eps 1: 0.795, 0.810, "
-    "0.841; eps 2: 0.790, 0.806, 0.825; eps 4: 0.795, 0.809, 0.830), where the thesis' "
-    "attack accuracy rises (0.78, 0.81, 0.87 at eps 1; alike at 2 and 4): "
-    "its attackers' pool differed from ours, and the thesis does not say how (l.1791: "
-    "only the malicious nodes hold T-shirts)")
-
-# Table 6.11's FL-SIGN-DP rows: the colluders' pool again, on MNIST.
-_MNIST_OUT_POOL = (
-    "the colluders' pool, as in Table 6.12's FL-SIGN-DP rows, as far as found. Their "
-    "noise-free 5000 x sign sets the vote, so the model learns from their pool: their "
-    "own images (10 a client: 1,200 at alpha 2%) and every 0 in the data set, relabelled "
-    "1, which is about 85%, 52%, 35% and 22% of the pool at alpha 2/10/20/40% (about "
-    "1,080, 5,400, 10,800 and 21,600 images of the other classes). Our accuracy without "
-    "the source class follows that share and not eps (1, 2, 4): 0.861, 0.870, 0.871 at "
-    "2%; 0.955, 0.954, 0.952 at 10%; 0.959, 0.961, 0.961 at 20%; 0.965, 0.965, 0.967 at "
-    "40%. The thesis' is 0.98-0.99 at every alpha and eps, so its colluders' update "
-    "carried more of the main task; it does not say how they trained (see Table 6.10's "
-    "rows). --pool-training epochs trains ours 3,500 steps a round at 2%: 113-184 s a "
-    "round on the 2-core VM, stopped after two rounds")
-
-_REASONS.update({
-    **{("thesis-6.10", f"FL-SIGN-DP_eps{e}-alpha{a}"): _FMNIST_IN_COLLUDERS
-       for e in (1, 2, 4) for a in (0.2, 0.4)},
-    ("thesis-6.10", "FL-SIGN_alpha0.4"): _FMNIST_IN_COLLUDERS,
-    ("thesis-6.10", "FL-SIGN_alpha0.2"): (
-        "the spread of one reading: the Sandal class' accuracy, read at the round of best "
-        "model accuracy (168), moves between 0.72 and 0.87 over the last 50 rounds (mean "
-        "0.82); the thesis' 0.84 lies inside that range"),
-    **{("thesis-6.12", f"FL-SIGN-DP_eps{e}-alpha{a}"): _FMNIST_OUT_POOL
-       for e in (1, 2, 4) for a in (0.1, 0.2, 0.4)},
-    **{("thesis-6.11", f"FL-SIGN-DP_eps{e}-alpha{a}"): _MNIST_OUT_POOL
-       for e in (1, 2, 4) for a in (0.02, 0.2)},
-    ("thesis-6.11", "FL-SIGN_alpha0.1"): (
-        "cause not found. The attack accuracy, read at the round of best model accuracy "
-        "(158), is one evaluation of a share that moves between 0.66 and 0.95 from round "
-        "51 on (median 0.85); the thesis' 0.97 lies above every one of them. The "
-        "colluders cast 10 of the cohort's 100 votes"),
-    ("thesis-6.12", "FL-SIGN_alpha0.4"): (
-        "the colluders' update, as in this table's FL-SIGN-DP rows (see them): at 40% "
-        "their 40 identical votes outweigh 60 honest ones that mostly cancel, so FL-SIGN "
-        "ends near FL-SIGN-DP at 40% (0.830 and 0.841, the thesis 0.90 and 0.90), still "
-        "rising at round 200 (mean 0.795 over rounds 101-150, 0.816 over 151-200)"),
-    ("thesis-6.12", "FL-SIGN_alpha0.2"): (
-        "partly the spread of one reading, cause of the level not found. The backdoor "
-        "takes in part and fades: the attack accuracy averages 0.60, 0.51, 0.46 and 0.38 "
-        "over rounds 1-50, 51-100, 101-150 and 151-200, and moves between 0.10 and 0.59 "
-        "over the last 50; the thesis' 0.12 lies inside that range, below most of it"),
-    ("thesis-6.11", "FL-STD_alpha0.02"): (
-        "cause not found; the thesis' finding holds, more strongly. Unboosted, the 2% "
-        "of the cohort that hold every 0 drive the backdoor in through FL-STD's mean, and "
-        "it grows through the run: the attack accuracy averages 0.51, 0.93, 0.96 and 0.97 "
-        "over rounds 1-50, 51-100, 101-150 and 151-200 and stays above the thesis' 0.76 "
-        "from round 33 on, while the model accuracy climbs to its best at round 197. The "
-        "thesis states this row in words only (l.1793), not its setting; ours is Table "
-        "8.2's, as its FL-SIGN row"),
-    ("thesis-6.12", "FL-SIGN_alpha0.1"): (
-        "the backdoor does not take, as in the thesis: the attack accuracy, read at the "
-        "round of best model accuracy (141), is one evaluation of a share that moves "
-        "between 0.00 and 0.06 over rounds 130-150 and averages 0.003 over the last 50 "
-        "rounds"),
-})
-
-
 def _thesis_sign_dp_backdoor(number: str) -> Table:
   """Thesis Table 6.9-6.12: FL-SIGN-DP (eps 1, 2, 4) and FL-SIGN against a backdoor."""
   dataset, kind, classes, fractions, cells = _SIGN_DP_BACKDOORS[number]
@@ -762,11 +585,7 @@ def _thesis_sign_dp_backdoor(number: str) -> Table:
   what = f"{kind} {source} -> {target} against FL-SIGN-DP and FL-SIGN"
   data = "MNIST" if dataset == "mnist" else "Fashion-MNIST"
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} ({data})",
-               "thesis Table 8.2 (N 6000, C 1/60, |D_k| = |B| = 10, T_gd 5, T_cl 200, "
-               "S = sqrt(n)) with gamma 0.001, sigma from epsilon (moments accountant); "
-               "malicious clients are alpha of every cohort (l.1795), skip their noise and "
-               "send 5000 * sign under FL-SIGN-DP; reduced: 50 of the 200 rounds",
-               tuple(rows))
+               _setting("sign-dp-backdoor"), tuple(rows))
 
 
 def _poster_cdp_lq() -> Table:
@@ -774,11 +593,7 @@ def _poster_cdp_lq() -> Table:
   row = Row("CDP-LQ", 1.0, None, "poster Results (l.107)",
             ("--dataset", "femnist", "--delta", "0.0001"), tag="femnist")
   return Table("poster-cdp-lq", "Compressive DP-FL poster: CDP-LQ on EMNIST by writer",
-               "poster Results: 25 participants holding 50 writers' EMNIST each (TFF's "
-               "federated EMNIST), lattice vectors of 5, 8 quantization levels, delta 1e-4 "
-               "(its epsilon 3.11 and sigma 0.25, units not stated, and a compression of "
-               "8.03x after bzip; it gives no accuracy figure, learning rate, |B| or T_cl: "
-               "the femnist presets' choices)", (row,))
+               _setting("poster-cdp-lq"), (row,))
 
 
 @functools.lru_cache(maxsize=None)
@@ -794,9 +609,10 @@ def tables() -> dict[str, Table]:
 
 
 def _with_reasons(table: Table) -> Table:
-  """``table`` with each row's reason from ``_REASONS``."""
-  rows = tuple(dataclasses.replace(r, reason=_REASONS[(table.name, r.slug)])
-               if (table.name, r.slug) in _REASONS else r for r in table.rows)
+  """``table`` with each row's reason from :func:`reasons`."""
+  found = reasons()
+  rows = tuple(dataclasses.replace(r, reason=found[(table.name, r.slug)])
+               if (table.name, r.slug) in found else r for r in table.rows)
   return dataclasses.replace(table, rows=rows)
 
 

@@ -875,12 +875,48 @@ def test_on_accelerator_reads_the_machine_line(machine, accelerator):
 
 def test_every_stated_reason_reaches_its_row():
   """A reason keyed to a row that does not exist (a typo'd slug) would go
-  unseen: each entry of the reasons table is its row's reason, and no other
+  unseen: each entry of the reasons file is its row's reason, and no other
   row has one."""
   given = {(name, row.slug): row.reason for name, table in reproduction.tables().items()
            for row in table.rows if row.reason}
-  assert given == reproduction._REASONS
+  assert given == reproduction.reasons()
   assert len(given) == 37
+
+
+def test_every_row_off_in_the_kept_records_has_its_reason(monkeypatch):
+  """A row of the committed records off by more than TOLERANCE without a
+  reason (one dropped from reproduction_text.toml, or a slug renamed) fails
+  here, by name, before the report says "reason not yet found"."""
+  monkeypatch.chdir(ROOT)
+  missing = [f"{table.name} {s.row.slug}: {s.verdict}"
+             for table in reproduction.tables().values()
+             for s in (reproduction.summarize(table.select([slug])[0], records)
+                       for slug, records in
+                       reproduction.kept_records(_script().DEFAULT_OUT, table).items())
+             if s.verdict.endswith("reason not yet found")]
+  assert not missing, "\n".join(["rows off without a reason:", *missing])
+
+
+def test_the_text_file_ships_with_the_package_and_reads_as_one_line_a_text():
+  """reproduction_text.toml is package data (pyproject.toml), each text
+  folded to one line with its fields filled, and a reason twice is refused."""
+  pyproject = (ROOT / "pyproject.toml").read_text()
+  assert 'fedjax_dp = ["*.toml"]' in pyproject
+  assert (ROOT / "fedjax_dp" / reproduction.TEXT).is_file()
+  assert reproduction.prose("a\n  b {x:g}\n", x=0.5) == "a b 0.5"
+  written = reproduction.text_file()
+  assert set(written) == {"setting", "claim", "figure", "reason"}
+  assert all("\n" not in text for text in reproduction.reasons().values())
+  first = written["reason"][0]
+  twice = dict(written, reason=[first, first])
+  reproduction.reasons.cache_clear()
+  try:
+    with pytest.MonkeyPatch.context() as patch:
+      patch.setattr(reproduction, "text_file", lambda: twice)
+      with pytest.raises(ValueError, match="two reasons for uai-table1 row FL-STD-DP"):
+        reproduction.reasons()
+  finally:
+    reproduction.reasons.cache_clear()
 
 
 def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
