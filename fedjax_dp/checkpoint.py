@@ -25,8 +25,9 @@ import numpy as np
 
 from fedjax_dp.atomic import atomic_file
 
-#: Bump when the saved content changes meaning.
-VERSION = 1
+#: Bump when the saved content changes meaning (2: the state holds the round
+#: features' states, the counters lost the dropouts').
+VERSION = 2
 
 
 class Saved(NamedTuple):

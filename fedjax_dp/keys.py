@@ -12,7 +12,7 @@ along a path that names its purpose, so no two draws share a key:
                                   | "secure_agg" -> client pair -> ring offset
                                   | "dropout" | "attack"
                                   | "attack_clients" -> client id
-                                  | "canary_sampling"
+                                  | "canary_sampling" | "adaptive_clip"
 
 Client keys are folded in by *client id* (not slot), so a client's key in a
 round does not depend on where it sits in the cohort array. Canary clients
@@ -34,6 +34,7 @@ SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
 SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures
 ATTACK, ATTACK_CLIENTS = 6, 7  # colluding attackers' training; each attacker's draw
 CANARY_SAMPLING = 8  # which canary clients join the round
+ADAPTIVE_CLIP = 9  # the noise on the clipped count (fedjax_dp.features.adaptive_clip)
 TRAIN, NOISE = 0, 1
 # Sub-keys of the setup key. A run has one scheme, which uses each at most
 # once; SETUP_PERMUTATION (FL-CS's shared shuffle) and SETUP_SERVER (Fed-SMP's

@@ -52,7 +52,7 @@ class Case:
   config: tuple = ()
 
   def run_config(self) -> simulation.RunConfig:
-    return simulation.RunConfig(**{**BASE, **dict(self.config)})
+    return simulation.RunConfig.of(**{**BASE, **dict(self.config)})
 
 
 def cases() -> list[Case]:

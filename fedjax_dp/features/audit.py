@@ -1,0 +1,83 @@
+"""The canary audit of a client-level DP release, as a round feature.
+
+The canaries, their statistics and the report are ``fedjax_dp.canaries``
+(Andrew et al. 2024's one-run audit); this module puts them in the round:
+canary j is client N + j, joins a round with the sampling rate while it is
+inserted (``cohort``, in slots after the cohort's), trains on nothing and
+sends its direction at norm S (``messages``), is not counted among the
+clipped real clients (``contributions``), and every released sum updates the
+statistics (``observe``).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from fedjax_dp import canaries
+from fedjax_dp.errors import ConfigError
+from fedjax_dp.features.base import Chunk, Feature
+
+
+class Audit(Feature):
+  """Canary clients: ``RunConfig.of(audit=canaries.AuditConfig(k))``."""
+
+  kind = "audit"
+
+  def validate(self) -> None:
+    """Canaries audit a client-level DP release: refused elsewhere (one line)."""
+    ctx = self.ctx
+    self.config.validate(ctx.num_clients)
+    if ctx.mechanism.kind == "none":
+      raise ConfigError("audit_canaries", f"need a DP release; {ctx.scheme.name} adds no "
+                        "noise, so there is no epsilon to audit")
+    if ctx.mechanism.level != "client":
+      raise ConfigError("audit_canaries", f"need client-level DP; {ctx.scheme.name}'s DP "
+                        f"is {ctx.mechanism.level}-level")
+    if ctx.config.feature("attack") is not None:
+      raise ConfigError("audit_canaries", "cannot be combined with an attack: the audit "
+                        "assumes honest clients")
+    if ctx.config.privacy.max_cohort is not None:
+      raise ConfigError("audit_canaries", "cannot be combined with max_cohort (truncated "
+                        "Poisson sampling)")
+
+  def init(self, ctx):
+    state = canaries.init_state(ctx.run_key, ctx.num_values, self.config)
+    return state, canaries.planned_capacity(ctx.run_key, state, ctx.rate,
+                                            ctx.config.training.rounds, ctx.slot_multiple)
+
+  def cohort(self, state, run_key, t, cohort, slots, num_clients):
+    which, joined = canaries.canary_cohort(canaries.round_key(run_key, t), state.inserted,
+                                           self.ctx.rate, slots)
+    return cohort._replace(indices=jnp.concatenate([cohort.indices, num_clients + which]),
+                           mask=jnp.concatenate([cohort.mask, joined]))
+
+  def messages(self, state, value, chunk: Chunk, messages, noise):
+    del value
+    n = self.ctx.num_clients
+    is_canary = chunk.ids >= n
+    sent = canaries.messages(state, jnp.where(is_canary, chunk.ids - n, 0), noise.clip_norm,
+                             self.ctx.scheme.traits.fixed_sensitivity is not None,
+                             messages.dtype)
+    return jnp.where(is_canary[:, None], sent, messages)
+
+  def contributions(self, value, chunk: Chunk, messages, contributions, clipped):
+    del value, messages
+    if not self.ctx.scheme.traits.fixed_sensitivity:  # canaries are always clipped
+      clipped = clipped - jnp.sum(chunk.mask & (chunk.ids >= self.ctx.num_clients))
+    return contributions, clipped
+
+  def observe(self, state, value, observed):
+    del value
+    return canaries.observe(state, observed.total)
+
+  def record(self, state, best: dict) -> dict:
+    """The audit's estimates beside the accountant's epsilon; both threat
+    models' statistics cover every round, so they compare with
+    ``epsilon_final``."""
+    del best
+    found = canaries.report(state, self.ctx.config.privacy.delta, self.config.confidence)
+    return {"empirical_epsilon": found["final_model"]["empirical_epsilon"],
+            "empirical_epsilon_every_round": found["every_round"]["empirical_epsilon"],
+            "epsilon_lower_bound": found["final_model"]["epsilon_lower_bound"],
+            "epsilon_lower_bound_every_round": found["every_round"]["epsilon_lower_bound"],
+            "audit": found}

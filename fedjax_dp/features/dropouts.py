@@ -1,0 +1,76 @@
+"""Client failures (thesis 5.2.5 / 5.3.3) as a round feature.
+
+Each sampled client fails (sends nothing) with probability ``dropout_rate``,
+after the cohort and the secure-aggregation masks are fixed (``failures``,
+the round's ``keys.DROPOUT`` key). DP noise shares are sized for |K| - l
+clients (``noise``), so the aggregate noise is at least S*sigma while at most
+l = ``max_dropouts`` clients fail; the feature counts the failed clients and
+the rounds that lost more than l (``observe``), which the record reports and
+warns of. Every run has this feature (``fedjax_dp.features.build``): with no
+failures it changes nothing, and the record always states its fields.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_dp.features.base import Feature, Noise
+
+
+class Counts(NamedTuple):
+  """Failed clients and the rounds that lost more than l of them, so far."""
+
+  dropped: jax.Array
+  under_noised: jax.Array
+
+
+class Dropouts(Feature):
+  """Failures: ``RunConfig.of(dropout_rate=..., max_dropouts=...)``."""
+
+  kind = "dropouts"
+
+  @property
+  def tolerated(self) -> int:
+    """l: the failures the noise shares are sized for (DP schemes only)."""
+    return self.config.max_dropouts if self.ctx.scheme.traits.dp else 0
+
+  def init(self, ctx):
+    del ctx
+    return Counts(jnp.int32(0), jnp.int32(0)), 0
+
+  def begin(self, state, inputs) -> jax.Array | None:
+    del state
+    if self.config.dropout_rate > 0:
+      slots = inputs.cohort.mask.shape[0]
+      return jax.random.bernoulli(inputs.keys.dropout, self.config.dropout_rate, (slots,))
+    return None
+
+  def failures(self, value, slots):
+    del slots
+    return value
+
+  def noise(self, state, noise: Noise) -> Noise:
+    del state
+    # Thesis 5.2.5: shares sized so that any |K| - l of them carry S*sigma.
+    return noise._replace(num_shares=noise.num_shares - self.tolerated)
+
+  def observe(self, state: Counts, value, observed) -> Counts:
+    del value
+    drops = jnp.sum(observed.slot_mask & ~observed.present).astype(jnp.int32)
+    return Counts(state.dropped + drops,
+                  state.under_noised + (drops > self.tolerated).astype(jnp.int32))
+
+  def record(self, state: Counts, best: dict) -> dict:
+    del best
+    dp = self.ctx.scheme.traits.dp
+    under_noised = int(state.under_noised) if dp else 0
+    if under_noised:
+      warnings.warn(f"{self.ctx.scheme.name}: {under_noised} rounds lost more than "
+                    f"--max-dropouts {self.config.max_dropouts} clients; their aggregate "
+                    "noise was below what the accountant assumes")
+    return {"max_dropouts": self.tolerated, "dropout_rate": self.config.dropout_rate,
+            "dropped_clients": int(state.dropped), "under_noised_rounds": under_noised}

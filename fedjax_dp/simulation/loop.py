@@ -1,0 +1,222 @@
+"""The run loop: rounds compiled between evaluations, checkpoints, and ``run``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import checkpoint as checkpoint_lib
+from fedjax_dp import distributed, metrics, sharding
+from fedjax_dp.data import ClientData, as_float
+from fedjax_dp.features import attack as attack_feature
+from fedjax_dp.models import FlatModel
+from fedjax_dp.schemes.base import Scheme
+from fedjax_dp.simulation import record as record_lib
+from fedjax_dp.simulation.config import RunConfig
+from fedjax_dp.simulation.round import RoundInfo, ServerState, make_rounds_fn, make_stream_fn
+from fedjax_dp.simulation.setup import Prepared, prepare
+
+
+def make_eval_fn(model: FlatModel, batch_size: int = 250,
+                 mesh: jax.sharding.Mesh | None = None):
+  """Jitted ``fn(w, x) -> (predictions, scores)`` over a test set in batches.
+
+  With a ``mesh`` (``fedjax_dp.sharding.client_mesh``) the batches are split
+  over its devices and the outputs replicated over them (every process of a
+  multi-process run reads them). The batch size's effect on speed is
+  measured in docs/performance.md.
+  """
+  devices = sharding.mesh_size(mesh)
+
+  def predict_batches(w, xb):
+    return jax.lax.map(lambda b: model.predict(w, as_float(b)), xb)
+
+  if devices > 1:
+    spec = jax.sharding.PartitionSpec(sharding.AXIS)
+    predict_batches = jax.shard_map(predict_batches, mesh=mesh,
+                                    in_specs=(jax.sharding.PartitionSpec(), spec),
+                                    out_specs=spec, check_vma=False)
+
+  def evaluate(w, x):
+    num = x.shape[0]
+    pad = (-num) % (batch_size * devices)
+    xb = jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1))
+    xb = xb.reshape((-1, batch_size) + x.shape[1:])
+    preds, scores = predict_batches(w, xb)
+    return (preds.reshape((-1,) + preds.shape[2:])[:num],
+            scores.reshape((-1,) + scores.shape[2:])[:num])
+  if devices > 1:
+    return jax.jit(evaluate, out_shardings=sharding.replicated(mesh))
+  return jax.jit(evaluate)
+
+
+def evaluation_metrics(model: FlatModel, labels: np.ndarray, predictions: np.ndarray,
+                       scores: np.ndarray) -> dict:
+  """Accuracy; for a binary model also balanced accuracy and AUROC.
+
+  Thesis Sec. 8.4.2: balanced accuracy (TPR + TNR) / 2 at the model's
+  threshold (logit 0), AUROC of the logits.
+  """
+  result = {"accuracy": metrics.accuracy(labels, predictions)}
+  if model.loss_name == "sigmoid_ce":
+    result["balanced_accuracy"] = metrics.balanced_accuracy(labels, predictions)
+    result["auroc"] = metrics.auroc(labels, scores)
+  return result
+
+
+class Counters(NamedTuple):
+  """What the train loop counts over the rounds (from each round's RoundInfo)."""
+
+  participations: int = 0
+  truncated: int = 0
+  clipped: int = 0
+  overflows: int = 0
+
+  def add(self, infos: RoundInfo, capacity: int) -> "Counters":
+    """These counts plus those of the rounds in ``infos`` (stacked)."""
+    sampled = np.asarray(infos.num_sampled)
+    return Counters(
+        self.participations + int(np.minimum(sampled, capacity).sum()),
+        self.truncated + int((sampled > capacity).sum()),
+        self.clipped + int(np.asarray(infos.num_clipped).sum()),
+        self.overflows + int(np.asarray(infos.secure_overflow).sum()))
+
+
+class Trained(NamedTuple):
+  """What the train loop returns."""
+
+  state: ServerState
+  history: list
+  counters: Counters
+  coded_sizes: list
+  earlier_seconds: float = 0.0  # training time of the processes before a resume
+
+
+def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
+               test: tuple[np.ndarray, np.ndarray], rounds: int, eval_every: int,
+               progress: Callable[[int], None] | None = None,
+               checkpoint: tuple[str, str] | None = None) -> Trained:
+  """Rounds 1..``rounds``, compiled ``eval_every`` at a time, test accuracy after each.
+
+  Coded-stream schemes (``traits.measured_streams``) also measure what
+  some clients send in the first round of every interval. With
+  ``checkpoint = (path, fingerprint)`` the loop saves its state after every
+  evaluation (``fedjax_dp.checkpoint``) and, if ``path`` holds a checkpoint
+  of the same run, continues from it with the numbers of an uninterrupted
+  run. In a multi-process run (``fedjax_dp.distributed``) process 0 alone
+  reads and writes the checkpoint; the others resume from what it read.
+  """
+  scheme, cfg = prep.scheme, prep.round_cfg
+  eval_fn = make_eval_fn(model, mesh=cfg.mesh)
+  measured = scheme.traits.measured_streams
+  stream_fn = make_stream_fn(model, cfg, measured) if measured > 0 else None
+  test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
+  state, root = prep.state, prep.run_key
+  history, coded_sizes, counters = [], [], Counters()
+  t, started, earlier = 1, time.perf_counter(), 0.0
+  saved = None if checkpoint is None else _resume(checkpoint, state)
+  if saved is not None:
+    earlier = saved.seconds
+    state, history, coded_sizes = saved.state, saved.history, saved.coded_sizes
+    counters, t = Counters(*saved.counters), saved.round + 1
+    if progress is not None:
+      progress(saved.round)
+  if cfg.mesh is not None:  # the placement every round call sees (one compilation)
+    state, data, root, test_x = sharding.replicate((state, data, root, test_x), cfg.mesh)
+  compiled: dict[int, Callable] = {}
+  while t <= rounds:
+    chunk = min(eval_every, rounds - t + 1)
+    if chunk not in compiled:
+      compiled[chunk] = make_rounds_fn(model, cfg, chunk)
+    if stream_fn is not None:  # round t's streams, before the state is donated
+      streams, real = stream_fn(state, data, root, jnp.int32(t))
+      coded_sizes += [scheme.measure_stream(s, model.num_params)
+                      for s, r in zip(np.asarray(streams), np.asarray(real)) if r]
+    state, infos = compiled[chunk](state, data, root, jnp.int32(t))
+    t += chunk
+    counters = counters.add(infos, cfg.capacity)
+    preds, scores = map(np.asarray, eval_fn(state.weights, test_x))
+    entry = {"round": t - 1, **evaluation_metrics(model, test_y, preds, scores)}
+    for f, finfo in zip(cfg.features, infos.features):
+      entry.update(f.entry(test_y, preds, finfo))
+    entry.update(scheme.diagnostics(state.scheme_state, t - 1))
+    if not np.isfinite(scores).all():  # the "accuracy" is that of argmax(NaN)
+      entry["nonfinite"] = True
+    history.append(entry)
+    if checkpoint is not None and distributed.is_main():
+      checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
+          t - 1, state, history, tuple(counters), coded_sizes,
+          earlier + time.perf_counter() - started))
+    if progress is not None:
+      progress(chunk)
+  return Trained(state, history, counters, coded_sizes, earlier)
+
+
+def _resume(checkpoint: tuple[str, str], state: ServerState) -> checkpoint_lib.Saved | None:
+  """The run's checkpoint, if any, as process 0 reads it (every process
+  resumes from the same one; ``checkpoint = (path, fingerprint)``)."""
+  path, key = checkpoint
+  if jax.process_count() == 1:
+    return checkpoint_lib.load(path, key, state)
+  found = pathlib.Path(path)
+  content = distributed.broadcast_bytes(
+      found.read_bytes() if distributed.is_main() and found.is_file() else None)
+  return checkpoint_lib.load(path, key, state, content=content) if content else None
+
+
+def run(model: FlatModel, scheme: Scheme, data: ClientData,
+        test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
+        cfg: RunConfig, progress: Callable[[int], None] | None = None, *,
+        return_state: bool = False, checkpoint: str | os.PathLike | None = None):
+  """Runs one scheme for ``cfg.training.rounds`` rounds and reports like UAI Table 1.
+
+  Four steps: :func:`~fedjax_dp.simulation.setup.prepare` (validation and
+  the server's setup), :func:`train_loop`, the privacy report and
+  :func:`~fedjax_dp.simulation.record.make_record`.
+
+  Args:
+    model: The model (``fedjax_dp.models``, or ``models.from_flax``).
+    scheme: The scheme (``fedjax_dp.schemes.get_scheme``, or your own).
+    data: Federated training data (``fedjax_dp.data.partition``).
+    test: (examples, labels) of the held-out test set.
+    public: (examples, labels) of the server's public batch.
+    cfg: Hyper-parameters.
+    progress: Called with the number of rounds just completed.
+    return_state: Also return the final :class:`ServerState`.
+    checkpoint: A file to save the run to after every evaluation; a run
+      started again with the same file, model, scheme, data and config
+      continues from it with the same numbers. Deleted when the run ends.
+      Several processes (``fedjax_dp.distributed``): process 0 alone
+      writes it.
+
+  Returns:
+    A JSON-ready record (``simulation.record.Record``). With
+    ``return_state``, the pair ``(record, final ServerState)``.
+
+  Raises:
+    ValueError: A bad setting (one line, naming the parameter).
+  """
+  start = time.perf_counter()
+  data = attack_feature.poisoned(data, cfg.feature("attack"), cfg.training.seed)
+  prep = prepare(model, scheme, data, public, cfg)
+  saving = None
+  if checkpoint is not None:
+    saving = (checkpoint, checkpoint_lib.fingerprint(
+        model.name, model.num_params, scheme.name, scheme.describe(),
+        cfg.flat(), data.x.shape, str(data.x.dtype),
+        hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest()))
+  trained = train_loop(model, prep, data, test, cfg.training.rounds, cfg.training.eval_every,
+                       progress, saving)
+  # Wall time over every process that trained this run (setup counted once).
+  record = record_lib.make_record(model, prep, cfg, trained,
+                                  time.perf_counter() - start + trained.earlier_seconds)
+  if checkpoint is not None and distributed.is_main():
+    pathlib.Path(checkpoint).unlink(missing_ok=True)
+  return (record, trained.state) if return_state else record

@@ -1,0 +1,178 @@
+"""A run's record: UAI Table 1's columns, the run's details and its features'."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, TypedDict
+
+import numpy as np
+
+from fedjax_dp import bandwidth, sampling, sharding
+from fedjax_dp.compression import universal_coding
+from fedjax_dp.models import FlatModel
+from fedjax_dp.privacy import accounting
+from fedjax_dp.simulation.config import RunConfig
+from fedjax_dp.simulation.setup import Prepared
+
+
+class Record(TypedDict, total=False):
+  """The JSON-ready record of a run (``simulation.run``).
+
+  The scheme adds its ``describe()`` and ``diagnostics`` fields, the
+  accountant its own (``accounting.PrivacyReport.fields``), each round
+  feature its ``record`` (dropouts: ``max_dropouts``, ``dropout_rate``,
+  ``dropped_clients``, ``under_noised_rounds``; an attack: ``attack`` and
+  the backdoor metrics; the audit: ``empirical_epsilon`` and ``audit``;
+  adaptive clipping: ``adaptive_clip``), and a coded-stream scheme its
+  measured sizes.
+  """
+
+  scheme: str
+  ratio: float
+  best_accuracy: float
+  best_round: int
+  selection_metric: str
+  final_accuracy: float
+  downstream_kb: float
+  upstream_kb: float
+  measured_upstream_kb: float
+  upstream_bits: float
+  downstream_bits: int
+  secure_aggregation: bool
+  secure_bits: int | None
+  secure_frac_bits: int | None
+  secure_neighbours: int | None
+  secure_overflows: int
+  client_chunk: int | None
+  aggregator: dict
+  upstream_values: int
+  downstream_values: int
+  epsilon: float | None
+  epsilon_final: float | None
+  delta: float | None
+  accountant: str | None
+  sampler: str
+  noise_multiplier: float
+  clip_norm: float | None
+  clipped_fraction: float | None
+  rounds: int
+  local_optimizer: str
+  num_params: int
+  num_clients: int
+  clients_per_round: int
+  capacity: int
+  devices: int
+  max_cohort: int | None
+  truncated_rounds: int
+  mean_cohort: float
+  seed: int
+  seconds: float
+  nonfinite_round: int
+  history: list
+
+
+def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.PrivacyReport:
+  """Epsilon after each round count of ``rounds_list``: the scheme's mechanism
+  composed by ``fedjax_dp.privacy.accounting.report``."""
+  rc = prep.round_cfg
+  share = rc.sampler_share(prep.run_key)
+
+  def participations(ts):
+    return sampling.max_participations(prep.sampling_keys, rc.num_clients, rc.rate,
+                                       rc.capacity, rc.sampler, ts, share)
+
+  return accounting.report(
+      prep.mechanism, rounds_list, cfg.privacy.delta, cfg.privacy.accountant,
+      accounting.Sampling(rc.rate, rc.sampler, rc.num_clients, rc.capacity,
+                          cfg.privacy.max_cohort, participations))
+
+
+def _warn(name: str, comm, counters, history: list[dict]) -> list[int]:
+  """Warns of what makes a run's figures suspect; returns the rounds whose
+  test outputs were NaN or infinite."""
+  if counters.overflows:
+    warnings.warn(f"{name}: {counters.overflows} coordinate sums overflowed the "
+                  f"{comm.secure_bits}-bit secure-aggregation modulus")
+  broken = [h["round"] for h in history if h.get("nonfinite")]
+  if broken:
+    warnings.warn(f"{name}: the model's test outputs were NaN or infinite at "
+                  f"{len(broken)} of {len(history)} evaluations, first at round "
+                  f"{broken[0]}; its accuracy there is that of a constant prediction")
+  return broken
+
+
+def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Any,
+                seconds: float) -> Record:
+  """The run's record (UAI Table 1's columns and the run's details)."""
+  scheme, rc, comm, counters = prep.scheme, prep.round_cfg, prep.comm, trained.counters
+  train, priv = cfg.training, cfg.privacy
+  dp, n, k = scheme.traits.dp, model.num_params, prep.num_values
+  history = trained.history
+  best = max(history, key=lambda h: (h[train.selection_metric], -h["round"]))
+  broken = _warn(scheme.name, comm, counters, history)
+  privacy = privacy_report(prep, cfg, [best["round"], train.rounds])
+  upstream_bits, coded = comm.upstream_bits, {}
+  if scheme.traits.measured_streams > 0:
+    coded = universal_coding.summarize(trained.coded_sizes)
+    if trained.coded_sizes:  # measured coded bits replace the nominal 32 a value
+      upstream_bits = coded["coded_bits_per_value"]
+  down_values = scheme.num_downstream(n, cfg.ratio)
+  parts = counters.participations
+  client_level = prep.mechanism.kind != "none" and prep.mechanism.level == "client"
+  features = {}
+  for f, fstate in zip(rc.features, trained.state.features):
+    features.update(f.record(fstate, best))
+  return Record(
+      scheme=scheme.name,
+      ratio=cfg.ratio if scheme.traits.uses_ratio else 1.0,
+      best_accuracy=best["accuracy"],
+      best_round=best["round"],
+      selection_metric=train.selection_metric,
+      **{m: best[m] for m in ("balanced_accuracy", "auroc") if m in best},
+      final_accuracy=history[-1]["accuracy"],
+      downstream_kb=bandwidth.cost_kb(down_values, best["round"], rc.rate,
+                                      comm.downstream_bits),
+      upstream_kb=bandwidth.cost_kb(k, best["round"], rc.rate, upstream_bits),
+      measured_upstream_kb=bandwidth.measured_cost_kb(k, parts, rc.num_clients,
+                                                      upstream_bits),
+      upstream_bits=upstream_bits,
+      downstream_bits=comm.downstream_bits,
+      secure_aggregation=comm.secure_bits is not None,
+      secure_bits=comm.secure_bits,
+      secure_frac_bits=comm.secure_frac_bits,
+      secure_neighbours=cfg.secure.secure_neighbours if comm.secure_bits else None,
+      secure_overflows=counters.overflows,
+      client_chunk=rc.client_chunk,
+      **({"aggregator": dataclasses.asdict(rc.aggregator)} if rc.aggregator else {}),
+      upstream_values=k,
+      downstream_values=down_values,
+      epsilon=privacy.epsilons[0],
+      epsilon_final=privacy.epsilons[1],
+      delta=priv.delta if dp else None,
+      accountant=privacy.label,
+      sampler=priv.sampler,
+      noise_multiplier=rc.noise_multiplier,
+      clip_norm=prep.clip_norm,
+      clipped_fraction=counters.clipped / max(parts, 1) if client_level else None,
+      rounds=train.rounds,
+      # Named where it is not the SGD every record before it used.
+      **({"local_optimizer": train.local_optimizer} if train.local_optimizer != "sgd" else {}),
+      num_params=n,
+      num_clients=rc.num_clients,
+      clients_per_round=train.clients_per_round,
+      capacity=rc.capacity,
+      devices=sharding.mesh_size(rc.mesh),
+      max_cohort=priv.max_cohort,
+      truncated_rounds=counters.truncated,
+      mean_cohort=parts / train.rounds,
+      seed=train.seed,
+      seconds=seconds,
+      **({"nonfinite_round": broken[0]} if broken else {}),
+      history=history,
+      **features,
+      **scheme.diagnostics(trained.state.scheme_state, train.rounds),
+      **scheme.describe(),
+      **privacy.fields,
+      **coded,
+  )

@@ -1,0 +1,383 @@
+"""The jitted federated round.
+
+One round (UAI 2021, Algorithms 1-6): sample a cohort, train every sampled
+client in parallel (``vmap`` over the client axis, sharded over devices),
+compress each update to the round's coordinate subset, clip and noise it for
+DP schemes, sum the cohort (``simulation.sums``: plain, secure or robust) and
+update the server model. The round's features (``fedjax_dp.features``:
+attacks, the canary audit, dropouts, adaptive clipping) enter at the points
+their protocol names; the round knows none of them.
+
+The round is a pure function of (server state, client data, run key, round
+index); ``make_rounds_fn`` compiles a ``lax.scan`` over several rounds so a
+run only returns to Python at evaluation points.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_dp import aggregators, fast_prng, keys, sampling, sharding
+from fedjax_dp.data import ClientData, as_float
+from fedjax_dp.features.base import Chunk, Feature, Noise, Observed
+from fedjax_dp.models import FlatModel
+from fedjax_dp.schemes.base import LocalTraining, Scheme
+from fedjax_dp.simulation import sums
+
+
+class ServerState(NamedTuple):
+  """What the server carries between rounds.
+
+  Attributes:
+    weights: (n,) the global model.
+    scheme_state: The scheme's own state (a pytree), e.g. FL-TOP's Top-K
+      indices, from ``scheme.setup``.
+    features: Each feature's state, in ``RoundConfig.features`` order.
+  """
+
+  weights: jax.Array
+  scheme_state: Any
+  features: tuple = ()
+
+
+class RoundInfo(NamedTuple):
+  """Per-round diagnostics (no private data: counts only).
+
+  Attributes:
+    num_sampled: Clients the sampler selected.
+    num_clipped: Real clients whose message was longer than S.
+    secure_overflow: Coordinates whose secure sum overflowed the modulus.
+    features: Each feature's ``info`` (a dict of counts).
+  """
+
+  num_sampled: jax.Array
+  num_clipped: jax.Array
+  secure_overflow: jax.Array | int = 0
+  features: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundConfig:
+  """Static configuration of the round function.
+
+  Attributes:
+    scheme: The scheme.
+    num_clients: N.
+    clients_per_round: Expected cohort size C*N (the fixed size for the
+      "fixed" sampler); also the DP aggregate's denominator.
+    capacity: Cohort slots (see ``fedjax_dp.sampling``).
+    sampler: "poisson" or "fixed".
+    num_kept: K, values per compressed update.
+    local_steps, batch_size, lr, local_optimizer: The clients' training.
+    noise_multiplier: sigma (DP schemes).
+    clip_norm: S (DP schemes).
+    secure_bits: b: a secure sum modulo 2^b (``simulation.sums.Secure``);
+      None: a plain or robust sum.
+    secure_scale: Fixed-point scale 2^f of real contributions (1 for
+      integer messages).
+    secure_neighbours: d, ring neighbours each client shares a mask with.
+    client_chunk: Train and sum the cohort this many slots at a time; a
+      chunk of padding slots only is skipped; None: all slots at once.
+    mesh: Shard the slots' local training over this 1-D device mesh; None:
+      one device.
+    aggregator: A robust rule over the individual updates; None: the sum.
+    features: The round's features (``fedjax_dp.features.build``).
+    feature_slots: Extra slots each feature's clients take, after the cohort's.
+  """
+
+  scheme: Scheme
+  num_clients: int
+  clients_per_round: int
+  capacity: int
+  sampler: str
+  num_kept: int
+  local_steps: int
+  batch_size: int
+  lr: float
+  local_optimizer: str = "sgd"
+  noise_multiplier: float = 0.0
+  clip_norm: float = 1.0
+  secure_bits: int | None = None
+  secure_scale: float = 1.0
+  secure_neighbours: int = 1
+  client_chunk: int | None = None
+  mesh: jax.sharding.Mesh | None = None
+  aggregator: aggregators.AggregatorConfig | None = None
+  features: tuple[Feature, ...] = ()
+  feature_slots: tuple[int, ...] = ()
+
+  @property
+  def rate(self) -> float:
+    """q = C, the sampling rate."""
+    return self.clients_per_round / self.num_clients
+
+  @property
+  def local(self) -> LocalTraining:
+    """The client-side hyper-parameters."""
+    return LocalTraining(self.local_steps, self.batch_size, self.lr, self.local_optimizer)
+
+  @property
+  def slots(self) -> int:
+    """Every slot of the round: the cohort's, then the features' (canaries)."""
+    return self.capacity + sum(self.feature_slots)
+
+  @property
+  def sum(self):
+    """The round's sum (``simulation.sums``)."""
+    return sums.make(self.secure_bits, self.secure_scale, self.secure_neighbours,
+                     self.aggregator)
+
+  def sampler_share(self, run_key: jax.Array) -> sampling.Malicious | None:
+    """The clients a feature places in every cohort (the attackers), if any."""
+    shares = [f.sampler_share(run_key, self.num_clients) for f in self.features]
+    return next((s for s in shares if s is not None), None)
+
+
+class RoundInputs(NamedTuple):
+  """What a round derives from (state, run key, t): keys, cohort, plan and
+  each feature's round value."""
+
+  keys: keys.RoundKeys
+  cohort: sampling.Cohort
+  plan: Any
+  train_keys: jax.Array
+  noise_keys: jax.Array
+  run_key: jax.Array
+  features: tuple = ()
+
+
+def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
+                 t: jax.Array) -> RoundInputs:
+  """Round t's keys, cohort (with the features' slots), the scheme's plan, the
+  cohort's client keys and the features' round values (``Feature.begin``).
+
+  The one place these are derived: the round, the coded-stream measurement
+  and the benchmark's stages all call it.
+  """
+  rk = keys.round_keys(run_key, t)
+  cohort = sampling.sample_cohort(rk.sampling, cfg.num_clients, cfg.rate, cfg.capacity,
+                                  cfg.sampler, cfg.sampler_share(run_key))
+  plan = cfg.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
+                               cfg.num_kept)
+  for f, fstate, slots in zip(cfg.features, state.features, cfg.feature_slots):
+    cohort = f.cohort(fstate, run_key, t, cohort, slots, cfg.num_clients)
+  train_keys, noise_keys = keys.client_keys(rk.round, cohort.indices)
+  inputs = RoundInputs(rk, cohort, plan, train_keys, noise_keys, run_key)
+  return inputs._replace(features=tuple(
+      f.begin(fstate, inputs) for f, fstate in zip(cfg.features, state.features)))
+
+
+def make_train_fn(model: FlatModel, cfg: RoundConfig) -> Callable[..., jax.Array]:
+  """``train(w, plan, data, indices, train_keys) -> messages``: every slot's
+  ``scheme.client_message`` (local training from w, then C(.)), one row per
+  slot, the slots vmapped and split over ``cfg.mesh``'s devices."""
+  scheme = cfg.scheme
+
+  def train_slots(shared, data, indices, train_keys):
+    w, plan = shared
+    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
+        model, w, plan, xk, yk, kk, cfg.local))(as_float(data.x[indices]), data.y[indices],
+                                                 train_keys)
+
+  train_sharded = sharding.shard_clients(train_slots, cfg.mesh)
+  return lambda w, plan, data, indices, train_keys: train_sharded((w, plan), data, indices,
+                                                                   train_keys)
+
+
+class Aggregate(NamedTuple):
+  """The round's sum, its counts, and what the features observe."""
+
+  total: jax.Array
+  num_clipped: jax.Array
+  num_present: jax.Array
+  overflow: jax.Array
+  present: jax.Array
+  noise: Noise
+  tallies: tuple
+
+
+def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
+  """The round's one aggregation path, chunk by chunk of the cohort.
+
+  Local training, the features' messages, ``scheme.privatize`` (clip and
+  noise shares, or the scheme's own contributions), the features'
+  contributions, client failures, then the round's sum; when no share
+  arrived, a DP scheme's ``server_noise``.
+
+  Returns:
+    ``aggregate(w, inputs, data, feature_states) -> Aggregate``.
+  """
+  scheme, features, summer = cfg.scheme, cfg.features, cfg.sum
+  train = make_train_fn(model, cfg)
+  capacity = cfg.slots
+  chunk = capacity if not summer.streams else min(cfg.client_chunk or capacity, capacity)
+  padded = -(-capacity // chunk) * chunk
+
+  def pad(a):
+    extra = jnp.zeros((padded - capacity,) + a.shape[1:], a.dtype)
+    return jnp.concatenate([a, extra]) if padded > capacity else a
+
+  def aggregate(w, inputs: RoundInputs, data, fstates) -> Aggregate:
+    slot_mask = inputs.cohort.mask
+    fails = jnp.zeros((capacity,), bool)
+    for f, value in zip(features, inputs.features):
+      failed = f.failures(value, capacity)
+      fails = fails if failed is None else fails | failed
+    present = slot_mask & ~fails
+    noise = Noise(cfg.clip_norm, cfg.noise_multiplier, jnp.sum(slot_mask))
+    for f, fstate in zip(features, fstates):
+      noise = f.noise(fstate, noise)
+    noise = noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
+    values = tuple(f.train(v, model, cfg, w, inputs, data)
+                   for f, v in zip(features, inputs.features))
+    privatize = sharding.shard_privatize(
+        lambda m, s, k, shares: scheme.privatize(m, s, k, noise.clip_norm,
+                                                 noise.noise_multiplier, shares), cfg.mesh)
+    ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask), pad(present)
+    tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
+
+    def contributions(c):
+      take = lambda a: jax.lax.dynamic_slice_in_dim(pad(a), c * chunk, chunk)
+      part = Chunk(take(ids), take(smask), take(pres), take)
+      # Slots of feature clients (ids >= N) train on client 0's data; a feature
+      # replaces their message.
+      messages = train(w, inputs.plan, data, jnp.minimum(part.ids, cfg.num_clients - 1),
+                       take(tkeys))
+      for f, fstate, value in zip(features, fstates, values):
+        messages = f.messages(fstate, value, part, messages, noise)
+      contribs, clipped = privatize(messages, part.mask, take(nkeys), noise.num_shares)
+      for f, value in zip(features, values):
+        contribs, clipped = f.contributions(value, part, messages, contribs, clipped)
+      tallies = tuple(f.tally(fstate, part, messages, noise)
+                      for f, fstate in zip(features, fstates))
+      return contribs, jnp.asarray(clipped, jnp.int32), part, tallies
+
+    shape = jax.eval_shape(lambda c: contributions(c)[0], 0)
+    init = (summer.init(shape.shape[1:], shape.dtype), jnp.int32(0),
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                         jax.eval_shape(lambda c: contributions(c)[3], 0)))
+
+    def add_chunk(carry, c):
+      acc, clipped, tallies = carry
+      contribs, nclip, part, tally = contributions(c)
+      acc = summer.add(acc, contribs, part, sums.Slots(
+          c * chunk + jnp.arange(chunk), smask, pres, ids, inputs.keys.secure_agg))
+      return acc, clipped + nclip, jax.tree.map(jnp.add, tallies, tally)
+
+    if summer.streams:
+      acc, num_clipped, tallies = _over_chunks(add_chunk, init, smask, chunk)
+    else:  # a robust rule: every update at once
+      acc, num_clipped, tallies = add_chunk(init, 0)
+    num_present = jnp.sum(present)
+    total, overflow = summer.finish(acc)
+    if scheme.traits.dp:  # no share arrived: the server adds the noise (thesis 5.2.5)
+      total = jax.lax.cond(
+          num_present == 0,
+          lambda t: t + scheme.server_noise(inputs.keys.server_noise, t.shape, noise.clip_norm,
+                                            noise.noise_multiplier).astype(jnp.float32),
+          lambda t: t, total)
+    return Aggregate(total, num_clipped, num_present, overflow, present, noise, tallies)
+
+  return aggregate
+
+
+def _over_chunks(add_chunk: Callable, init, slot_mask: jax.Array, chunk: int):
+  """``add_chunk(carry, c)`` over the chunks of ``chunk`` slots, from ``init``.
+
+  A chunk of padding slots only (the cohort's slots come first) adds
+  nothing, so it is skipped: not trained (``lax.cond`` runs one branch).
+  """
+  def body(carry, c):
+    sampled = jnp.any(jax.lax.dynamic_slice_in_dim(slot_mask, c * chunk, chunk))
+    return jax.lax.cond(sampled, add_chunk, lambda carry, c: carry, carry, c), None
+  return jax.lax.scan(body, init, jnp.arange(slot_mask.shape[0] // chunk))[0]
+
+
+def make_round_fn(model: FlatModel, cfg: RoundConfig
+                  ) -> Callable[[ServerState, ClientData, jax.Array, jax.Array],
+                                tuple[ServerState, RoundInfo]]:
+  """Builds the pure round function of a scheme.
+
+  Returns:
+    ``round_fn(state, data, run_key, t) -> (state, info)``, jittable; ``t``
+    is the 1-based round index and selects the round's keys.
+
+  On CPU this switches JAX to the unrolled threefry lowering for everything
+  compiled afterwards (``fedjax_dp.fast_prng``: the same random bits, faster).
+  """
+  fast_prng.use_unrolled_threefry()
+  scheme, features = cfg.scheme, cfg.features
+  aggregate = make_aggregate_fn(model, cfg)
+
+  def round_fn(state: ServerState, data: ClientData, run_key: jax.Array,
+               t: jax.Array) -> tuple[ServerState, RoundInfo]:
+    inputs = round_inputs(cfg, state, run_key, t)
+    agg = aggregate(state.weights, inputs, data, state.features)
+    if scheme.traits.dp:
+      # A fixed denominator: the released model depends on the noisy sum
+      # alone, not on the (private) realised cohort size.
+      mean = agg.total / cfg.clients_per_round
+    else:
+      mean = agg.total / jnp.maximum(agg.num_present, 1)  # equal |D_k|: FedAvg
+    new_w, new_scheme_state = scheme.server_update(state.weights, state.scheme_state, mean,
+                                                   inputs.plan)
+    observed = [Observed(agg.total, tally, inputs.cohort.mask, agg.present, agg.noise,
+                         inputs.keys.round) for tally in agg.tallies]
+    fstates = tuple(f.observe(fstate, value, seen) for f, fstate, value, seen in
+                    zip(features, state.features, inputs.features, observed))
+    info = RoundInfo(inputs.cohort.num_sampled, agg.num_clipped, agg.overflow,
+                     tuple(f.info(value) for f, value in zip(features, inputs.features)))
+    return ServerState(new_w, new_scheme_state, fstates), info
+
+  return round_fn
+
+
+def make_rounds_fn(model: FlatModel, cfg: RoundConfig, num_rounds: int):
+  """Compiles ``num_rounds`` consecutive rounds into one ``lax.scan``.
+
+  Returns:
+    jitted ``fn(state, data, run_key, first_round) -> (state, infos)`` where
+    ``infos`` stacks each round's :class:`RoundInfo`. The state is donated.
+    With ``cfg.mesh`` the outputs are replicated over it; pass the first
+    call's state, data and key through ``fedjax_dp.sharding.replicate`` so
+    that every call has the same argument placement (one compilation).
+  """
+  round_fn = make_round_fn(model, cfg)
+
+  def rounds(state, data, run_key, first_round):
+    ts = first_round + jnp.arange(num_rounds, dtype=jnp.int32)
+    return jax.lax.scan(lambda s, t: round_fn(s, data, run_key, t), state, ts)
+
+  if sharding.mesh_size(cfg.mesh) > 1:
+    return jax.jit(rounds, donate_argnums=(0,), out_shardings=sharding.replicated(cfg.mesh))
+  return jax.jit(rounds, donate_argnums=(0,))
+
+
+def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
+  """Jitted ``fn(state, data, run_key, t) -> (streams, real)``.
+
+  The integer streams (``scheme.client_stream``) that the first
+  ``num_measured`` cohort slots of round t transmit, derived with the
+  round's own cohort, plan and client keys (:func:`round_inputs`), so they
+  are bit for bit what those clients send in round t; ``real`` marks real
+  (not padding) slots. Their coded size is measured outside ``jit``
+  (CDP-LQ: bzip2). With ``cfg.mesh`` both are replicated over it.
+  """
+  scheme = cfg.scheme
+  num = min(num_measured, cfg.capacity)
+
+  def streams(state, data, run_key, t):
+    inputs = round_inputs(cfg, state, run_key, t)
+    ids = inputs.cohort.indices[:num]
+    out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
+        model, state.weights, inputs.plan, xk, yk, kk, cfg.local))(
+            as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
+    return out, inputs.cohort.mask[:num]
+
+  if sharding.mesh_size(cfg.mesh) > 1:
+    return jax.jit(streams, out_shardings=sharding.replicated(cfg.mesh))
+  return jax.jit(streams)

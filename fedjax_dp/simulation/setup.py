@@ -1,0 +1,279 @@
+"""The server's work before round 1: validation, setup, S, slots, the round's config."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import features as features_lib
+from fedjax_dp import keys, sampling, sharding
+from fedjax_dp.data import ClientData
+from fedjax_dp.errors import ConfigError
+from fedjax_dp.models import FlatModel
+from fedjax_dp.privacy import accounting, secure_aggregation
+from fedjax_dp.schemes.base import Scheme, SetupData, Traits
+from fedjax_dp.simulation.config import RunConfig
+from fedjax_dp.simulation.round import RoundConfig, ServerState
+
+# Cohorts above this many slots are trained and summed AUTO_CHUNK at a time.
+AUTO_CHUNK_ABOVE = 256
+AUTO_CHUNK = 128
+# On a CPU the cohort goes CPU_CHUNK_PER_DEVICE slots a device at a time: a
+# chunk of padding slots only (a Poisson cohort smaller than its capacity) is
+# then skipped, not trained, and smaller chunks cost nothing there
+# (docs/performance.md, "Chunks on a CPU"). Where chunks would train more
+# slots over the planned rounds than one piece (a cohort that is always
+# full, such as thesis Table 8.3's 10 clients), the cohort goes in one piece.
+CPU_CHUNK_PER_DEVICE = 4
+
+
+def default_chunk(capacity: int, devices: int, robust: bool,
+                  cohort_sizes: np.ndarray) -> int | None:
+  """The slots trained and summed at a time when ``client_chunk`` is None.
+
+  Args:
+    capacity: The cohort's slots.
+    devices: The devices the slots are sharded over.
+    robust: A robust aggregator (it needs every update at once).
+    cohort_sizes: The planned rounds' cohort sizes: on a CPU the chunks are
+      used only if they train fewer slots over these rounds than one piece
+      does (every chunk holding a sampled client is trained).
+  """
+  if robust:
+    return None
+  if jax.default_backend() == "cpu":
+    chunk = CPU_CHUNK_PER_DEVICE * devices
+    if capacity <= chunk:
+      return None
+    filled = np.minimum(np.asarray(cohort_sizes), capacity)
+    if np.sum(-(-filled // chunk) * chunk) >= capacity * filled.size:
+      return None
+    return chunk
+  return AUTO_CHUNK if capacity > AUTO_CHUNK_ABOVE else None
+
+
+class Communication(NamedTuple):
+  """Secure-aggregation settings and bits per value up and down."""
+
+  secure_bits: int | None
+  secure_scale: float
+  secure_frac_bits: int | None
+  upstream_bits: float
+  downstream_bits: int
+
+
+def communication(traits: Traits, cfg: RunConfig, capacity: int,
+                  clip_norm: float | None) -> Communication:
+  """Secure-aggregation settings and bits per value up and down.
+
+  Secure aggregation applies to DP schemes and to schemes with bounded
+  integer messages (FL-SIGN, signSGD); the bit width is ``--secure-bits`` or
+  thesis 5.2.4's ``ceil(log2((12 S sigma + max|x|) |K| 2^f))`` with |K| the
+  largest cohort (capacity), S sigma the aggregate noise std, max|x| the
+  largest noiseless coordinate (1 for signs, S after clipping) and 2^f the
+  fixed-point scale (1 for integers). Without it a value costs 32 bits, or
+  the scheme's own figure (1 for a sign; the thesis modulus for FL-SIGN-DP,
+  whose Alg. 9 always encrypts).
+  """
+  sec = cfg.secure
+  integer = traits.integer_messages
+  scale = 1.0 if integer else float(2 ** sec.secure_frac_bits)
+  max_abs = traits.max_abs_value or clip_norm
+  noise_std = clip_norm * cfg.privacy.noise_multiplier if traits.dp else 0.0
+
+  def formula(scale):
+    return secure_aggregation.bit_width(noise_std, max_abs, capacity, scale)
+
+  secure = sec.secure_aggregation and (traits.dp or integer)
+  bits = (sec.secure_bits or formula(scale)) if secure else None
+  up = traits.upstream_bits
+  if bits is not None:
+    up = bits
+  elif up is None:
+    up = formula(1.0)
+  return Communication(bits, scale if secure else 1.0,
+                       None if (not secure or integer) else sec.secure_frac_bits, up,
+                       traits.downstream_bits)
+
+
+class Prepared(NamedTuple):
+  """A run after the server's setup, ready for round 1 (:func:`prepare`).
+
+  Attributes:
+    scheme: The scheme, bound to the run (``Scheme.bind``).
+    state: The initial server state.
+    clip_norm: S for DP schemes (given, calibrated or the scheme's own), else
+      None.
+    num_values: m, values per message.
+    round_cfg: The static round configuration.
+    comm: Secure aggregation and bits per value.
+    mechanism: What a round releases.
+    sampling_keys: (rounds, 2) every round's sampling key.
+    run_key: The run's root key.
+  """
+
+  scheme: Scheme
+  state: ServerState
+  clip_norm: float | None
+  num_values: int
+  round_cfg: RoundConfig
+  comm: Communication
+  mechanism: accounting.Mechanism
+  sampling_keys: jax.Array
+  run_key: jax.Array
+
+  def feature_state(self, kind: str, state: ServerState | None = None) -> Any:
+    """The state of the run's feature of this kind in ``state`` (default: the
+    initial one); None when the run has no such feature."""
+    state = self.state if state is None else state
+    for f, fstate in zip(self.round_cfg.features, state.features):
+      if f.kind == kind:
+        return fstate
+    return None
+
+
+def _check_clients(data: ClientData) -> None:
+  """Rejects a client without examples (every row the padding label -1).
+
+  Padded clients of unequal size (``fedjax_dp.data.partitioning``) are
+  otherwise fine: local training draws only real rows and the losses ignore
+  padding; client-level DP clips a client's whole update whatever its size;
+  and record-level DP (CDP-LQ) samples every row with the accounted rate
+  q = |B| / width, a padding row adding a zero gradient.
+  """
+  sizes = np.asarray(jnp.sum(data.y >= 0, axis=1))
+  if sizes.min() < 1:
+    raise ValueError(f"client {int(np.argmin(sizes))} holds no examples (all its labels "
+                     "are the padding label -1)")
+
+
+def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
+                     clip_ratio: float | None) -> float:
+  """S from public data (UAI Sec. 4), at the run's ratio or at ``clip_ratio``."""
+  if clip_ratio is None or clip_ratio == setup_data.ratio:
+    return scheme.calibrate_clip(setup_data, state)
+  at = setup_data._replace(ratio=clip_ratio)
+  return scheme.calibrate_clip(at, scheme.setup(at))
+
+
+def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
+             samples_per_client: int, run_key: jax.Array, slot_multiple: int = 4
+             ) -> features_lib.Context:
+  """Checks a config with a scheme, a model and the data's shape.
+
+  Returns:
+    The features' :class:`~fedjax_dp.features.Context` (S not yet known).
+
+  Raises:
+    ConfigError: One line naming the field (a plain ValueError for the data).
+  """
+  cfg.validate(num_clients)
+  n = model.num_params
+  scheme.validate(n, cfg.ratio)
+  optimizer = cfg.training.local_optimizer
+  if optimizer not in scheme.traits.local_optimizers:
+    raise ConfigError("local_optimizer", f"{optimizer!r} does not apply to {scheme.name}, "
+                      f"which trains with {' or '.join(scheme.traits.local_optimizers)}")
+  metric = cfg.training.selection_metric
+  if metric != "accuracy" and model.loss_name != "sigmoid_ce":
+    raise ConfigError("selection_metric", f"{metric!r} needs a binary model; {model.name} "
+                      "is evaluated by accuracy")
+  _check_aggregator(cfg, scheme)
+  k = scheme.num_values(n, cfg.ratio)
+  mechanism = scheme.mechanism(cfg.privacy.noise_multiplier, k, cfg.local, samples_per_client)
+  ctx = features_lib.Context(cfg, scheme, num_clients, n, k, mechanism, run_key, slot_multiple)
+  for feature in features_lib.build(cfg, ctx):
+    feature.validate()
+  accounting.check_mechanism(mechanism, cfg.privacy.accountant, cfg.privacy.sampler)
+  return ctx
+
+
+def _check_aggregator(cfg: RunConfig, scheme: Scheme) -> None:
+  """A robust aggregator needs every individual update in the clear."""
+  if cfg.aggregator is None or not cfg.aggregator.robust:
+    return
+  name = cfg.aggregator.name
+  if cfg.secure.secure_aggregation:
+    raise ConfigError("aggregator", f"{name!r} needs the individual updates, which secure "
+                      "aggregation hides (thesis Sec. 3.3.2)")
+  if scheme.traits.dp:
+    raise ConfigError("aggregator", f"{name!r} needs the individual updates; {scheme.name}'s "
+                      "noise shares are sized for a sum, so its epsilon would not hold")
+  if cfg.execution.client_chunk is not None:
+    raise ConfigError("aggregator", f"{name!r} needs every update at once; client_chunk "
+                      "streams a sum")
+
+
+def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
+            public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
+  """Validates, then runs the server's work before round 1.
+
+  w0, the scheme's setup on public data, S (the user's, calibrated, or the
+  scheme's fixed sensitivity), the cohort capacity, the device mesh, bit
+  widths, the features' states and the round configuration.
+
+  Raises:
+    ValueError: A bad setting (one line, naming the parameter).
+  """
+  num_clients, samples = int(data.x.shape[0]), int(data.x.shape[1])
+  root = keys.run_key(cfg.training.seed)
+  mesh = sharding.client_mesh(cfg.execution.devices)
+  multiple = math.lcm(4, sharding.mesh_size(mesh))
+  ctx = validate(cfg, scheme, model, num_clients, samples, root, multiple)
+  _check_clients(data)
+  traits, train, priv = scheme.traits, cfg.training, cfg.privacy
+  rate = cfg.rate(num_clients)
+  features = features_lib.build(cfg, ctx)
+  sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
+                           )(jnp.arange(1, train.rounds + 1))
+  share = next((s for s in (f.sampler_share(root, num_clients) for f in features)
+                if s is not None), None)
+  sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, rate, priv.sampler, share)
+  capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
+  if priv.max_cohort is not None:  # truncated Poisson: keep a random subset
+    capacity = min(capacity, priv.max_cohort)
+  dropouts = cfg.dropouts.max_dropouts if traits.dp else 0
+  noise_multiplier = priv.noise_multiplier if traits.dp else 0.0
+  setup_data = SetupData(
+      model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
+      public_x=jnp.asarray(public[0]), public_y=jnp.asarray(public[1]),
+      key=keys.purpose(root, keys.SETUP), ratio=cfg.ratio, init_steps=train.init_steps,
+      local=cfg.local, run_key=root, num_clients=num_clients, samples_per_client=samples,
+      rounds=train.rounds, noise_multiplier=noise_multiplier, num_shares=(0, 0))
+  # The features' states and slots first: the noise shares are sized for every slot.
+  inits = [f.init(ctx) for f in features]
+  extra = sum(slots for _, slots in inits)
+  setup_data = setup_data._replace(num_shares=(
+      max(1, int(min(sizes.min(), capacity)) - dropouts), max(1, capacity + extra - dropouts)))
+  scheme_state = scheme.setup(setup_data)
+  clip_norm = None
+  if traits.dp:
+    clip_norm = priv.clip_norm
+    if traits.fixed_sensitivity:
+      clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
+    elif clip_norm is None:
+      clip_norm = _calibrated_clip(scheme, setup_data, scheme_state, priv.clip_ratio)
+    scheme = scheme.bind(setup_data, clip_norm)
+  features = features_lib.build(cfg, ctx._replace(scheme=scheme, clip_norm=clip_norm))
+  comm = communication(traits, cfg, capacity + extra, clip_norm)
+  client_chunk = cfg.execution.client_chunk
+  robust = cfg.aggregator is not None and cfg.aggregator.robust
+  if client_chunk is None:
+    client_chunk = default_chunk(capacity + extra, sharding.mesh_size(mesh), robust, sizes)
+  round_cfg = RoundConfig(
+      scheme=scheme, num_clients=num_clients, clients_per_round=train.clients_per_round,
+      capacity=capacity, sampler=priv.sampler, num_kept=ctx.num_values,
+      local_steps=train.local_steps, batch_size=train.batch_size, lr=train.lr,
+      local_optimizer=train.local_optimizer, noise_multiplier=noise_multiplier,
+      clip_norm=clip_norm if traits.dp else 1.0, secure_bits=comm.secure_bits,
+      secure_scale=comm.secure_scale, secure_neighbours=cfg.secure.secure_neighbours,
+      client_chunk=client_chunk, mesh=mesh, aggregator=cfg.aggregator if robust else None,
+      features=features, feature_slots=tuple(slots for _, slots in inits))
+  mechanism = scheme.mechanism(noise_multiplier, ctx.num_values, cfg.local, samples)
+  state = ServerState(setup_data.w0, scheme_state, tuple(fstate for fstate, _ in inits))
+  return Prepared(scheme, state, clip_norm, ctx.num_values, round_cfg, comm, mechanism,
+                  sampling_keys, root)
