@@ -81,6 +81,7 @@ from fedjax_dp.data import (PADDING_LABEL, ClientData, DataError, from_client_in
                             holdout_indices, label_summary, load_dataset, partition_indices,
                             public_batch)
 from fedjax_dp.data import archives, idx, medical, shakespeare
+from fedjax_dp.errors import ConfigError
 
 # Test windows evaluated on shakespeare by default: a seeded uniform draw (all
 # ~739,000 would cost ~95 TFLOP an evaluation for the LSTM).
@@ -481,8 +482,8 @@ def _image_federation(dataset: Dataset, num_clients: int, samples_per_client: in
   test_x, test_y = dataset.loader("test", seed)
   if test_size is not None:
     if not 1 <= test_size <= len(test_y):
-      raise ValueError(f"test_size must be in [1, {len(test_y)}] for {dataset.name}, "
-                       f"got {test_size}")
+      raise ConfigError("test_size", f"must be in [1, {len(test_y)}] for {dataset.name}, "
+                        f"got {test_size}")
     test_x, test_y = test_x[:test_size], test_y[:test_size]
   images, labels = dataset.loader("train", seed)
   rest = None
@@ -531,6 +532,11 @@ def _medical_federation(num_clients: int, samples_per_client: int, seed: int,
   if public_size < 2 or public_size % 2:
     raise ValueError(f"the medical public batch holds as many positives as negatives: "
                      f"public size must be even and >= 2, got {public_size}")
+  # medical.MedicalSynthConfig's bounds, named as this function's parameters.
+  if samples_per_client < 2:
+    raise ConfigError("samples_per_client", f"must be an integer >= 2, got {samples_per_client}")
+  if test_size is not None and test_size < 2:
+    raise ConfigError("test_size", f"must be an integer >= 2, got {test_size}")
   config = medical.MedicalSynthConfig(
       seed=seed, hospitals=num_clients, patients_per_hospital=samples_per_client,
       public_positives=public_size // 2, public_negatives=public_size // 2,
@@ -572,7 +578,8 @@ def _hold_out_windows(x: np.ndarray, y: np.ndarray, size: int, seed: int,
     y: (clients, width) labels, changed in place.
     size: Windows to hold out.
     seed: Seed of the draw.
-    name: What ``size`` is called in the error message.
+    name: The field ``size`` is (``public_size`` or ``holdout``), named by
+      its ConfigError.
 
   Returns:
     (windows, labels) of the public set, in client and row order.
@@ -584,8 +591,8 @@ def _hold_out_windows(x: np.ndarray, y: np.ndarray, size: int, seed: int,
   spare = np.maximum(counts - 1, 0)
   total = int(spare.sum())
   if not 1 <= size <= total:
-    raise ValueError(f"{name} must be in [1, {total}] for shakespeare with "
-                     f"{len(counts)} clients (each keeps one window), got {size}")
+    raise ConfigError(name, f"must be in [1, {total}] for shakespeare with "
+                      f"{len(counts)} clients (each keeps one window), got {size}")
   pick = _draw(seed, _PUBLIC, total, size)
   owner = np.repeat(np.arange(len(counts)), spare)
   row = np.arange(total) - np.repeat(np.cumsum(spare) - spare, spare) + 1
@@ -606,15 +613,15 @@ def _shakespeare_federation(num_clients: int, samples_per_client: int, seed: int
   loaded = shakespeare.load_shakespeare(max_samples_per_client=samples_per_client, seed=seed)
   available = loaded.summary["clients"]
   if not 1 <= num_clients <= available:
-    raise ValueError(f"num_clients must be in [1, {available}] for shakespeare (its roles "
-                     f"with a training window), got {num_clients}")
+    raise ConfigError("num_clients", f"must be in [1, {available}] for shakespeare (its "
+                      f"roles with a training window), got {num_clients}")
   if num_clients == available:
     kept = np.arange(available)
     x, y = loaded.x, loaded.y  # built for this call: changed in place
   else:
     kept = _draw(seed, _CLIENTS, available, num_clients)
     x, y = loaded.x[kept], loaded.y[kept]
-  public = (_hold_out_windows(x, y, holdout, seed, "public set size") if holdout
+  public = (_hold_out_windows(x, y, holdout, seed, "holdout") if holdout
             else _hold_out_windows(x, y, public_size, seed))
   width = int((y != PADDING_LABEL).sum(axis=1).max())
   x, y = x[:, :width], y[:, :width]
@@ -626,8 +633,8 @@ def _shakespeare_federation(num_clients: int, samples_per_client: int, seed: int
   if test_size is None:
     test_size = min(SHAKESPEARE_TEST_SIZE, len(test_y))
   elif not 1 <= test_size <= len(test_y):
-    raise ValueError(f"test_size must be in [1, {len(test_y)}] for shakespeare (the test "
-                     f"windows of {num_clients} clients), got {test_size}")
+    raise ConfigError("test_size", f"must be in [1, {len(test_y)}] for shakespeare (the "
+                      f"test windows of {num_clients} clients), got {test_size}")
   if test_size < len(test_y):
     chosen = _draw(seed, _TEST, len(test_y), test_size)
     test_x, test_y = test_x[chosen], test_y[chosen]
@@ -688,10 +695,10 @@ def _femnist_federation(num_clients: int, samples_per_client: int, seed: int,
                              np.split(np.arange(len(flat)), np.cumsum(sizes)[:-1]))
   size = holdout or public_size
   pool = _writer_rows(bounds, np.sort(order[need:]))
-  name = "public set size" if holdout else "public_size"
   if not 1 <= size <= len(pool):
-    raise ValueError(f"{name} must be in [1, {len(pool)}] for femnist (the training examples "
-                     f"of the {total - need} writers no client holds), got {size}")
+    raise ConfigError("holdout" if holdout else "public_size",
+                      f"must be in [1, {len(pool)}] for femnist (the training examples of "
+                      f"the {total - need} writers no client holds), got {size}")
   rows = pool[_draw(seed, _PUBLIC, len(pool), size)]
   public = (_scaled(255 - train.images[rows]), train.labels[rows].astype(np.int32))
   index = {writer: i for i, writer in enumerate(test.writer_ids)}
@@ -702,8 +709,8 @@ def _femnist_federation(num_clients: int, samples_per_client: int, seed: int,
                      "example; choose more clients")
   if test_size is not None:
     if not 1 <= test_size <= len(mine):
-      raise ValueError(f"test_size must be in [1, {len(mine)}] for femnist (the test "
-                       f"examples of the clients' writers), got {test_size}")
+      raise ConfigError("test_size", f"must be in [1, {len(mine)}] for femnist (the test "
+                        f"examples of the clients' writers), got {test_size}")
     if test_size < len(mine):
       mine = mine[_draw(seed, _TEST, len(mine), test_size)]
   summary = {"partition": f"by writer ({writers_per_client} writers a client)",
@@ -757,7 +764,8 @@ def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
       :data:`FEMNIST_WRITERS_PER_CLIENT`, the poster's 50).
 
   Raises:
-    ValueError: A bad setting (one line).
+    ValueError: A bad setting (one line; a ``ConfigError`` naming the
+      parameter where one is at fault).
     DataError: Missing or corrupt data files (femnist: also h5py missing).
   """
   dataset = get_dataset(name)

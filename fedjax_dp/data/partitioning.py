@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.data.federated import ClientData, iid_order
+from fedjax_dp.errors import ConfigError
 
 PADDING_LABEL = -1
 METHODS = ("iid", "dirichlet", "shards")
@@ -51,12 +52,13 @@ def _check_method(method, alpha, shards_per_client):
     if alpha is None:
       raise ValueError("method='dirichlet' needs alpha > 0")
     if not np.isfinite(alpha) or alpha <= 0:
-      raise ValueError(f"alpha must be > 0, got {alpha}")
+      raise ConfigError("alpha", f"must be > 0, got {alpha}")
   if method == "shards":
     if shards_per_client is None:
       raise ValueError("method='shards' needs shards_per_client >= 1")
     if not isinstance(shards_per_client, (int, np.integer)) or shards_per_client < 1:
-      raise ValueError(f"shards_per_client must be an integer >= 1, got {shards_per_client!r}")
+      raise ConfigError("shards_per_client",
+                        f"must be an integer >= 1, got {shards_per_client!r}")
 
 
 def _check_xy(x, y) -> tuple[np.ndarray, np.ndarray]:
@@ -202,9 +204,10 @@ def partition_indices(y, num_clients: int, samples_per_client: int, seed: int = 
   _check_method(method, alpha, shards_per_client)
   y = np.asarray(y)
   _check_y(y)
-  for arg, value in (("num_clients", num_clients), ("samples_per_client", samples_per_client)):
-    if value < 1:
-      raise ValueError(f"{arg} must be >= 1, got {value}")
+  if num_clients < 1:
+    raise ConfigError("num_clients", f"must be >= 1, got {num_clients}")
+  if samples_per_client < 1:
+    raise ConfigError("samples_per_client", f"must be >= 1, got {samples_per_client}")
   total = num_clients * samples_per_client
   if total > len(y):
     raise ValueError(f"num_clients * samples_per_client = {total} "
