@@ -40,7 +40,6 @@ one from its checkpoint, as ``sweep.py`` does.
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import pathlib
@@ -51,8 +50,9 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, distributed, experiment, flags, simulation  # noqa: E402
+from fedjax_dp import datasets, distributed, experiment, simulation  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
+from fedjax_dp.cli import types  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
 from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
@@ -73,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
   p = _Parser(prog="fedsmp_ratio_sweep.py", description=__doc__.split("\n\n")[0],
               allow_abbrev=False,
               epilog="Any other option is passed to experiments/sweep.py.")
-  p.add_argument("--epsilon", type=flags.finite("--epsilon"), default=1.0,
+  p.add_argument("--epsilon", type=types.finite("--epsilon"), default=1.0,
                  help="target epsilon after all rounds (default 1.0; Fed-SMP Table I: 1.01)")
-  p.add_argument("--ratios", type=flags.finite("--ratios"), nargs="+", default=list(RATIOS),
+  p.add_argument("--ratios", type=types.finite("--ratios"), nargs="+", default=list(RATIOS),
                  help="compression ratios r (default " + " ".join(map(str, RATIOS)) + ")")
   p.add_argument("--schemes", nargs="+", default=["Fed-SMP-randk", "Fed-SMP-topk"],
                  help="schemes (default Fed-SMP-randk Fed-SMP-topk; FedAvg-randk / "
@@ -125,7 +125,7 @@ def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
   args = sweep_args(forward, name, ratio=[ratio])
   run = experiment.plan(args)[0]
   fed = experiment.load_data(args, [run]).of(run)
-  config = dataclasses.replace(run.config, clip_norm=None)
+  config = run.config.replace(clip_norm=None)
   # Fashion-MNIST and MNIST serve the other one's images to the schemes without
   # a hold-out; the other data sets serve one public set to every scheme (the
   # public hospital, windows or images held out of the clients' data).

@@ -1,10 +1,13 @@
 """The schemes of the seed papers, by name (matched case-insensitively).
 
 Every scheme implements :class:`~fedjax_dp.schemes.base.Scheme`; the
-families register here (one line each), and :func:`register` adds a scheme
-of your own (see ``experiments/examples/``).
+families register here (one line each), each declaring its options as data
+(:class:`~fedjax_dp.options.Option`; the command line, ``fedjax_dp.cli``,
+makes them flags), and :func:`register` adds a scheme of your own (see
+``experiments/examples/``).
 """
 
+from fedjax_dp.options import Option
 from fedjax_dp.schemes import cdp_lq, cs, fedsmp, masked, sign
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 from fedjax_dp.schemes.cdp_lq import LatticeScheme
@@ -65,5 +68,5 @@ def get_scheme(name: str) -> Scheme:
 
 
 __all__ = ["CSScheme", "FAMILIES", "Family", "FedSMPScheme", "LatticeScheme",
-           "LocalTraining", "MaskedScheme", "SCHEMES", "Scheme", "SetupData", "SignScheme",
-           "Traits", "family_of", "get_scheme", "register"]
+           "LocalTraining", "MaskedScheme", "Option", "SCHEMES", "Scheme", "SetupData",
+           "SignScheme", "Traits", "family_of", "get_scheme", "register"]

@@ -30,7 +30,6 @@ never discovered by probing for attributes.
 from __future__ import annotations
 
 import abc
-import argparse
 import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -39,6 +38,7 @@ import jax.numpy as jnp
 
 from fedjax_dp import client
 from fedjax_dp.models import FlatModel
+from fedjax_dp.options import Option
 from fedjax_dp.privacy import noise
 from fedjax_dp.privacy.accounting import Mechanism
 
@@ -190,7 +190,10 @@ class Scheme(abc.ABC):
     return self.traits.uses_ratio
 
   def validate(self, num_params: int, ratio: float) -> None:
-    """Raises ValueError (one line, naming the parameter) for a bad option."""
+    """Raises ValueError (one line) for a bad option: a
+    :class:`~fedjax_dp.errors.ConfigError` naming the attribute where an
+    option of the family sets it (``Option.field``), so that the command
+    line names the option's flag."""
 
   @abc.abstractmethod
   def num_values(self, num_params: int, ratio: float) -> int:
@@ -313,51 +316,50 @@ class Scheme(abc.ABC):
     return {}
 
 
-def _no_flags(group: argparse._ArgumentGroup) -> None:
-  del group
-
-
-def _unchanged(scheme: Scheme, args: argparse.Namespace) -> Scheme:
-  del args
+def _unchanged(scheme: Scheme, options: Mapping[str, Any]) -> Scheme:
+  del options
   return scheme
 
 
-def _given_sigma(scheme: Scheme, args: argparse.Namespace) -> float:
+def _given_sigma(scheme: Scheme, options: Mapping[str, Any]) -> float:
   del scheme
-  return args.noise_multiplier
+  return options["noise_multiplier"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Family:
   """A scheme family's registration: its schemes, options and presets.
 
-  ``fedjax_dp.schemes`` lists the families; the command line
-  (``fedjax_dp.experiment``) adds every family's flags, configures a scheme
-  through its family and applies the family's presets, without knowing any
-  scheme class.
+  ``fedjax_dp.schemes`` lists the families; a front end (the command line,
+  ``fedjax_dp.cli``) offers every family's declared options, configures a
+  scheme through its family with the values given and applies the family's
+  presets, without knowing any scheme class.
 
   Attributes:
-    title: The family's heading in ``--help``.
+    title: The family's heading (``--help``).
     schemes: Its schemes by name.
-    add_flags: Adds the family's options to an argparse group.
-    configure: ``configure(scheme, args)``: the scheme with the options
-      parsed from the command line.
+    options: Its options, declared as data (:class:`~fedjax_dp.options.Option`).
+    configure: ``configure(scheme, options)``: the scheme with the option
+      values applied. ``options`` maps every option's name to its value
+      (:meth:`defaults` where none was given) and holds the run's settings
+      a family may read: ``dataset``, ``delta``, ``noise_multiplier``.
     presets: Per scheme, the sweep settings its paper used (``rounds``,
       ``num_clients``, ``samples_per_client``, ``clients_per_round``,
       ``local_steps``, ``batch_size``, ``lr``) where they differ from the
       UAI 2021 setting; a flag the user gives wins.
     preset_sources: Per scheme, where its preset comes from.
-    noise_multiplier: ``noise_multiplier(scheme, args)``: sigma for a run
-      (default ``--noise-multiplier``).
-    flag_names: The flag of each scheme option that ``validate`` names in
-      its errors (the command line reports the flag).
+    noise_multiplier: ``noise_multiplier(scheme, options)``: sigma for a run
+      (default ``options["noise_multiplier"]``).
   """
 
   title: str
   schemes: Mapping[str, Scheme]
-  add_flags: Callable[[argparse._ArgumentGroup], None] = _no_flags
-  configure: Callable[[Scheme, argparse.Namespace], Scheme] = _unchanged
+  options: tuple[Option, ...] = ()
+  configure: Callable[[Scheme, Mapping[str, Any]], Scheme] = _unchanged
   presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   preset_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
-  noise_multiplier: Callable[[Scheme, argparse.Namespace], float] = _given_sigma
-  flag_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  noise_multiplier: Callable[[Scheme, Mapping[str, Any]], float] = _given_sigma
+
+  def defaults(self) -> dict[str, Any]:
+    """Every option's default, by name."""
+    return {option.name: option.default for option in self.options}

@@ -40,17 +40,19 @@ participations of any client in the run, and also over every round.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import math
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import flags, presets
+from fedjax_dp import options, presets
 from fedjax_dp import keys as keys_lib
 from fedjax_dp.compression import lattice as lattice_lib
 from fedjax_dp.compression import universal_coding
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import analytic_gaussian, per_sample
 from fedjax_dp.privacy.accounting import Mechanism
@@ -112,13 +114,23 @@ class LatticeScheme(Scheme):
     return lattice_lib.make_lattice(self.lattice, self.step, dim)
 
   def validate(self, num_params: int, ratio: float) -> None:
-    """Raises ValueError (one line) for a bad lattice or option."""
+    """Raises ValueError (one line) for a bad lattice or option, a ConfigError
+    naming the option where one is at fault (``lattice_lib.make_lattice``
+    checks the same step and size)."""
     del num_params, ratio
+    if not (isinstance(self.step, (int, float)) and math.isfinite(self.step) and self.step > 0):
+      raise ConfigError("step", f"must be > 0, got {self.step}")
+    dim = self.dim
+    if dim is not None and (int(dim) != dim or dim < 1):
+      raise ConfigError("dim", f"must be a positive int, got {dim}")
+    if self.lattice == "hexagonal" and dim is not None and dim % 2:
+      raise ConfigError("dim", f"must be even for the hexagonal lattice (L/2 copies of A2), "
+                        f"got {dim}")
     self.quantizer  # pylint: disable=pointless-statement
     if self.microbatch < 1:
-      raise ValueError(f"microbatch must be >= 1, got {self.microbatch}")
+      raise ConfigError("microbatch", f"must be >= 1, got {self.microbatch}")
     if self.measured_clients < 0:
-      raise ValueError(f"measured_clients must be >= 0, got {self.measured_clients}")
+      raise ConfigError("measured_clients", f"must be >= 0, got {self.measured_clients}")
 
   def num_values(self, num_params: int, ratio: float) -> int:
     """n values (coded as lattice integers) up per client and round."""
@@ -273,54 +285,48 @@ PRESET_SOURCES = {"CDP-LQ": ("poster (seed 001) Results: 25 participants, Alg. 1
 _DEFAULT = CDP_LQ_SCHEMES["CDP-LQ"]
 
 
-def add_flags(group: argparse._ArgumentGroup) -> None:
-  """The lattice and its measurement."""
-  group.add_argument("--lattice", choices=lattice_lib.KINDS, default=_DEFAULT.lattice,
-                     help="lattice of the quantizer: scalar (Delta Z) or hexagonal (A2) "
-                          "(default scalar)")
-  group.add_argument("--lattice-step", type=flags.positive("--lattice-step"),
-                     default=_DEFAULT.step,
-                     help="Delta, the lattice step in units of the clip norm S (default "
-                          f"{_DEFAULT.step:g}: noise sigma = 1 spans N = sigma/Delta = 4 "
-                          "steps)")
-  group.add_argument("--lattice-dim", type=flags.positive("--lattice-dim", int),
-                     default=None,
-                     help="L, the lattice vector size (default 5, the poster's, for scalar; "
-                          "2 for hexagonal, which needs an even L)")
-  group.add_argument("--lq-step-epsilon", type=flags.positive("--lq-step-epsilon"),
-                     default=None,
-                     help="calibrate CDP-LQ's sigma with the analytical Gaussian mechanism "
-                          "so that one local step is (eps, --delta)-DP (overrides "
-                          "--noise-multiplier for CDP-LQ)")
-  group.add_argument("--lq-measured-clients", type=int, default=_DEFAULT.measured_clients,
-                     help="clients whose bzip2-coded stream is measured in the first round "
-                          "of every evaluation interval (default 1; 0: none)")
-  group.add_argument("--lq-microbatch", type=flags.positive("--lq-microbatch", int),
-                     default=_DEFAULT.microbatch,
-                     help="per-example gradients computed at once per client (memory; "
-                          f"default {_DEFAULT.microbatch})")
+# The lattice and its measurement.
+OPTIONS = (
+    options.Option("lattice", str, _DEFAULT.lattice,
+                   "lattice of the quantizer: scalar (Delta Z) or hexagonal (A2) (default "
+                   "scalar)", choices=lattice_lib.KINDS),
+    options.Option("lattice_step", options.positive, _DEFAULT.step,
+                   f"Delta, the lattice step in units of the clip norm S (default "
+                   f"{_DEFAULT.step:g}: noise sigma = 1 spans N = sigma/Delta = 4 steps)",
+                   field="step"),
+    options.Option("lattice_dim", options.positive_int, None,
+                   "L, the lattice vector size (default 5, the poster's, for scalar; 2 for "
+                   "hexagonal, which needs an even L)", field="dim"),
+    options.Option("lq_step_epsilon", options.positive, None,
+                   "calibrate CDP-LQ's sigma with the analytical Gaussian mechanism so that "
+                   "one local step is (eps, --delta)-DP (overrides --noise-multiplier for "
+                   "CDP-LQ)", field="step_epsilon"),
+    options.Option("lq_measured_clients", int, _DEFAULT.measured_clients,
+                   "clients whose bzip2-coded stream is measured in the first round of every "
+                   "evaluation interval (default 1; 0: none)", field="measured_clients"),
+    options.Option("lq_microbatch", options.positive_int, _DEFAULT.microbatch,
+                   f"per-example gradients computed at once per client (memory; default "
+                   f"{_DEFAULT.microbatch})", field="microbatch"),
+)
 
 
-def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
-  """CDP-LQ with the command line's lattice options."""
-  return dataclasses.replace(scheme, lattice=args.lattice, step=args.lattice_step,
-                             dim=args.lattice_dim, microbatch=args.lq_microbatch,
-                             measured_clients=args.lq_measured_clients,
-                             step_epsilon=args.lq_step_epsilon)
+def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
+  """CDP-LQ with the given lattice options."""
+  return dataclasses.replace(scheme, lattice=values["lattice"], step=values["lattice_step"],
+                             dim=values["lattice_dim"], microbatch=values["lq_microbatch"],
+                             measured_clients=values["lq_measured_clients"],
+                             step_epsilon=values["lq_step_epsilon"])
 
 
-def noise_multiplier(scheme: Scheme, args: argparse.Namespace) -> float:
-  """--noise-multiplier, or the analytical Gaussian calibration of
-  --lq-step-epsilon (Balle and Wang 2018, Alg. 1; sensitivity S)."""
+def noise_multiplier(scheme: Scheme, values: Mapping[str, Any]) -> float:
+  """``noise_multiplier``, or the analytical Gaussian calibration of
+  ``lq_step_epsilon`` at ``delta`` (Balle and Wang 2018, Alg. 1; sensitivity S)."""
   if scheme.step_epsilon is not None:
-    return analytic_gaussian.sigma_for_epsilon(scheme.step_epsilon, args.delta)
-  return args.noise_multiplier
+    return analytic_gaussian.sigma_for_epsilon(scheme.step_epsilon, values["delta"])
+  return values["noise_multiplier"]
 
 
 FAMILY = Family("CDP-LQ: dithered lattice quantization, sample-level DP (poster, seed 001, "
-                "Alg. 1-2)", CDP_LQ_SCHEMES, add_flags=add_flags, configure=configure,
+                "Alg. 1-2)", CDP_LQ_SCHEMES, options=OPTIONS, configure=configure,
                 presets=PRESETS, preset_sources=PRESET_SOURCES,
-                noise_multiplier=noise_multiplier,
-                flag_names={"measured_clients": "--lq-measured-clients",
-                            "microbatch": "--lq-microbatch", "step": "--lattice-step",
-                            "dim": "--lattice-dim"})
+                noise_multiplier=noise_multiplier)

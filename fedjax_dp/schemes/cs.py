@@ -30,16 +30,16 @@ as UAI's FL-BAS-2, under the thesis' name.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, flags, keys, presets
+from fedjax_dp import calibration, keys, options, presets
 from fedjax_dp.compression import dct_cs, fista
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 from fedjax_dp.schemes.masked import MaskedScheme
@@ -143,9 +143,9 @@ class CSScheme(Scheme):
                        f"{', '.join(dct_cs.METHODS)}")
     fista.check_params(self.lam, self.max_iters, self.tol, self.decoder)
     if not 0.0 <= self.momentum < 1.0:
-      raise ValueError(f"server momentum rho must be in [0, 1), got {self.momentum}")
+      raise ConfigError("momentum", f"rho must be in [0, 1), got {self.momentum}")
     if not self.server_lr > 0:
-      raise ValueError(f"server learning rate eta_G must be > 0, got {self.server_lr}")
+      raise ConfigError("server_lr", f"eta_G must be > 0, got {self.server_lr}")
 
   def num_values(self, num_params: int, ratio: float) -> int:
     """m = P * round(r n / P), the compressed length."""
@@ -247,44 +247,44 @@ CS_SCHEMES = {
 _PAPER = CS_SCHEMES["FL-CS"]
 
 
-def add_flags(group: argparse._ArgumentGroup) -> None:
-  """FL-CS / FL-FREQ options; defaults: thesis Table 8.4."""
-  group.add_argument("--chunks", type=int, default=_PAPER.chunks,
-                     help="P, DCT chunks (default 200)")
-  group.add_argument("--cs-lambda", type=flags.finite("--cs-lambda"), default=_PAPER.lam,
-                     help="lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)")
-  group.add_argument("--server-momentum", type=flags.finite("--server-momentum"),
-                     default=_PAPER.momentum,
-                     help="FL-CS server momentum rho (default 0.9)")
-  group.add_argument("--server-lr", type=flags.finite("--server-lr"), default=None,
-                     help="FL-CS global learning rate eta_G (default 0.35; medical-synth "
-                          "1.0, UAI Table 5)")
-  group.add_argument("--decoder", choices=fista.SOLVERS, default=_PAPER.decoder,
-                     help="BPDN solver (default fista)")
-  group.add_argument("--decoder-restart", action="store_true",
-                     help="FISTA with gradient restart")
-  group.add_argument("--decoder-iters", type=int, default=_PAPER.max_iters,
-                     help="decoder steps per round at most (default 100)")
-  group.add_argument("--decoder-tol", type=flags.finite("--decoder-tol"), default=_PAPER.tol,
-                     help="decoder stops when its iterate changes by <= this, relative "
-                          "(default 1e-3)")
-  group.add_argument("--dct-method", choices=dct_cs.METHODS, default=_PAPER.dct_method,
-                     help="DCT implementation, same operator (default auto)")
+# FL-CS / FL-FREQ options; defaults: thesis Table 8.4.
+OPTIONS = (
+    options.Option("chunks", int, _PAPER.chunks, "P, DCT chunks (default 200)"),
+    options.Option("cs_lambda", options.number, _PAPER.lam,
+                   "lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)", field="lam"),
+    options.Option("server_momentum", options.number, _PAPER.momentum,
+                   "FL-CS server momentum rho (default 0.9)", field="momentum"),
+    options.Option("server_lr", options.number, None,
+                   "FL-CS global learning rate eta_G (default 0.35; medical-synth 1.0, "
+                   "UAI Table 5)"),
+    options.Option("decoder", str, _PAPER.decoder, "BPDN solver (default fista)",
+                   choices=fista.SOLVERS),
+    options.Option("decoder_restart", bool, False, "FISTA with gradient restart",
+                   field="restart"),
+    options.Option("decoder_iters", int, _PAPER.max_iters,
+                   "decoder steps per round at most (default 100)", field="max_iters"),
+    options.Option("decoder_tol", options.number, _PAPER.tol,
+                   "decoder stops when its iterate changes by <= this, relative "
+                   "(default 1e-3)", field="tol"),
+    options.Option("dct_method", str, _PAPER.dct_method,
+                   "DCT implementation, same operator (default auto)", choices=dct_cs.METHODS),
+)
 
 
-def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
-  """FL-CS / FL-FREQ with the command line's options (FL-RND has none)."""
+def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
+  """FL-CS / FL-FREQ with the given options (FL-RND has none)."""
   if not isinstance(scheme, CSScheme):
     return scheme
-  server_lr = args.server_lr
+  server_lr = values["server_lr"]
   if server_lr is None:
-    server_lr = (presets.MEDICAL_SERVER_LR if args.dataset == "medical-synth"
+    server_lr = (presets.MEDICAL_SERVER_LR if values.get("dataset") == "medical-synth"
                  else _PAPER.server_lr)
   return dataclasses.replace(
-      scheme, chunks=args.chunks, lam=args.cs_lambda, momentum=args.server_momentum,
-      server_lr=server_lr, decoder=args.decoder, restart=args.decoder_restart,
-      max_iters=args.decoder_iters, tol=args.decoder_tol, dct_method=args.dct_method)
+      scheme, chunks=values["chunks"], lam=values["cs_lambda"],
+      momentum=values["server_momentum"], server_lr=server_lr, decoder=values["decoder"],
+      restart=values["decoder_restart"], max_iters=values["decoder_iters"],
+      tol=values["decoder_tol"], dct_method=values["dct_method"])
 
 
 FAMILY = Family("FL-CS / FL-FREQ (defaults: thesis Table 8.4)", CS_SCHEMES,
-                add_flags=add_flags, configure=configure)
+                options=OPTIONS, configure=configure)

@@ -40,16 +40,17 @@ DP-FedAvg").
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import math
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import calibration, client, flags, keys
+from fedjax_dp import calibration, client, keys, options
 from fedjax_dp.compression import masks
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 from fedjax_dp.schemes.masked import MASKED_SCHEMES
@@ -161,19 +162,20 @@ class FedSMPScheme(Scheme):
       raise ValueError(f"unknown sparsifier {self.sparsifier!r}; choose one of "
                        f"{', '.join(SPARSIFIERS)}")
     if not 0.0 <= self.momentum < 1.0:
-      raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+      raise ConfigError("momentum", f"must be in [0, 1), got {self.momentum}")
     if not 0.0 < self.lr_decay <= 1.0:
-      raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+      raise ConfigError("lr_decay", f"must be in (0, 1], got {self.lr_decay}")
     if (isinstance(self.lr_decay_every, bool) or not isinstance(self.lr_decay_every, int)
         or self.lr_decay_every < 1):
-      raise ValueError(f"lr_decay_every must be an integer >= 1, got {self.lr_decay_every!r}")
+      raise ConfigError("lr_decay_every",
+                        f"must be an integer >= 1, got {self.lr_decay_every!r}")
     if self.server_steps is not None and self.server_steps < 1:
-      raise ValueError(f"server_steps must be >= 1, got {self.server_steps}")
+      raise ConfigError("server_steps", f"must be >= 1, got {self.server_steps}")
     if self.server_epochs is not None and self.server_epochs < 1:
       raise ValueError(f"server_epochs must be >= 1, got {self.server_epochs}")
     if self.sparsifier == "topk" and self.public_holdout < 1:
-      raise ValueError(f"public_holdout must be >= 1 for {self.name}, "
-                       f"got {self.public_holdout}")
+      raise ConfigError("public_holdout", f"must be >= 1 for {self.name}, "
+                        f"got {self.public_holdout}")
     masks.num_kept(num_params, ratio)  # ratio in (0, 1]
 
   def num_values(self, num_params: int, ratio: float) -> int:
@@ -379,50 +381,47 @@ PRESET_SOURCES = {name: ("Fed-SMP Sec. 6.1-6.2 (N, |D_k|, 10 local epochs); "
 # making 5 passes over it a round.
 
 
-def add_flags(group: argparse._ArgumentGroup) -> None:
-  """Local momentum, learning-rate decay, the server's top_k training."""
-  group.add_argument("--momentum", type=flags.unit_interval("--momentum"), default=None,
-                     help="local momentum beta in [0, 1), reset every round (default 0.5)")
-  group.add_argument("--lr-decay", type=flags.finite("--lr-decay"), default=None,
-                     help="learning rate factor, in (0, 1], applied every --lr-decay-every "
-                          "rounds (default 0.99)")
-  group.add_argument("--lr-decay-every", type=flags.positive("--lr-decay-every", int),
-                     default=None,
-                     help="rounds between two learning-rate decays (default: 50 on "
-                          "shakespeare, Fed-SMP Sec. 6.2; else 1, every round)")
-  group.add_argument("--server-steps", type=int, default=None,
-                     help="top_k: server SGD steps per round on its public set (default: "
-                          "T_gd * ceil(public / |B|), the clients' local period)")
-  group.add_argument("--public-holdout", type=int, default=None,
-                     help="top_k: training examples held out of the clients' data as the "
-                          "server's public set (default 1000; svhn 2000; Fed-SMP Sec. 6.1)")
+# Local momentum, learning-rate decay, the server's top_k training.
+OPTIONS = (
+    options.Option("momentum", options.unit_interval, None,
+                   "local momentum beta in [0, 1), reset every round (default 0.5)"),
+    options.Option("lr_decay", options.number, None,
+                   "learning rate factor, in (0, 1], applied every --lr-decay-every rounds "
+                   "(default 0.99)"),
+    options.Option("lr_decay_every", options.positive_int, None,
+                   "rounds between two learning-rate decays (default: 50 on shakespeare, "
+                   "Fed-SMP Sec. 6.2; else 1, every round)"),
+    options.Option("server_steps", int, None,
+                   "top_k: server SGD steps per round on its public set (default: "
+                   "T_gd * ceil(public / |B|), the clients' local period)"),
+    options.Option("public_holdout", int, None,
+                   "top_k: training examples held out of the clients' data as the server's "
+                   "public set (default 1000; svhn 2000; Fed-SMP Sec. 6.1)"),
+)
 
 
-def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
-  """The scheme with the options given on the command line (DP-FedAvg has none).
+def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
+  """The scheme with the options given (DP-FedAvg has none; None: not given).
 
-  ``--lr-decay-every`` left out takes the data set's period
+  ``lr_decay_every`` not given takes the data set's period
   (:data:`LR_DECAY_EVERY`: 50 rounds on shakespeare, else every round), and
   top_k's server period and public set the data set's (:data:`SERVER_EPOCHS`,
   :data:`PUBLIC_HOLDOUTS`).
   """
   if not isinstance(scheme, FedSMPScheme):
     return scheme
-  dataset = getattr(args, "dataset", None)
-  every = getattr(args, "lr_decay_every", None)
-  options = {"momentum": args.momentum, "lr_decay": args.lr_decay,
-             "lr_decay_every": LR_DECAY_EVERY.get(dataset, 1) if every is None else every,
-             "server_steps": args.server_steps, "server_epochs": SERVER_EPOCHS.get(dataset)}
+  dataset = values.get("dataset")
+  every = values.get("lr_decay_every")
+  given = {"momentum": values.get("momentum"), "lr_decay": values.get("lr_decay"),
+           "lr_decay_every": LR_DECAY_EVERY.get(dataset, 1) if every is None else every,
+           "server_steps": values.get("server_steps"),
+           "server_epochs": SERVER_EPOCHS.get(dataset)}
   if scheme.sparsifier == "topk":
-    options["public_holdout"] = (PUBLIC_HOLDOUTS.get(dataset) if args.public_holdout is None
-                                 else args.public_holdout)
-  return dataclasses.replace(scheme, **{k: v for k, v in options.items() if v is not None})
+    holdout = values.get("public_holdout")
+    given["public_holdout"] = PUBLIC_HOLDOUTS.get(dataset) if holdout is None else holdout
+  return dataclasses.replace(scheme, **{k: v for k, v in given.items() if v is not None})
 
 
 FAMILY = Family("Fed-SMP-randk / -topk, FedAvg-randk / -topk (Fed-SMP paper Sec. 4, "
-                "6.1-6.2)", FEDSMP_SCHEMES, add_flags=add_flags, configure=configure,
-                presets=PRESETS, preset_sources=PRESET_SOURCES,
-                flag_names={"momentum": "--momentum", "lr_decay": "--lr-decay",
-                            "lr_decay_every": "--lr-decay-every",
-                            "server_steps": "--server-steps",
-                            "public_holdout": "--public-holdout"})
+                "6.1-6.2)", FEDSMP_SCHEMES, options=OPTIONS, configure=configure,
+                presets=PRESETS, preset_sources=PRESET_SOURCES)

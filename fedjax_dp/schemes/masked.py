@@ -28,15 +28,16 @@ to S and adds a noise share (UAI Algorithm 3): the default
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, flags, keys
+from fedjax_dp import calibration, keys, options
 from fedjax_dp.compression import masks
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 
@@ -87,13 +88,13 @@ class MaskedScheme(Scheme):
     """Checks the server optimiser."""
     del num_params, ratio
     if self.server_optimizer not in SERVER_OPTIMIZERS:
-      raise ValueError(f"server_optimizer must be one of {', '.join(SERVER_OPTIMIZERS)}, "
-                       f"got {self.server_optimizer!r}")
+      raise ConfigError("server_optimizer", f"must be one of {', '.join(SERVER_OPTIMIZERS)}, "
+                        f"got {self.server_optimizer!r}")
     if self.server_optimizer != "sgd" and self.selection != "full":
-      raise ValueError(f"server_optimizer {self.server_optimizer!r} needs the full model "
-                       f"(FL-STD, FL-STD-DP), not {self.name}")
+      raise ConfigError("server_optimizer", f"{self.server_optimizer!r} needs the full model "
+                        f"(FL-STD, FL-STD-DP), not {self.name}")
     if self.server_lr is not None and not self.server_lr > 0:
-      raise ValueError(f"server_lr must be > 0, got {self.server_lr}")
+      raise ConfigError("server_lr", f"must be > 0, got {self.server_lr}")
 
   def server_transform(self) -> optax.GradientTransformation:
     """FedAvgM or FedAdam on the pseudo-gradient ``-mean``."""
@@ -228,25 +229,24 @@ MASKED_SCHEMES = {
 
 
 
-def add_flags(group: argparse._ArgumentGroup) -> None:
-  """The server optimiser of FL-STD / FL-STD-DP."""
-  group.add_argument("--server-optimizer", choices=SERVER_OPTIMIZERS, default="sgd",
-                     help="FL-STD(-DP)'s server step on the mean update: sgd (FedAvg, "
-                          "default), fedavgm (momentum 0.9) or fedadam (optax)")
-  group.add_argument("--server-optimizer-lr", type=flags.positive("--server-optimizer-lr"),
-                     default=None,
-                     help="its learning rate (default 1.0 for fedavgm, 0.01 for fedadam)")
+# The server optimiser of FL-STD / FL-STD-DP.
+OPTIONS = (
+    options.Option("server_optimizer", str, "sgd",
+                   "FL-STD(-DP)'s server step on the mean update: sgd (FedAvg, default), "
+                   "fedavgm (momentum 0.9) or fedadam (optax)", choices=SERVER_OPTIMIZERS),
+    options.Option("server_optimizer_lr", options.positive, None,
+                   "its learning rate (default 1.0 for fedavgm, 0.01 for fedadam)",
+                   field="server_lr"),
+)
 
 
-def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
+def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
   """FL-STD(-DP) with the server optimiser; the subset schemes are unchanged."""
   if scheme.selection != "full":
     return scheme
-  return dataclasses.replace(scheme, server_optimizer=args.server_optimizer,
-                             server_lr=args.server_optimizer_lr)
+  return dataclasses.replace(scheme, server_optimizer=values["server_optimizer"],
+                             server_lr=values["server_optimizer_lr"])
 
 
 FAMILY = Family("FL-STD, FL-TOP, FL-TOP-BIS, FL-BASIC, FL-BAS-2/3/4 (UAI 2021)",
-                MASKED_SCHEMES, add_flags=add_flags, configure=configure,
-                flag_names={"server_optimizer": "--server-optimizer",
-                            "server_lr": "--server-optimizer-lr"})
+                MASKED_SCHEMES, options=OPTIONS, configure=configure)

@@ -23,14 +23,14 @@ down). Its preset samples all clients (C = 1).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client, flags
+from fedjax_dp import client, options
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.privacy.dg_table import (DiscreteGaussianTable, discrete_gaussian_table,
@@ -251,18 +251,17 @@ PRESET_SOURCES = {"FL-SIGN": "thesis Table 8.1", "FL-SIGN-DP": "thesis Table 8.2
                   "signSGD": "thesis Table 8.4, Sec. 4.1.1"}
 
 
-def add_flags(group: argparse._ArgumentGroup) -> None:
-  """--gamma."""
-  group.add_argument("--gamma", type=flags.finite("--gamma"), default=None,
-                     help="server step gamma (default: 0.001 for FL-SIGN and signSGD, "
-                          "0.005 for FL-SIGN-DP)")
+OPTIONS = (options.Option("gamma", options.number, None,
+                          "server step gamma (default: 0.001 for FL-SIGN and signSGD, 0.005 "
+                          "for FL-SIGN-DP)"),)
 
 
-def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
-  """The scheme with --gamma, if given."""
-  return scheme if args.gamma is None else dataclasses.replace(scheme, gamma=args.gamma)
+def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
+  """The scheme with ``gamma``, if given."""
+  gamma = values.get("gamma")
+  return scheme if gamma is None else dataclasses.replace(scheme, gamma=gamma)
 
 
 FAMILY = Family("FL-SIGN / FL-SIGN-DP / signSGD (presets: thesis Tables 8.1, 8.2; "
-                "Sec. 4.1.1)", SIGN_SCHEMES, add_flags=add_flags, configure=configure,
+                "Sec. 4.1.1)", SIGN_SCHEMES, options=OPTIONS, configure=configure,
                 presets=PRESETS, preset_sources=PRESET_SOURCES)

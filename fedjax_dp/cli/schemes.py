@@ -1,0 +1,63 @@
+"""The scheme families' flags, built from their declared options.
+
+A family (``fedjax_dp.schemes.base.Family``) declares its options as data
+(:class:`~fedjax_dp.options.Option`); here each becomes a flag of the
+family's group (``lattice_step``: ``--lattice-step``), the parsed values go
+back to the family as a plain mapping, and a scheme's
+:class:`~fedjax_dp.errors.ConfigError` naming an option's field is reported
+with the option's flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Iterable, Mapping
+
+from fedjax_dp.cli import types
+from fedjax_dp.options import Option
+from fedjax_dp.schemes import Family, Scheme, family_of
+
+
+def add_option(group: argparse._ArgumentGroup, option: Option) -> None:
+  """``option`` as a flag of ``group``: a switch for ``bool``, ``int`` and
+  ``str`` as argparse parses them, any other parser through
+  :func:`~fedjax_dp.cli.types.flagged` (its message after the flag)."""
+  if option.parse is bool:
+    group.add_argument(option.flag, action="store_true", default=bool(option.default),
+                       help=option.help)
+    return
+  parse = option.parse
+  if parse not in (int, str):
+    parse = types.flagged(option.flag, parse)
+  group.add_argument(option.flag, type=None if parse is str else parse,
+                     choices=option.choices, default=option.default, help=option.help)
+
+
+def add_family_flags(parser: argparse.ArgumentParser, families: Iterable[Family]) -> None:
+  """A group of flags per family that declares options, under its title."""
+  for family in families:
+    group = parser.add_argument_group(family.title)
+    for option in family.options:
+      add_option(group, option)
+
+
+def option_values(args: argparse.Namespace) -> Mapping[str, Any]:
+  """What a family is configured with: every parsed flag by its name (the
+  families' options, and ``dataset``, ``delta``, ``noise_multiplier``)."""
+  return vars(args)
+
+
+def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
+  """The scheme with its family's options from the command line."""
+  return family_of(scheme).configure(scheme, option_values(args))
+
+
+def noise_multiplier(scheme: Scheme, args: argparse.Namespace) -> float:
+  """sigma of a run of the scheme (its family's rule: ``--noise-multiplier``
+  unless the family derives it, as CDP-LQ's ``--lq-step-epsilon``)."""
+  return family_of(scheme).noise_multiplier(scheme, option_values(args))
+
+
+def field_flags(family: Family) -> dict[str, str]:
+  """The flag of each scheme attribute the family's options set."""
+  return {option.setting: option.flag for option in family.options}
