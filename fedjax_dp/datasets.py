@@ -348,56 +348,42 @@ def _imdb(split: str, seed: int):
   return archives.load_imdb(split)
 
 
-DATASETS: dict[str, Dataset] = {
-    "fashion-mnist": Dataset(
-        "fashion-mnist", "cnn", presets.FASHION_MNIST, "UAI Table 5",
-        public_source="mnist", loader=_idx_loader("fashion-mnist")),
-    "mnist": Dataset(
-        "mnist", "cnn", presets.FASHION_MNIST, "UAI Table 5 (Fashion-MNIST row)",
-        public_source="fashion-mnist", loader=_idx_loader("mnist")),
-    "medical-synth": Dataset(
-        "medical-synth", "mlp", presets.MEDICAL, "UAI Table 5, medical row",
-        scheme_presets=presets.MEDICAL_SCHEME_PRESETS,
-        preset_sources=presets.MEDICAL_PRESET_SOURCES,
-        selection_metric="balanced_accuracy",
-        public_source="the public hospital, downsampled to 12 + 12 patients",
-        synthetic=True, split_by="hospital"),
-    "shakespeare": Dataset(
-        "shakespeare", "lstm", presets.SHAKESPEARE, presets.SHAKESPEARE_SOURCE,
-        scheme_presets=presets.SHAKESPEARE_SCHEME_PRESETS,
-        preset_sources=presets.SHAKESPEARE_PRESET_SOURCES,
-        selection_metric="accuracy",
-        public_source="1,000 samples held out of the clients' training windows "
-                      "(Fed-SMP Sec. 6.1)",
-        split_by="role", holds_out_public=True),
-    "svhn": Dataset(
-        "svhn", "svhn-cnn", presets.SVHN, presets.SVHN_SOURCE,
-        scheme_presets=presets.SVHN_SCHEME_PRESETS,
-        preset_sources=presets.SVHN_PRESET_SOURCES,
-        public_source="2,000 training examples held out of the clients' (Fed-SMP Sec. 6.1)",
-        loader=_svhn, holds_out_public=True),
-    "cifar10": Dataset(
-        "cifar10", "all-cnn-c", presets.CIFAR10, presets.CIFAR10_SOURCE,
-        scheme_presets=presets.CIFAR10_SCHEME_PRESETS,
-        preset_sources=presets.CIFAR10_PRESET_SOURCES,
-        public_source="one client's share held out of the training set: the 500 augmented "
-                      "copies of 50 training images (this simulator's choice)",
-        loader=_cifar10, holds_out_public=True),
-    "imdb": Dataset(
-        "imdb", "imdb-cnn-lstm", presets.IMDB, presets.IMDB_SOURCE,
-        scheme_presets=presets.IMDB_SCHEME_PRESETS,
-        preset_sources=presets.IMDB_PRESET_SOURCES,
-        public_source="one client's share held out of the training set: 25 reviews (this "
-                      "simulator's choice)",
-        loader=_imdb, holds_out_public=True, num_classes=2),
-    "femnist": Dataset(
-        "femnist", "emnist-cnn", presets.FEMNIST, presets.FEMNIST_SOURCE,
-        scheme_presets=presets.FEMNIST_SCHEME_PRESETS,
-        preset_sources=presets.FEMNIST_PRESET_SOURCES,
-        public_source="1,000 training examples of writers no client holds (this "
-                      "simulator's choice)",
-        split_by="writer", holds_out_public=True, num_classes=62),
-}
+def _dataset(name: str, model: str, **details: Any) -> Dataset:
+  """``name``'s :class:`Dataset`: its setting, presets and their sources from
+  ``presets.DATA_SETTINGS``, the rest from ``details``."""
+  paper = presets.DATA_SETTINGS[name]
+  return Dataset(name, model, paper.setting, paper.source, paper.scheme_presets,
+                 paper.preset_sources, **details)
+
+
+DATASETS: dict[str, Dataset] = {d.name: d for d in (
+    _dataset("fashion-mnist", "cnn", public_source="mnist",
+             loader=_idx_loader("fashion-mnist")),
+    _dataset("mnist", "cnn", public_source="fashion-mnist", loader=_idx_loader("mnist")),
+    _dataset("medical-synth", "mlp", selection_metric="balanced_accuracy",
+             public_source="the public hospital, downsampled to 12 + 12 patients",
+             synthetic=True, split_by="hospital"),
+    _dataset("shakespeare", "lstm", selection_metric="accuracy",
+             public_source="1,000 samples held out of the clients' training windows "
+                           "(Fed-SMP Sec. 6.1)",
+             split_by="role", holds_out_public=True),
+    _dataset("svhn", "svhn-cnn",
+             public_source="2,000 training examples held out of the clients' (Fed-SMP "
+                           "Sec. 6.1)",
+             loader=_svhn, holds_out_public=True),
+    _dataset("cifar10", "all-cnn-c",
+             public_source="one client's share held out of the training set: the 500 "
+                           "augmented copies of 50 training images (this simulator's choice)",
+             loader=_cifar10, holds_out_public=True),
+    _dataset("imdb", "imdb-cnn-lstm",
+             public_source="one client's share held out of the training set: 25 reviews "
+                           "(this simulator's choice)",
+             loader=_imdb, holds_out_public=True, num_classes=2),
+    _dataset("femnist", "emnist-cnn",
+             public_source="1,000 training examples of writers no client holds (this "
+                           "simulator's choice)",
+             split_by="writer", holds_out_public=True, num_classes=62),
+)}
 
 
 def get_dataset(name: str) -> Dataset:

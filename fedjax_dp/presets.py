@@ -14,9 +14,12 @@ Table 5.3 (DP, epsilon). Where both sources cover a cell (FL-CS(-DP) at 5% and
 runs; ``paper_source`` and ``paper_clip_source`` name the table.
 
 The sign family (FL-SIGN, FL-SIGN-DP, signSGD) comes from thesis Tables 4.1,
-4.2, 5.2 and 5.5. Settings that differ from the UAI one (thesis Tables 8.1,
-8.2, 8.4; the Fed-SMP paper Sec. 6.1-6.2; the CDP-LQ poster) are the
-presets of each scheme family (``fedjax_dp.schemes``, ``Family.presets``).
+4.2, 5.2 and 5.5. Settings that differ from the UAI one are the presets of
+each scheme family (``fedjax_dp.schemes``, ``Family.presets``: the Fed-SMP
+paper Sec. 6.1-6.2, the CDP-LQ poster); the thesis' (Tables 8.1-8.4,
+:data:`THESIS_TABLE8_1` and the names after it) are written here, for the
+sign family's presets and the reproduction rows (``fedjax_dp.reproduction``,
+which passes them as sweep flags).
 
 The Shakespeare setting (:data:`SHAKESPEARE`) is the Fed-SMP paper's (Sec.
 6.1-6.2, Table III) where its text kept the numbers, its reference [34]
@@ -27,12 +30,14 @@ numbers are those of this simulator's Fed-SMP Fashion-MNIST preset),
 :data:`CIFAR10_SOURCES` and :data:`IMDB_SOURCES` (thesis Table 8.1, N = 999
 with one client's share as the public set) and :data:`FEMNIST_SOURCES` (the
 CDP-LQ poster, its gaps this simulator's choice) for those data sets'
-settings.
+settings. :data:`DATA_SETTINGS` gathers every data set's setting, its
+source and its per-scheme presets (``fedjax_dp.datasets.DATASETS``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import Any, Mapping, NamedTuple
 
 # UAI 2021 Table 5, Fashion-MNIST row (thesis Table 8.8).
 FASHION_MNIST = {
@@ -50,6 +55,57 @@ FASHION_MNIST = {
 }
 
 PAPER_RATIOS = (0.001, 0.005, 0.01, 0.05, 0.1)
+
+# The thesis' settings for MNIST and Fashion-MNIST (seed kerkouche-thesis-dp-fl-bandwidth-
+# energy.txt, App. 8.3-8.4), each key a sweep setting, in the order the reproduction rows
+# pass them as flags (fedjax_dp.reproduction): the sign family's presets and the thesis
+# tables' rows read them here.
+# Table 8.1 (l.2275-2278, restated in Sec. 4.1.2 l.702): FL-SIGN, FL-CS, FL-TOP and FL-STD
+# on MNIST and Fashion-MNIST (Table 4.1; Tables 6.1 and 6.3), with gamma = 0.001.
+THESIS_TABLE8_1 = {"num_clients": 1000, "clients_per_round": 100,  # C = 0.1
+                   "samples_per_client": 60, "batch_size": 10, "local_steps": 30,
+                   "rounds": 100, "lr": 0.215}
+THESIS_TABLE8_1_GAMMA = 0.001  # FL-SIGN's server step (also Table 8.3's)
+# Table 8.2 (l.2282-2285), the privacy part: UAI Table 5's data setting (FASHION_MNIST:
+# N = 6000, C = 1/60, |D_k| = |B| = 10, T_gd = 5, eta = 0.215) with T_cl = 200, gamma = 0.005
+# and, for FL-SIGN-DP, S = sqrt(n) (no clipping).
+THESIS_TABLE8_2 = {key: FASHION_MNIST[key] for key in (
+    "num_clients", "clients_per_round", "samples_per_client", "batch_size", "local_steps",
+    "rounds", "lr")}
+THESIS_TABLE8_2_GAMMA = 0.005  # FL-SIGN-DP's server step
+# Sec. 6.3 (l.1789-1795): FL-SIGN-DP under attack runs Table 8.2 "except for gamma which is
+# decreased to 0.001"; its malicious clients skip their noise and boost their signs by
+# eta_adv = 5000.
+THESIS_SEC6_3_GAMMA = 0.001
+THESIS_SEC6_3_BOOST = 5000
+# Table 8.4 and Sec. 4.1.1 (signSGD, Table 4.2): every client, the gradient of one
+# mini-batch, UAI Table 5's N, |D_k|, |B| and T_cl.
+THESIS_SIGNSGD = {"num_clients": FASHION_MNIST["num_clients"], "clients_per_round": "all",
+                  "samples_per_client": FASHION_MNIST["samples_per_client"],
+                  "batch_size": FASHION_MNIST["batch_size"], "local_steps": 1,
+                  "rounds": FASHION_MNIST["rounds"]}
+# Table 8.3 (l.2287-2294), the backdoor attacks (Tables 6.5-6.8): N = 10, C = 1; T_cl per
+# table (MNIST in-backdoor 40, out-backdoor 100; CIFAR-10 100 and 300), FL-SIGN's gamma
+# 0.001. MNIST: |D_k| = 6000, |B| = 10, T_gd = 3000, SGD at eta = 0.215. CIFAR-10: |D_k| =
+# 50,000 (of the 10x augmented set; 49,950 here, the server's 500 public images held out,
+# CIFAR10), |B| = 100, T_gd = 1000, Adam at eta = 0.001 (CIFAR10's) and the All-CNN-C's
+# dropout.
+THESIS_TABLE8_3_MNIST = {"num_clients": 10, "clients_per_round": "all",
+                         "samples_per_client": 6000, "batch_size": 10, "local_steps": 3000,
+                         "lr": 0.215}
+# CIFAR-10's All-CNN-C drops half its activations after each strided block in training (App.
+# 8.3, l.2217), in every table of the thesis; the model's default does not.
+THESIS_CIFAR10_DROPOUT = 0.5
+THESIS_TABLE8_3_CIFAR10 = {"num_clients": 10, "clients_per_round": "all",
+                           "samples_per_client": 49950, "batch_size": 100,
+                           "local_steps": 1000, "dropout": THESIS_CIFAR10_DROPOUT}
+
+# Fed-SMP Table I / Fig. 3 (seed fed-smp-sparsified-model-perturbation.txt, Sec. 6.3.2,
+# l.98-116): accuracy against the compression ratio r at epsilon 1.01 (the table's privacy
+# column). Its ratio and accuracy cells are lost in the text this project has: the ratios
+# of the curve run here are this simulator's choice.
+FEDSMP_TABLE1_EPSILON = 1.01
+FEDSMP_RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 
 # UAI 2021 Table 5, medical row (thesis Table 8.8): N = 5010 hospitals,
 # C = 100/5010, T_cl = 100, T_gd = 40, eta = 0.1, delta = 1e-5, sigma = 1.49,
@@ -145,13 +201,6 @@ SHAKESPEARE_SOURCES = {
     "init_steps": "UAI Table 5 (FL-TOP's T_init; not a Fed-SMP setting)",
     "public_batch": "Fed-SMP Sec. 6.1: 1,000 samples of the clients' training set",
 }
-SHAKESPEARE_SOURCE = ("Fed-SMP Sec. 6.1-6.2 (Table III); |K|, |B|, T_cl from its ref. [34]; "
-                      "N, |D_k|, eta, sigma this simulator's choice")
-# Every scheme runs the base setting on Shakespeare: it is the Fed-SMP setting of all the
-# paper's algorithms (Fed-SMP, FedAvg-rand_k/top_k, DP-FedAvg, FedAvg = FL-STD). The other
-# families have no Shakespeare setting of their own, and their image presets do not apply.
-SHAKESPEARE_SCHEME_PRESETS: dict[str, dict] = {}
-SHAKESPEARE_PRESET_SOURCES: dict[str, str] = {}
 
 # The Fed-SMP paper's SVHN setting (seed fed-smp-sparsified-model-perturbation.txt, Sec. 6.1
 # l.154 and Sec. 6.2 l.176-177): the training set is train + extra (73,257 + 531,131 =
@@ -205,14 +254,6 @@ SVHN_SOURCES = {
     "public_batch": "Fed-SMP Sec. 6.1 (l.154): 2,000 training examples (held out of every "
                     "scheme's clients here)",
 }
-SVHN_SOURCE = ("Fed-SMP Sec. 6.1-6.2: N, train + extra, 5 local epochs, 2,000 public examples; "
-               "|K|, |B|, T_cl, eta, sigma lost: this simulator's Fed-SMP Fashion-MNIST "
-               "values")
-# Every scheme runs the SVHN setting: it is the setting of every algorithm of the paper
-# (Fed-SMP-rand_k/top_k, FedAvg-rand_k/top_k, DP-FedAvg, FedAvg = FL-STD), and the other
-# families have none on SVHN; their Fashion-MNIST presets do not apply.
-SVHN_SCHEME_PRESETS: dict[str, dict] = {}
-SVHN_PRESET_SOURCES: dict[str, str] = {}
 
 # Kerkouche's thesis, Table 8.1 (seed kerkouche-thesis-dp-fl-bandwidth-energy.txt
 # l.2275-2278, restated in Sec. 4.1.2 l.702): one setting for FL-SIGN, FL-CS, FL-TOP and
@@ -265,9 +306,6 @@ CIFAR10_SOURCES = _table_8_1_sources(
     "l.2219", "500,000",
     "one client's share, the 10 augmented copies of 50 training images held out (no copy "
     "of them reaches a client)")
-CIFAR10_SOURCE = ("thesis Table 8.1 (CIFAR: |D_k| 500, |B| 50, T_gd 50, T_cl 400, Adam "
-                  "0.001, 500,000 augmented images); N = 999 and the public set this "
-                  "simulator's choice")
 
 IMDB = {
     "num_clients": 999,
@@ -285,14 +323,6 @@ IMDB = {
 }
 IMDB_SOURCES = _table_8_1_sources("l.2221", "25,000",
                                   "one client's share, 25 training reviews held out")
-IMDB_SOURCE = ("thesis Table 8.1 (IMDB: |D_k| 25, |B| 25, T_gd 5, T_cl 100, Adam 0.001); "
-               "N = 999 and the public set this simulator's choice")
-# Table 8.1 is the setting of every scheme the thesis runs on these data sets (FL-SIGN,
-# FL-CS, FL-TOP, FL-STD); the families' Fashion-MNIST presets do not apply to them.
-CIFAR10_SCHEME_PRESETS: dict[str, dict] = {}
-CIFAR10_PRESET_SOURCES: dict[str, str] = {}
-IMDB_SCHEME_PRESETS: dict[str, dict] = {}
-IMDB_PRESET_SOURCES: dict[str, str] = {}
 
 # The CDP-LQ poster's EMNIST setting (seed compressive-dp-fl-lattice-quantization-poster.txt
 # l.107; POSTER_CDP_LQ): 25 participants, non-IID, each holding the data of 50 users
@@ -334,11 +364,60 @@ FEMNIST_SOURCES = {
     "init_steps": "UAI Table 5 (FL-TOP's T_init)",
     "public_batch": f"{_CHOICE}: training examples of writers no participant holds",
 }
-FEMNIST_SOURCE = ("CDP-LQ poster (25 participants of 50 writers, delta 1e-4, sigma 0.25, one "
-                  "gradient a round); model, |K|, |B|, eta, T_cl this simulator's choice")
-# Every scheme runs the poster's setting (its only source on this data set).
-FEMNIST_SCHEME_PRESETS: dict[str, dict] = {}
-FEMNIST_PRESET_SOURCES: dict[str, str] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSetting:
+  """A data set's base setting and where its values come from.
+
+  Attributes:
+    setting: Every scheme's setting on the data set, unless its own preset
+      says otherwise.
+    source: Where ``setting`` comes from, one line.
+    scheme_presets: Per scheme, the settings that differ from ``setting``;
+      None: the scheme families' presets (written for Fashion-MNIST) apply;
+      empty: every scheme runs ``setting``.
+    preset_sources: Per scheme of ``scheme_presets``, its source.
+    value_sources: Per key of ``setting``, its source, where they differ.
+  """
+
+  setting: Mapping[str, Any]
+  source: str
+  scheme_presets: Mapping[str, Mapping[str, Any]] | None = None
+  preset_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  value_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+# Each data set's setting (fedjax_dp.datasets.DATASETS). Every scheme runs the base setting
+# on Shakespeare and SVHN (Fed-SMP's setting of all its algorithms: Fed-SMP-rand_k/top_k,
+# FedAvg-rand_k/top_k, DP-FedAvg, FedAvg = FL-STD), on CIFAR-10 and IMDB (thesis Table 8.1,
+# the setting of every scheme the thesis runs there: FL-SIGN, FL-CS, FL-TOP, FL-STD) and on
+# femnist (the poster's, its only source there): no other family has a setting of its own on
+# them, and the families' Fashion-MNIST presets do not apply.
+DATA_SETTINGS = {
+    "fashion-mnist": DataSetting(FASHION_MNIST, "UAI Table 5"),
+    "mnist": DataSetting(FASHION_MNIST, "UAI Table 5 (Fashion-MNIST row)"),
+    "medical-synth": DataSetting(MEDICAL, "UAI Table 5, medical row", MEDICAL_SCHEME_PRESETS,
+                                 MEDICAL_PRESET_SOURCES),
+    "shakespeare": DataSetting(
+        SHAKESPEARE, "Fed-SMP Sec. 6.1-6.2 (Table III); |K|, |B|, T_cl from its ref. [34]; N, "
+        "|D_k|, eta, sigma this simulator's choice", {}, value_sources=SHAKESPEARE_SOURCES),
+    "svhn": DataSetting(
+        SVHN, "Fed-SMP Sec. 6.1-6.2: N, train + extra, 5 local epochs, 2,000 public examples; "
+        "|K|, |B|, T_cl, eta, sigma lost: this simulator's Fed-SMP Fashion-MNIST values", {},
+        value_sources=SVHN_SOURCES),
+    "cifar10": DataSetting(
+        CIFAR10, "thesis Table 8.1 (CIFAR: |D_k| 500, |B| 50, T_gd 50, T_cl 400, Adam 0.001, "
+        "500,000 augmented images); N = 999 and the public set this simulator's choice", {},
+        value_sources=CIFAR10_SOURCES),
+    "imdb": DataSetting(
+        IMDB, "thesis Table 8.1 (IMDB: |D_k| 25, |B| 25, T_gd 5, T_cl 100, Adam 0.001); "
+        "N = 999 and the public set this simulator's choice", {}, value_sources=IMDB_SOURCES),
+    "femnist": DataSetting(
+        FEMNIST, "CDP-LQ poster (25 participants of 50 writers, delta 1e-4, sigma 0.25, one "
+        "gradient a round); model, |K|, |B|, eta, T_cl this simulator's choice", {},
+        value_sources=FEMNIST_SOURCES),
+}
 
 # UAI Table 7 = thesis Table 8.10: S on the medical data per ratio.
 _MEDICAL_RATIOS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1)

@@ -61,16 +61,26 @@ COMMAND = "command.json"  # in a (row, seed)'s sweep folder: the command it runs
 # figures, and the reasons found for rows that stay off (text_file, reasons).
 TEXT = "reproduction_text.toml"
 
-# Thesis Table 8.1 (MNIST / Fashion-MNIST): the FL-SIGN vs FL-STD setting.
-_TABLE8_1 = ("--num-clients", "1000", "--clients-per-round", "100",
-             "--samples-per-client", "60", "--batch-size", "10", "--local-steps", "30",
-             "--rounds", "100", "--lr", "0.215")
-# Thesis Table 8.2 / UAI Table 5 (the sweep's defaults and FL-SIGN-DP's
-# preset), spelled out for schemes whose preset differs (FL-SIGN: Table 8.1).
-_TABLE8_2 = ("--num-clients", "6000", "--clients-per-round", "100",
-             "--samples-per-client", "10", "--batch-size", "10", "--local-steps", "5",
-             "--rounds", "200", "--lr", "0.215")
-_EPS_ROUNDS, _EPS_RATE, _EPS_CLIENTS, _EPS_DELTA = 200, 100 / 6000, 6000, 1e-5
+
+
+def setting_flags(setting: dict[str, object]) -> tuple[str, ...]:
+  """A preset's settings as sweep flags, in its order: ``{"num_clients": 1000}``
+  gives ``("--num-clients", "1000")``; a float is written ``:g``."""
+  return tuple(part for key, value in setting.items()
+               for part in ("--" + key.replace("_", "-"),
+                            f"{value:g}" if isinstance(value, float) else str(value)))
+
+
+# The thesis' settings (fedjax_dp.presets): Table 8.1 (MNIST / Fashion-MNIST,
+# FL-SIGN vs FL-STD) and Table 8.2 (UAI Table 5: the sweep's defaults and
+# FL-SIGN-DP's preset), spelled out for schemes whose preset differs.
+_TABLE8_1 = setting_flags(presets.THESIS_TABLE8_1)
+_TABLE8_2 = setting_flags(presets.THESIS_TABLE8_2)
+# The thesis' fixed-epsilon tables: Table 8.2's rounds and sampling rate.
+_EPS_ROUNDS = presets.THESIS_TABLE8_2["rounds"]
+_EPS_CLIENTS = presets.THESIS_TABLE8_2["num_clients"]
+_EPS_RATE = presets.THESIS_TABLE8_2["clients_per_round"] / _EPS_CLIENTS
+_EPS_DELTA = presets.FASHION_MNIST["delta"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,9 +262,9 @@ def _uai_table1() -> Table:
 
 # Thesis Table 8.1's CIFAR-10 and IMDB columns are the data sets' presets
 # (presets.CIFAR10, presets.IMDB: Adam at eta 0.001, N 999 and one client's
-# share public); CIFAR's All-CNN-C drops half its activations after each
-# strided block in training (App. 8.3, l.2217), which the model's default does not.
-_TABLE8_1_CIFAR = ("--dataset", "cifar10", "--dropout", "0.5")
+# share public), and CIFAR's All-CNN-C's dropout (presets.THESIS_CIFAR10_DROPOUT).
+_TABLE8_1_CIFAR = ("--dataset", "cifar10",
+                   *setting_flags({"dropout": presets.THESIS_CIFAR10_DROPOUT}))
 _TABLE8_1_IMDB = ("--dataset", "imdb")
 # Thesis Table 4.1 (l.712-715): best accuracy and its round, CIFAR-10 and IMDB.
 _THESIS_TABLE4_1_MORE = {
@@ -341,8 +351,7 @@ def _thesis_eps_table(dataset: str) -> Table:
                _setting("eps", clip=presets.THESIS_STD_DP_CLIP[dataset]), tuple(rows))
 
 
-FEDSMP_RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
-FEDSMP_EPSILON = 1.01  # Fed-SMP Table I
+_FEDSMP = ("Fed-SMP-randk", "Fed-SMP-topk")
 
 
 def _fedsmp_curve() -> Table:
@@ -353,12 +362,13 @@ def _fedsmp_curve() -> Table:
   S is calibrated once per scheme at r = 1 and kept for every ratio
   (``--clip-ratio 1``; the paper tunes one S per data set, Sec. 6.2).
   """
-  flags = ("--noise-multiplier", f"{eps_sigma(FEDSMP_EPSILON, 'rdp'):.4f}",
+  epsilon = presets.FEDSMP_TABLE1_EPSILON
+  flags = ("--noise-multiplier", f"{eps_sigma(epsilon, 'rdp'):.4f}",
            "--accountant", "rdp", "--clip-ratio", "1")
   rows = tuple(Row(name, ratio, None, "Fed-SMP Table I, Sec. 6.3.2 (l.98)", flags)
-               for name in ("Fed-SMP-randk", "Fed-SMP-topk") for ratio in FEDSMP_RATIOS)
+               for name in _FEDSMP for ratio in presets.FEDSMP_RATIOS)
   return Table("fedsmp", "Fed-SMP: accuracy against the compression ratio (Fashion-MNIST)",
-               _setting("fedsmp", epsilon=FEDSMP_EPSILON), rows,
+               _setting("fedsmp", epsilon=epsilon), rows,
                claim=prose(text_file()["claim"]["fedsmp"]))
 
 
@@ -373,7 +383,7 @@ def _fedsmp_natural_curve(dataset: str) -> Table:
   flags = ("--dataset", dataset, "--accountant", "rdp", "--clip-ratio", "1")
   rows = tuple(Row(name, ratio, None, f"Fed-SMP Table {number}, Sec. 6.3.2 (l.188-189)",
                    flags)
-               for name in ("Fed-SMP-randk", "Fed-SMP-topk") for ratio in FEDSMP_RATIOS)
+               for name in _FEDSMP for ratio in presets.FEDSMP_RATIOS)
   return Table(f"fedsmp-{dataset}",
                f"Fed-SMP Table {number}: accuracy against the compression ratio ({data})",
                _setting(f"fedsmp-{dataset}") + _setting("fedsmp-natural"), rows,
@@ -384,10 +394,8 @@ def _fedsmp_natural_curve(dataset: str) -> Table:
 # Tables 6.1/6.3 do not state their ratios, so the backdoor ones are used).
 _ATTACKED = (("FL-SIGN", 1.0), ("FL-STD", 1.0), ("FL-CS", 0.05), ("FL-TOP", 0.005))
 _FRACTIONS = (0.1, 0.2, 0.4)
-# Thesis Table 8.3 (backdoors, MNIST): N 10, C 1, |D_k| 6000, |B| 10, T_gd 3000.
-_TABLE8_3 = ("--dataset", "mnist", "--num-clients", "10", "--clients-per-round", "all",
-             "--samples-per-client", "6000", "--batch-size", "10", "--local-steps", "3000",
-             "--lr", "0.215")
+# Thesis Table 8.3 (backdoors, MNIST; presets.THESIS_TABLE8_3_MNIST).
+_TABLE8_3 = ("--dataset", "mnist", *setting_flags(presets.THESIS_TABLE8_3_MNIST))
 # What a cell costs on the 2-core VMs (docs/attacks.md), and the reduced
 # settings run instead: Table 8.1 (100 rounds x 100 clients x 30 steps)
 # 0.5-4.5 hours a cell, 25 rounds; Table 8.3 (10 clients x 3,000 steps a
@@ -405,8 +413,9 @@ _REDUCED_8_3 = ("--local-steps", "300", "--rounds", "10")
 
 # Thesis Sec. 6.3 (l.1789-1795): FL-SIGN-DP under attack runs Table 8.2 with
 # gamma 0.001, and its attackers skip their noise and send 5000 * sign.
-_SIGN_DP_GAMMA = ("--gamma", "0.001")
-_SIGN_DP_ATTACKERS = ("--boost", "5000", "--attackers-skip-noise")
+_SIGN_DP_GAMMA = setting_flags({"gamma": presets.THESIS_SEC6_3_GAMMA})
+_SIGN_DP_ATTACKERS = (*setting_flags({"boost": presets.THESIS_SEC6_3_BOOST}),
+                      "--attackers-skip-noise")
 
 
 # Thesis Tables 6.1-6.4: FL-SIGN's best accuracy per alpha (10/20/40%); the
@@ -453,13 +462,9 @@ def _thesis_degradation(number: str) -> Table:
                tuple(rows))
 
 
-# Thesis Table 8.3 (backdoors, CIFAR-10): N 10, C 1, |D_k| 50,000 (of the 10x
-# augmented set), |B| 100, T_gd 1000, Adam 0.001 (the data set's preset);
-# T_cl 100 (in) / 300 (out). The 500 public images held out of the 500,000
-# leave each client 49,950.
-_TABLE8_3_CIFAR = ("--dataset", "cifar10", "--num-clients", "10", "--clients-per-round", "all",
-                   "--samples-per-client", "49950", "--batch-size", "100", "--local-steps",
-                   "1000", "--dropout", "0.5")
+# Thesis Table 8.3 (backdoors, CIFAR-10; presets.THESIS_TABLE8_3_CIFAR10, Adam
+# 0.001 from the data set's preset); T_cl 100 (in) / 300 (out).
+_TABLE8_3_CIFAR = ("--dataset", "cifar10", *setting_flags(presets.THESIS_TABLE8_3_CIFAR10))
 # Tables 6.6 and 6.8 (CIFAR-10): FL-CS at r = 60% and FL-TOP at r = 20% (l.1749).
 _ATTACKED_CIFAR = (("FL-SIGN", 1.0), ("FL-STD", 1.0), ("FL-CS", 0.6), ("FL-TOP", 0.2))
 # (kind, classes, rounds, metric, boosts per alpha, model accuracy, second metric).

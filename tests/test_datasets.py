@@ -92,6 +92,21 @@ def test_bad_settings_raise_one_line(call, needle):
   assert "\n" not in str(info.value)
 
 
+def test_each_data_set_takes_its_setting_and_sources_from_one_table():
+  """presets.DATA_SETTINGS writes each data set's setting, its source and its
+  per-scheme presets once (datasets.DATASETS reads them); where it gives its
+  values' sources, every value has one."""
+  assert list(datasets.DATASETS) == list(presets.DATA_SETTINGS)
+  for name, dataset in datasets.DATASETS.items():
+    paper = presets.DATA_SETTINGS[name]
+    assert (dataset.setting, dataset.setting_source, dataset.scheme_presets,
+            dataset.preset_sources) == (paper.setting, paper.source, paper.scheme_presets,
+                                        paper.preset_sources), name
+    assert set(paper.preset_sources) == set(paper.scheme_presets or {}), name
+    assert not paper.value_sources or set(paper.value_sources) == set(paper.setting), name
+  assert presets.DATA_SETTINGS["cifar10"].value_sources is presets.CIFAR10_SOURCES
+
+
 def test_presets_follow_the_dataset():
   """medical-synth: UAI Table 5's medical row for every scheme, T_gd = 5 for
   the CS family (thesis Table 8.5), UAI Table 7's S; MNIST: the image

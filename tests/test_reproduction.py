@@ -37,12 +37,46 @@ def test_every_row_is_a_valid_sweep_with_the_tables_settings():
   # The tables' S, not calibration: UAI Table 6 in Table 1, thesis Table 8.4 in 5.3.
   uai = reproduction.get_table("uai-table1")
   _, run = _planned(uai.select(["FL-CS-DP_r0.05"])[0])
-  assert run.config.clip_norm == pytest.approx(0.57)
+  assert run.config.privacy.clip_norm == pytest.approx(0.57)
   _, run = _planned(uai.select(["FL-TOP-DP_r0.005"])[0])
-  assert run.config.clip_norm == pytest.approx(0.61)
+  assert run.config.privacy.clip_norm == pytest.approx(0.61)
   _, run = _planned(reproduction.get_table("thesis-5.3").select(["FL-CS-DP_r0.2"])[0])
-  assert run.config.clip_norm == pytest.approx(0.98)
+  assert run.config.privacy.clip_norm == pytest.approx(0.98)
   assert run.setting["rounds"] == 200 and run.setting["local_steps"] == 5
+
+
+def test_the_thesis_settings_are_written_once_in_presets():
+  """Thesis Tables 8.1-8.3 and Sec. 6.3 are presets' data: the rows pass
+  them as sweep flags (``setting_flags``), the runs get them, and the sign
+  family's presets hold the same values (issue 40)."""
+  assert reproduction.setting_flags({"num_clients": 10, "clients_per_round": "all",
+                                     "lr": 0.215}) == (
+      "--num-clients", "10", "--clients-per-round", "all", "--lr", "0.215")
+  cases = [("thesis-4.1", "FL-STD_mnist", presets.THESIS_TABLE8_1),
+           ("thesis-6.10", "FL-SIGN_alpha0.1", presets.THESIS_TABLE8_2),
+           ("thesis-6.5", "FL-STD_alpha0.1", presets.THESIS_TABLE8_3_MNIST)]
+  def passes(row, setting):
+    flags, part = row.flags, reproduction.setting_flags(setting)
+    return any(flags[i:i + len(part)] == part for i in range(len(flags)))
+
+  for table, slug, setting in cases:
+    [row] = reproduction.get_table(table).select([slug])
+    assert passes(row, setting), (table, slug)
+    _, run = _planned(row)
+    assert {k: run.setting[k] for k in setting if k != "clients_per_round"} == {
+        k: v for k, v in setting.items() if k != "clients_per_round"}
+  [cifar] = reproduction.get_table("thesis-6.6").select(["FL-STD_alpha0.1"])
+  assert passes(cifar, presets.THESIS_TABLE8_3_CIFAR10)
+  [sign_dp] = reproduction.get_table("thesis-6.9").select(["FL-SIGN-DP_eps1-alpha0.1"])
+  args, _ = _planned(sign_dp)
+  assert (args.gamma, args.boost) == (presets.THESIS_SEC6_3_GAMMA, presets.THESIS_SEC6_3_BOOST)
+  from fedjax_dp.schemes import sign  # pylint: disable=import-outside-toplevel
+  assert sign.PRESETS == {"FL-SIGN": presets.THESIS_TABLE8_1,
+                          "FL-SIGN-DP": presets.THESIS_TABLE8_2,
+                          "signSGD": presets.THESIS_SIGNSGD}
+  assert {name: s.gamma for name, s in sign.SIGN_SCHEMES.items()} == {
+      "FL-SIGN": presets.THESIS_TABLE8_1_GAMMA, "FL-SIGN-DP": presets.THESIS_TABLE8_2_GAMMA,
+      "signSGD": presets.THESIS_TABLE8_1_GAMMA}
 
 
 def test_uai_table1_has_its_sixteen_rows_at_half_a_percent():
@@ -60,13 +94,13 @@ def test_fixed_epsilon_rows_run_the_sigma_of_their_epsilon(eps):
   table = reproduction.get_table("thesis-5.2")
   row = table.select([f"FL-SIGN-DP_eps{eps:g}"])[0]
   args, run = _planned(row)
-  sigma = run.config.noise_multiplier
+  sigma = run.config.privacy.noise_multiplier
   q = run.setting["clients_per_round"] / run.setting["num_clients"]
   got = accounting.epsilon(sigma, q, run.setting["rounds"], args.delta, "moments")
   assert eps - 0.01 <= got <= eps  # the smallest sigma meeting the target
   assert accounting.epsilon(sigma * 0.95, q, 200, 1e-5, "moments") > eps
   std = table.select([f"FL-STD-DP_eps{eps:g}"])[0]
-  assert _planned(std)[1].config.clip_norm == 2.15  # thesis Table 8.2
+  assert _planned(std)[1].config.privacy.clip_norm == 2.15  # thesis Table 8.2
 
 
 def test_fedsmp_curve_runs_one_epsilon_and_one_s_at_every_ratio():
@@ -75,13 +109,13 @@ def test_fedsmp_curve_runs_one_epsilon_and_one_s_at_every_ratio():
   sigmas = set()
   for row in table.rows:
     args, run = _planned(row)
-    assert run.config.clip_norm is None and run.config.clip_ratio == 1.0
+    assert run.config.privacy.clip_norm is None and run.config.privacy.clip_ratio == 1.0
     assert args.accountant == "rdp"
-    sigmas.add(run.config.noise_multiplier)
+    sigmas.add(run.config.privacy.noise_multiplier)
     q = run.setting["clients_per_round"] / run.setting["num_clients"]
-    eps = accounting.epsilon(run.config.noise_multiplier, q, run.setting["rounds"],
+    eps = accounting.epsilon(run.config.privacy.noise_multiplier, q, run.setting["rounds"],
                              args.delta, "rdp")
-    assert 1.0 <= eps <= reproduction.FEDSMP_EPSILON
+    assert 1.0 <= eps <= presets.FEDSMP_TABLE1_EPSILON
   assert len(sigmas) == 1
 
 
@@ -315,14 +349,16 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   t65 = reproduction.get_table("thesis-6.5")
   row = t65.select(["FL-CS_r0.05_alpha0.4"])[0]
   args, run = _planned(row)
-  assert run.config.attack.kind == "in-backdoor" and run.config.attack.boost == 1
+  attack = run.config.feature("attack")
+  assert attack.kind == "in-backdoor" and attack.boost == 1
   # eta_adv 7 at 10% malicious, but never for FL-CS in this table (l.1737).
-  boosts = {r.scheme: _planned(r)[1].config.attack.boost for r in t65.select(["*alpha0.1"])}
+  boosts = {r.scheme: _planned(r)[1].config.feature("attack").boost
+            for r in t65.select(["*alpha0.1"])}
   assert boosts == {"FL-SIGN": 7, "FL-STD": 7, "FL-CS": 1, "FL-TOP": 7}
   # Gradient ascent boosts FL-CS too (Table 6.3, l.1653).
   [cs63] = reproduction.get_table("thesis-6.3").select(["FL-CS_r0.05_alpha0.1"])
-  assert _planned(cs63)[1].config.attack.boost == 10
-  assert (run.config.attack.source, run.config.attack.target) == (5, 7)
+  assert _planned(cs63)[1].config.feature("attack").boost == 10
+  assert (attack.source, attack.target) == (5, 7)
   assert run.setting["local_steps"] == 3000 and run.setting["num_clients"] == 10
   assert (row.paper.accuracy, row.attack_metric, row.paper_attack) == (
       .97, "class_accuracy", .74)
@@ -347,11 +383,11 @@ def test_fl_sign_dp_rows_of_the_degradation_tables_follow_l1795():
     row = reproduction.get_table(name).select(["FL-SIGN-DP*"])
     assert len(row) == 1 and row[0].diverges and row[0].paper is None
     run = _planned(row[0])[1]
-    attack = run.config.attack
+    attack = run.config.feature("attack")
     assert (attack.kind, attack.fraction, attack.boost, attack.skip_noise) == (
         kind, 0.01, 5000.0, True)
     assert attack.selection == "cohort" and run.setting["num_clients"] == 6000
-    assert run.config.noise_multiplier == pytest.approx(reproduction.eps_sigma(1), abs=1e-4)
+    assert run.config.privacy.noise_multiplier == pytest.approx(reproduction.eps_sigma(1), abs=1e-4)
 
 
 def _attack_summary(row, accuracy, attack_value=None, reduced=False):
@@ -561,17 +597,17 @@ def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
   assert len(t611.rows) == 17  # 3 eps x 4 alpha, FL-SIGN x 4, FL-STD at 2% (l.1793)
   row = t611.select(["FL-SIGN-DP_eps2-alpha0.02"])[0]
   _, run = _planned(row)
-  attack = run.config.attack
+  attack = run.config.feature("attack")
   assert (attack.kind, attack.source, attack.target) == ("out-backdoor", 0, 1)
   assert attack.boost == 5000 and attack.skip_noise and attack.selection == "cohort"
   assert attack.fraction == pytest.approx(0.02)
-  assert run.config.noise_multiplier == pytest.approx(reproduction.eps_sigma(2.0))
+  assert run.config.privacy.noise_multiplier == pytest.approx(reproduction.eps_sigma(2.0))
   assert run.setting["rounds"] == 200 and run.setting["clients_per_round"] == 100
   assert (row.paper.accuracy, row.paper_attack, row.model_metric) == (
       .98, .99, "main_accuracy")
   sign = t611.select(["FL-SIGN_alpha0.02"])[0]
   _, run = _planned(sign)
-  assert run.config.attack.boost == 1 and not run.config.attack.skip_noise
+  assert run.config.feature("attack").boost == 1 and not run.config.feature("attack").skip_noise
   # Thesis l.1789: every row in Table 8.2's setting, FL-SIGN's (preset: Table 8.1) too.
   table8_2 = {"num_clients": 6000, "clients_per_round": 100, "samples_per_client": 10,
               "batch_size": 10, "local_steps": 5, "rounds": 200, "lr": 0.215}
@@ -583,7 +619,8 @@ def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
   t610 = reproduction.get_table("thesis-6.10")
   fashion = t610.select(["FL-SIGN-DP_eps4-alpha0.4"])[0]
   _, run = _planned(fashion)
-  assert (run.config.attack.source, run.config.attack.target) == (5, 7)  # Sandal, Sneaker
+  attack = run.config.feature("attack")
+  assert (attack.source, attack.target) == (5, 7)  # Sandal, Sneaker
   assert fashion.model_metric == "best_accuracy" and fashion.paper.accuracy == .80
 
 
@@ -926,7 +963,7 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   [cifar] = t41.select(["FL-STD_cifar10"])
   _, run = _planned(cifar)
   assert (cifar.paper.accuracy, cifar.paper.round) == (.86, 375)
-  assert run.setting["local_optimizer"] == "adam" and run.config.local_optimizer == "adam"
+  assert run.setting["local_optimizer"] == "adam" and run.config.training.local_optimizer == "adam"
   assert (run.setting["samples_per_client"], run.setting["batch_size"],
           run.setting["local_steps"], run.setting["rounds"], run.setting["lr"]) == (
               500, 50, 50, 400, 0.001)
@@ -939,17 +976,17 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   t64 = reproduction.get_table("thesis-6.4")
   sign = [r.paper.accuracy for r in t64.rows if r.scheme == "FL-SIGN"]
   assert sign == [.86, .72, .52] and all(r.diverges for r in t64.rows if r.scheme != "FL-SIGN")
-  assert _planned(t64.select(["FL-STD_alpha0.2"])[0])[1].config.attack.boost == 20
+  assert _planned(t64.select(["FL-STD_alpha0.2"])[0])[1].config.feature("attack").boost == 20
   assert [r.paper.accuracy for r in reproduction.get_table("thesis-6.2").rows
           if r.scheme == "FL-SIGN"] == [.86, .86, .54]
   # Table 6.6: airplane -> ship, FL-CS at 60% unboosted, FL-TOP at 20%, eta_adv 7/4/2.
   t66 = reproduction.get_table("thesis-6.6")
-  boosts = {(r.scheme, r.ratio): _planned(r)[1].config.attack.boost
+  boosts = {(r.scheme, r.ratio): _planned(r)[1].config.feature("attack").boost
             for r in t66.select(["*alpha0.2"])}
   assert boosts == {("FL-SIGN", 1.0): 4, ("FL-STD", 1.0): 4, ("FL-CS", 0.6): 1,
                     ("FL-TOP", 0.2): 4}
   [std] = t66.select(["FL-STD_alpha0.1"])
-  attack = _planned(std)[1].config.attack
+  attack = _planned(std)[1].config.feature("attack")
   assert (attack.source, attack.target) == (0, 8) and std.paper_attack == .55
   t68 = reproduction.get_table("thesis-6.8")
   assert {_planned(r)[1].setting["rounds"] for r in t68.rows} == {300}
@@ -958,7 +995,7 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   for name, dataset in (("fedsmp-svhn", "svhn"), ("fedsmp-shakespeare", "shakespeare")):
     table = reproduction.get_table(name)
     assert {(r.scheme, r.ratio) for r in table.rows} == {
-        (s, r) for s in ("Fed-SMP-randk", "Fed-SMP-topk") for r in reproduction.FEDSMP_RATIOS}
+        (s, r) for s in ("Fed-SMP-randk", "Fed-SMP-topk") for r in presets.FEDSMP_RATIOS}
     assert {r.dataset for r in table.rows} == {dataset} and table.claim
   [poster] = reproduction.get_table("poster-cdp-lq").rows
   args, run = _planned(poster)
