@@ -34,7 +34,7 @@ def add_option(group: argparse._ArgumentGroup, option: Option) -> None:
 
 
 def add_family_flags(parser: argparse.ArgumentParser, families: Iterable[Family]) -> None:
-  """A group of flags per family that declares options, under its title."""
+  """A group per family, under its title, with a flag per declared option."""
   for family in families:
     group = parser.add_argument_group(family.title)
     for option in family.options:
