@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 # benchmarks/common.py
 from common import best_seconds as _best  # noqa: E402
 from common import compiled_flops, load_paper_data, machine, matmul_gflops  # noqa: E402
-from fedjax_dp import sharding, simulation  # noqa: E402
+from fedjax_dp import features, sharding, simulation  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
 from fedjax_dp.privacy import noise  # noqa: E402
@@ -79,7 +79,7 @@ def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: f
   fixed cohort of ``clients`` real clients (so that clients/s is exact) and
   S = 0.6 where the scheme clips (its cost does not depend on S).
   """
-  cfg = simulation.RunConfig(
+  cfg = simulation.RunConfig.of(
       ratio=ratio, rounds=rounds, clients_per_round=clients, sampler="fixed",
       accountant="rdp", clip_norm=0.6, devices=devices)
   return simulation.prepare(model, get_scheme(scheme_name), data, public, cfg)
@@ -110,7 +110,8 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
   def privacy(state, msgs):
     i = inputs(state)
     num_shares = jnp.maximum(jnp.sum(i.cohort.mask), 1)
-    contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys, num_shares)
+    contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys,
+                               features.Noise(cfg.clip_norm, cfg.noise_multiplier, num_shares))
     if jnp.issubdtype(contribs.dtype, jnp.integer):
       return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
     return noise.masked_sum(contribs, i.cohort.mask)

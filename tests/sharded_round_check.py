@@ -66,7 +66,7 @@ def main():
   test = (np.asarray(data.x[:40, 0]), np.asarray(data.y[:40, 0]))
   public = (np.asarray(data.x[40:50, 0], np.float32) / 255.0, np.asarray(data.y[40:50, 0]))
   records = [simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public,
-                            simulation.RunConfig(rounds=2, clients_per_round=6, eval_every=2,
+                            simulation.RunConfig.of(rounds=2, clients_per_round=6, eval_every=2,
                                                  clip_norm=0.5, devices=d))
              for d in (1, None)]
   out["run"] = {"capacity": [r["capacity"] for r in records],

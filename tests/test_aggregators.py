@@ -89,7 +89,7 @@ def _round(small_federation, name, aggregator, **kw):
   from fedjax_dp.schemes import get_scheme  # pylint: disable=import-outside-toplevel
   from tiny_model import tiny_linear  # pylint: disable=import-outside-toplevel
   data, test, public = small_federation
-  cfg = simulation.RunConfig(ratio=0.5, rounds=2, clients_per_round=12, eval_every=1,
+  cfg = simulation.RunConfig.of(ratio=0.5, rounds=2, clients_per_round=12, eval_every=1,
                              aggregator=aggregator, **kw)
   return simulation.run(tiny_linear(), get_scheme(name), data, test, public, cfg,
                         return_state=True)

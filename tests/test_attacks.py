@@ -9,6 +9,7 @@ import pytest
 import scipy.stats
 
 from fedjax_dp import attacks, keys, sampling, simulation
+from fedjax_dp.features import attack as attack_feature
 from fedjax_dp.attacks import AttackConfig
 from fedjax_dp.data.partitioning import PADDING_LABEL
 from fedjax_dp.schemes import get_scheme
@@ -204,13 +205,13 @@ def test_metrics_use_the_source_class_test_images():
 
 # ------------------------------------------------------------- in the round
 
-_CFG = simulation.RunConfig(ratio=0.5, rounds=2, clients_per_round=20, eval_every=1,
+_CFG = simulation.RunConfig.of(ratio=0.5, rounds=2, clients_per_round=20, eval_every=1,
                             clip_norm=1.0)
 
 
 def _run(small_federation, name, attack, **kw):
   data, test, public = small_federation
-  cfg = dataclasses.replace(_CFG, attack=attack, **kw)
+  cfg = _CFG.replace(attack=attack, **kw)
   return simulation.run(tiny_linear(), get_scheme(name), data, test, public, cfg,
                         return_state=True)
 
@@ -228,17 +229,27 @@ def test_no_malicious_client_changes_nothing(small_federation, name):
 def _messages(small_federation, name, attack):
   """Round 1's malicious messages of the sampled slots, and its inputs."""
   data, _, public = small_federation
-  cfg = dataclasses.replace(_CFG, attack=attack)
+  cfg = _CFG.replace(attack=attack)
   model, scheme = tiny_linear(), get_scheme(name)
   prep = simulation.prepare(model, scheme, data, public, cfg)
   rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
-  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
-  sent = simulation.attack_messages(model, rc, prep.state.weights, inputs, data)
-  return np.asarray(sent(inputs.cohort.indices)), inputs
+  inputs, attacked = _attacked_round(rc, prep, cfg)
+  sent = attack_feature.attack_messages(model, rc, cfg.feature("attack"), prep.state.weights,
+                                        inputs, attacked.attackers, data)
+  return np.asarray(sent(inputs.cohort.indices)), (inputs, attacked)
+
+
+def _attacked_round(rc, prep, cfg):
+  """Round 1's inputs and the attack feature's round value (roles, attackers)."""
+  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.training.seed),
+                                   jnp.int32(1))
+  at = [f.kind for f in rc.features].index("attack")
+  return inputs, inputs.features[at]
 
 
 def test_random_update_attackers_send_their_own_n_0_sigma2_draw(small_federation):
-  msgs, inputs = _messages(small_federation, "FL-STD", AttackConfig("random-update", 0.3))
+  msgs, (inputs, attacked) = _messages(small_federation, "FL-STD",
+                                       AttackConfig("random-update", 0.3))
   n = msgs.shape[1]
   norms = np.linalg.norm(msgs, axis=1) / np.sqrt(n)
   np.testing.assert_allclose(norms, 200.0, rtol=0.05)  # sigma_adv = 200 per weight
@@ -250,7 +261,7 @@ def test_random_update_attackers_send_their_own_n_0_sigma2_draw(small_federation
   assert scipy.stats.kstest(draws / 200.0, "norm").pvalue > 1e-3
   assert scipy.stats.kstest(draws / 180.0, "norm").pvalue < 1e-6
   assert scipy.stats.kstest(draws / 220.0, "norm").pvalue < 1e-6
-  roles = np.asarray(inputs.roles)
+  roles = np.asarray(attacked.roles)
   assert 0 < roles.sum() < np.asarray(inputs.cohort.mask).sum()  # some, not all
 
 
@@ -268,14 +279,15 @@ def _pooled_messages(small_federation, name, attack, **kw):
   """Round 1's attackers' message, their pooled data, and the model and
   weights it was computed at (``kw`` changes the run's config)."""
   data, _, public = small_federation
-  cfg = dataclasses.replace(_CFG, attack=attack, **kw)
+  cfg = _CFG.replace(attack=attack, **kw)
   model, scheme = tiny_linear(), get_scheme(name)
   prep = simulation.prepare(model, scheme, data, public, cfg)
   rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
-  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
-  sent = simulation.attack_messages(model, rc, prep.state.weights, inputs, data)
+  inputs, attacked = _attacked_round(rc, prep, cfg)
+  sent = attack_feature.attack_messages(model, rc, attack, prep.state.weights, inputs,
+                                        attacked.attackers, data)
   message = np.asarray(sent(inputs.cohort.indices))[0]
-  ids = np.asarray(inputs.attackers)
+  ids = np.asarray(attacked.attackers)
   x = jnp.asarray(data.x)[ids].reshape((-1,) + data.x.shape[2:]).astype(jnp.float32)
   if data.x.dtype == jnp.uint8:  # stored as bytes, trained on [0, 1]
     x = x / 255.0
@@ -309,7 +321,7 @@ def test_gradient_ascent_is_the_clients_training_climbing_the_loss_then_boosted(
   attack = AttackConfig("gradient-ascent", 0.3, boost=10)
   one, (x, y), model, w0, cfg = _pooled_messages(small_federation, "FL-STD", attack,
                                                  local_steps=1, batch_size=100_000)
-  np.testing.assert_allclose(one, 10 * cfg.lr * jax.grad(model.loss)(w0, x, y),
+  np.testing.assert_allclose(one, 10 * cfg.training.lr * jax.grad(model.loss)(w0, x, y),
                              rtol=1e-4, atol=1e-6)
   steps, *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=5)
   pooled_loss = lambda update: float(model.loss(w0 + update, x, y))
@@ -324,15 +336,16 @@ def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clie
   -eta * the gradient of the mean loss over that whole pool."""
   data, _, public = small_federation
   attack = AttackConfig("out-backdoor", 0.3, source=0, target=1)
-  cfg = dataclasses.replace(_CFG, attack=attack, local_steps=1, batch_size=100_000)
-  poisoned = simulation.poisoned(data, cfg)
+  cfg = _CFG.replace(attack=attack, local_steps=1, batch_size=100_000)
+  poisoned = attack_feature.poisoned(data, attack, cfg.training.seed)
   model, scheme = tiny_linear(), get_scheme("FL-STD")
   prep = simulation.prepare(model, scheme, poisoned, public, cfg)
   rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
-  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
-  sent = simulation.attack_messages(model, rc, prep.state.weights, inputs, poisoned)
+  inputs, attacked = _attacked_round(rc, prep, cfg)
+  sent = attack_feature.attack_messages(model, rc, attack, prep.state.weights, inputs,
+                                        attacked.attackers, poisoned)
   message = np.asarray(sent(inputs.cohort.indices))[0]
-  ids = np.asarray(inputs.attackers)
+  ids = np.asarray(attacked.attackers)
   honest = np.ones(data.y.shape[0], bool)
   honest[ids] = False
   taken = honest[:, None] & (np.asarray(data.y) == 0)
@@ -342,7 +355,7 @@ def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clie
                             poisoned.attacker_x]).astype(jnp.float32) / 255.0
   pool_y = jnp.concatenate([poisoned.y[ids].reshape(-1), poisoned.attacker_y])
   grad = jax.grad(model.loss)(prep.state.weights, pool_x, pool_y)
-  np.testing.assert_allclose(message, -cfg.lr * grad, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(message, -cfg.training.lr * grad, rtol=1e-4, atol=1e-6)
 
 
 def test_fl_cs_attackers_are_boosted_as_asked(small_federation):
@@ -375,7 +388,7 @@ def test_backdoor_run_reports_class_and_attack_accuracy(small_federation):
       record["history"], key=lambda h: (h["accuracy"], -h["round"]))["attack_accuracy"]
   # The data the run trained on: no honest client holds the source class.
   data = small_federation[0]
-  poisoned = simulation.poisoned(data, dataclasses.replace(_CFG, attack=attack))
+  poisoned = attack_feature.poisoned(data, attack, _CFG.training.seed)
   malicious = np.asarray(attacks.malicious_set(
       keys.purpose(keys.run_key(0), keys.MALICIOUS), data.y.shape[0], 0.2))
   y = np.asarray(poisoned.y)
@@ -393,7 +406,7 @@ def mnist_small():
 
 
 def _mnist_run(fed, name, attack, rounds=12):
-  cfg = simulation.RunConfig(ratio=0.1, rounds=rounds, clients_per_round=20, local_steps=10,
+  cfg = simulation.RunConfig.of(ratio=0.1, rounds=rounds, clients_per_round=20, local_steps=10,
                              batch_size=10, lr=0.1, eval_every=1, sampler="fixed",
                              accountant="rdp", attack=attack)
   return simulation.run(tiny_linear(), get_scheme(name), fed.data, fed.test, fed.public, cfg)
@@ -427,22 +440,22 @@ def test_attackers_who_skip_their_noise_send_boosted_messages(small_federation):
   data, test, public = small_federation
   attack = AttackConfig("in-backdoor", 0.3, boost=5000, source=5, target=7,
                         skip_noise=True)  # an int boost: int8 signs must not wrap
-  cfg = dataclasses.replace(_CFG, rounds=1, attack=attack)
+  cfg = _CFG.replace(rounds=1, attack=attack)
   model, scheme = tiny_linear(), get_scheme("FL-SIGN-DP")
   prep = simulation.prepare(model, scheme, data, public, cfg)
   rc = prep.round_cfg
-  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.seed), jnp.int32(1))
-  agg = simulation.make_aggregate_fn(model, rc)(prep.state.weights, inputs, data)
+  inputs, attacked = _attacked_round(rc, prep, cfg)
+  agg = simulation.make_aggregate_fn(model, rc)(prep.state.weights, inputs, data,
+                                                prep.state.features)
   sent, _ = _messages(small_federation, "FL-SIGN-DP", attack)
-  roles = np.asarray(inputs.roles)
+  roles = np.asarray(attacked.roles)
   assert set(np.unique(sent[roles])) <= {-1, 1}  # signs, boosted after encoding
   honest = dataclasses.replace(attack, fraction=0.0)
-  prep0 = simulation.prepare(model, scheme, data, public, dataclasses.replace(cfg,
-                                                                              attack=honest))
-  inputs0 = simulation.round_inputs(prep0.round_cfg, prep0.state, keys.run_key(cfg.seed),
-                                    jnp.int32(1))
-  total0 = simulation.make_aggregate_fn(model, prep0.round_cfg)(prep0.state.weights,
-                                                                inputs0, data).total
+  prep0 = simulation.prepare(model, scheme, data, public, cfg.replace(attack=honest))
+  inputs0 = simulation.round_inputs(prep0.round_cfg, prep0.state,
+                                    keys.run_key(cfg.training.seed), jnp.int32(1))
+  total0 = simulation.make_aggregate_fn(model, prep0.round_cfg)(
+      prep0.state.weights, inputs0, data, prep0.state.features).total
   # The attackers' 5000 * sign dominate the sum of the honest noisy signs.
   diff = np.asarray(agg.total) - np.asarray(total0)
   assert np.abs(diff).max() > 0.8 * 5000 * roles.sum()

@@ -49,14 +49,14 @@ def test_one_gaussian_release_is_estimated_at_its_analytic_epsilon(sigma):
 
 # --------------------------------------------------------------- in the round
 
-_CFG = simulation.RunConfig(ratio=1.0, rounds=20, clients_per_round=60, eval_every=20,
+_CFG = simulation.RunConfig.of(ratio=1.0, rounds=20, clients_per_round=60, eval_every=20,
                             clip_norm=0.5, noise_multiplier=1.0,
                             audit=canaries.AuditConfig(200))
 
 
 def _run(small_federation, scheme, **kw):
   data, test, public = small_federation
-  cfg = dataclasses.replace(_CFG, **kw)
+  cfg = _CFG.replace(**kw)
   return simulation.run(tiny_linear(), scheme, data, test, public, cfg)
 
 
@@ -116,12 +116,11 @@ def test_canaries_join_like_clients_and_leave_honest_keys_alone(small_federation
   """Canary j is client N + j; the real cohort and its keys are the run's without."""
   data, _, public = small_federation
   model, scheme = tiny_linear(), get_scheme("FL-TOP-DP")
-  plain = simulation.prepare(model, scheme, data, public, dataclasses.replace(_CFG, audit=None,
+  plain = simulation.prepare(model, scheme, data, public, _CFG.replace(audit=None,
                                                                               ratio=0.05))
-  audited = simulation.prepare(model, scheme, data, public, dataclasses.replace(_CFG,
-                                                                                ratio=0.05))
+  audited = simulation.prepare(model, scheme, data, public, _CFG.replace(ratio=0.05))
   rc = audited.round_cfg
-  assert rc.canary_slots > 0 and rc.capacity == plain.round_cfg.capacity
+  assert sum(rc.feature_slots) > 0 and rc.capacity == plain.round_cfg.capacity
   key, t = keys.run_key(0), jnp.int32(3)
   a = simulation.round_inputs(plain.round_cfg, plain.state, key, t)
   b = simulation.round_inputs(rc, audited.state, key, t)
@@ -130,9 +129,9 @@ def test_canaries_join_like_clients_and_leave_honest_keys_alone(small_federation
   np.testing.assert_array_equal(a.noise_keys, b.noise_keys[:cap])
   canary_ids = np.asarray(b.cohort.indices[cap:])[np.asarray(b.cohort.mask[cap:])]
   assert (canary_ids >= 600).all()
-  assert np.asarray(audited.state.audit.inserted)[canary_ids - 600].all()
+  assert np.asarray(audited.feature_state("audit").inserted)[canary_ids - 600].all()
   # A canary sends its direction at 10 S in the message space (k values): clipped to S.
-  sent = canaries.messages(audited.state.audit, jnp.arange(3), rc.clip_norm, False,
+  sent = canaries.messages(audited.feature_state("audit"), jnp.arange(3), rc.clip_norm, False,
                            jnp.float32)
   assert sent.shape == (3, audited.num_values)
   np.testing.assert_allclose(np.linalg.norm(sent, axis=1), canaries.CANARY_NORM
@@ -167,7 +166,7 @@ def test_bad_audits_are_refused(small_federation, kw, match):
   data, _, public = small_federation
   with pytest.raises(ValueError, match=match):
     simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public,
-                       dataclasses.replace(_CFG, **kw))
+                       _CFG.replace(**kw))
 
 
 def test_an_audit_of_a_scheme_without_noise_is_refused(small_federation):

@@ -242,7 +242,7 @@ def test_a_short_run_reports_record_level_epsilon_and_bzip2_bits(small_federatio
   data, test, public = small_federation
   data = simulation.ClientData(data.x[:40], data.y[:40])
   model = tiny_linear()
-  cfg = simulation.RunConfig(rounds=3, clients_per_round=8, local_steps=2, batch_size=5,
+  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=8, local_steps=2, batch_size=5,
                              lr=0.2, noise_multiplier=1.0, clip_norm=0.5, accountant="rdp",
                              eval_every=1)
   rec = simulation.run(model, CDP_LQ, data, test, public, cfg)

@@ -32,7 +32,7 @@ def _kill_after(evaluations):
 def test_resumed_run_equals_the_uninterrupted_run(name, small_federation, tmp_path):
   data, test, public = small_federation
   model, scheme = tiny_linear(), get_scheme(name)
-  cfg = simulation.RunConfig(ratio=0.05, rounds=5, clients_per_round=10, clip_norm=1.0,
+  cfg = simulation.RunConfig.of(ratio=0.05, rounds=5, clients_per_round=10, clip_norm=1.0,
                              eval_every=1)
   whole, whole_state = simulation.run(model, scheme, data, test, public, cfg,
                                       return_state=True)
@@ -64,12 +64,12 @@ def test_resumed_run_equals_the_uninterrupted_run(name, small_federation, tmp_pa
 def test_a_checkpoint_of_another_run_is_not_used(small_federation, tmp_path):
   data, test, public = small_federation
   model, scheme = tiny_linear(), get_scheme("FL-STD")
-  cfg = simulation.RunConfig(rounds=3, clients_per_round=10, eval_every=1)
+  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1)
   path = tmp_path / "run.npz"
   with pytest.raises(_Killed):
     simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(2),
                    checkpoint=path)
-  other = simulation.RunConfig(rounds=3, clients_per_round=10, eval_every=1, seed=1)
+  other = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1, seed=1)
   rounds = []
   simulation.run(model, scheme, data, test, public, other, progress=rounds.append,
                  checkpoint=path)

@@ -169,7 +169,7 @@ def test_every_new_scheme_learns_on_real_data(name, small_federation, linear):
   scheme = get_scheme(name)
   if isinstance(scheme, CSScheme):
     scheme = dataclasses.replace(scheme, chunks=20)
-  cfg = simulation.RunConfig(ratio=0.05, rounds=10, clients_per_round=16, eval_every=5,
+  cfg = simulation.RunConfig.of(ratio=0.05, rounds=10, clients_per_round=16, eval_every=5,
                              noise_multiplier=0.3, clip_norm=None)
   record = simulation.run(linear, scheme, data, test, public, cfg)
   assert record["best_accuracy"] > 0.35, record["history"]  # chance: 0.1

@@ -107,14 +107,14 @@ def test_optimizer_names_and_momentum_are_checked():
 
 
 def test_schemes_declare_the_optimisers_they_follow():
-  cfg = simulation.RunConfig(ratio=0.1, local_optimizer="adam")
+  cfg = simulation.RunConfig.of(ratio=0.1, local_optimizer="adam")
   for name in ("Fed-SMP-randk", "CDP-LQ", "signSGD"):
     with pytest.raises(ValueError, match=f"does not apply to {name}, which trains with sgd"):
       cfg.validate_scheme(get_scheme(name), 6000, 7850)
   for name in ("FL-STD", "FL-TOP-DP", "FL-CS", "FL-SIGN"):
     cfg.validate_scheme(get_scheme(name), 6000, 7850)
   with pytest.raises(ValueError, match="unknown local_optimizer 'adagrad'"):
-    dataclasses.replace(cfg, local_optimizer="adagrad").validate(6000)
+    cfg.replace(local_optimizer="adagrad").validate(6000)
 
 
 @pytest.mark.parametrize("name", ["FL-STD", "FL-TOP-DP"])
@@ -124,7 +124,7 @@ def test_a_run_trains_with_adam_and_says_so(name, small_federation):
   cfg = dict(ratio=0.5, rounds=2, clients_per_round=8, eval_every=1, lr=0.001,
              noise_multiplier=0.3)
   records = {opt: simulation.run(model, get_scheme(name), data, test, public,
-                                 simulation.RunConfig(**cfg, local_optimizer=opt))
+                                 simulation.RunConfig.of(**cfg, local_optimizer=opt))
              for opt in ("sgd", "adam")}
   assert records["adam"]["local_optimizer"] == "adam"
   assert "local_optimizer" not in records["sgd"]  # the records before it: SGD

@@ -71,7 +71,7 @@ def test_a_flax_model_trains_on_partitioned_float_features():
   x = rng.normal(size=(400, 12)).astype(np.float32)
   y = (x[:, 0] > 0).astype(np.int64)
   model = from_flax(Net(), x[:1], loss="sigmoid_ce")
-  cfg = simulation.RunConfig(ratio=0.5, rounds=3, clients_per_round=10)
+  cfg = simulation.RunConfig.of(ratio=0.5, rounds=3, clients_per_round=10)
   record = simulation.run(model, get_scheme("FL-STD"), partition(x, y, 40, 10),
                           (x[:100], y[:100]), (x[:10], y[:10]), cfg)
   assert record["num_params"] == model.num_params

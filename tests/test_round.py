@@ -160,7 +160,7 @@ def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
       return train(w, plan, data, indices, keys)
     return train_and_count
 
-  monkeypatch.setattr(simulation, "make_train_fn", counting)
+  monkeypatch.setattr(simulation.round, "make_train_fn", counting)
   w0 = cnn.init(jax.random.PRNGKey(0))
   state = simulation.ServerState(w0, jnp.zeros((0,), jnp.int32))
   weights = {}

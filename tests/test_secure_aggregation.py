@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedjax_dp import simulation
+from fedjax_dp import features, simulation
 from fedjax_dp.privacy import accounting, noise, secure_aggregation as sa
 from fedjax_dp.schemes import get_scheme
 from tiny_model import tiny_linear
@@ -149,15 +149,28 @@ def test_dropout_scaled_shares_keep_s_sigma_and_unscaled_ones_do_not():
 
 # --- The round: secure aggregation and failures inside the jitted round. -----
 
-def _round(data, scheme, t=1, **kw):
+def _with_dropouts(scheme, max_dropouts=0, dropout_rate=0.0) -> dict:
+  """RoundConfig fields of a round with the dropouts feature."""
+  ctx = features.Context(None, scheme, 600, 7850, 7850, None, jax.random.PRNGKey(1))
+  feature = features.dropouts.Dropouts(simulation.Dropouts(max_dropouts, dropout_rate), ctx)
+  return dict(features=(feature,), feature_slots=(0,))
+
+
+def _dropped(info) -> int:
+  return int(info.features[0]["num_dropped"])
+
+
+def _round(data, scheme, t=1, max_dropouts=0, dropout_rate=0.0, **kw):
   model = tiny_linear()
   base = dict(scheme=scheme, num_clients=600, clients_per_round=10, capacity=24,
               sampler="poisson", num_kept=model.num_params, local_steps=1,
-              batch_size=10, lr=0.1, noise_multiplier=1.0, clip_norm=0.5)
+              batch_size=10, lr=0.1, noise_multiplier=1.0, clip_norm=0.5,
+              **_with_dropouts(scheme, max_dropouts, dropout_rate))
   cfg = simulation.RoundConfig(**{**base, **kw})
   w0 = model.init(jax.random.PRNGKey(0))
   fn = jax.jit(simulation.make_round_fn(model, cfg))
-  state, info = fn(simulation.ServerState(w0, jnp.zeros((0,), jnp.int32)), data,
+  state, info = fn(simulation.ServerState(w0, jnp.zeros((0,), jnp.int32),
+                                          (cfg.features[0].init(None)[0],)), data,
                    jax.random.PRNGKey(1), jnp.int32(t))
   return np.asarray(state.weights - w0, np.float64), info
 
@@ -180,14 +193,15 @@ def test_each_sampled_client_fails_with_the_dropout_rate(small_federation):
   cfg = simulation.RoundConfig(scheme=get_scheme("FL-STD"), num_clients=600,
                                clients_per_round=10, capacity=24, sampler="poisson",
                                num_kept=model.num_params, local_steps=1, batch_size=10,
-                               lr=0.1, dropout_rate=0.2)
+                               lr=0.1, **_with_dropouts(get_scheme("FL-STD"), 0, 0.2))
   fn = jax.jit(simulation.make_round_fn(model, cfg))
-  state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32))
+  state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32),
+                                 (cfg.features[0].init(None)[0],))
   sampled = dropped = 0
   for t in range(1, 301):
     _, info = fn(state, small_federation[0], jax.random.PRNGKey(1), jnp.int32(t))
-    assert 0 <= int(info.num_dropped) <= int(info.num_sampled)
-    sampled, dropped = sampled + int(info.num_sampled), dropped + int(info.num_dropped)
+    assert 0 <= _dropped(info) <= int(info.num_sampled)
+    sampled, dropped = sampled + int(info.num_sampled), dropped + _dropped(info)
   assert sampled > 2500
   assert stats.binomtest(dropped, sampled, 0.2).pvalue > 1e-3
   assert stats.binomtest(dropped, sampled, 0.15).pvalue < 1e-6
@@ -206,7 +220,7 @@ def test_round_with_failures_reports_drops_and_the_noise_follows(t, within,
   clip, sigma, cpr, l = 0.5, 1.0, 10, 3
   diff, info = _round(data, get_scheme("FL-STD-DP"), t=t, lr=1e-12, max_dropouts=l,
                       dropout_rate=0.2, client_chunk=8)
-  k, d = int(info.num_sampled), int(info.num_dropped)
+  k, d = int(info.num_sampled), _dropped(info)
   assert (d <= l) == within and d > 0
   std = clip * sigma * math.sqrt((k - d) / (k - l)) / cpr
   stat = np.sum(diff ** 2) / std ** 2
@@ -218,7 +232,7 @@ def test_round_with_failures_reports_drops_and_the_noise_follows(t, within,
 
 def test_run_reports_bits_overflows_and_under_noised_rounds(small_federation):
   data, test, public = small_federation
-  cfg = simulation.RunConfig(rounds=2, clients_per_round=10, eval_every=2, clip_norm=0.5,
+  cfg = simulation.RunConfig.of(rounds=2, clients_per_round=10, eval_every=2, clip_norm=0.5,
                              secure_aggregation=True, secure_bits=8, dropout_rate=0.3)
   with pytest.warns(UserWarning) as warned:
     rec = simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public, cfg)
@@ -230,19 +244,19 @@ def test_run_reports_bits_overflows_and_under_noised_rounds(small_federation):
   assert rec["dropped_clients"] > 0 and rec["under_noised_rounds"] >= 1
   # Without DP nothing is noised, so nothing is under-noised; no secure sum of floats.
   rec = simulation.run(tiny_linear(), get_scheme("FL-STD"), data, test, public,
-                       dataclasses.replace(cfg, clip_norm=None))
+                       cfg.replace(clip_norm=None))
   assert rec["under_noised_rounds"] == 0 and rec["upstream_bits"] == 32
   assert not rec["secure_aggregation"]
 
 
 def test_default_bit_width_of_a_gaussian_scheme():
   """12 S sigma + S, times the largest cohort and the fixed-point scale 2^f."""
-  cfg = simulation.RunConfig(secure_aggregation=True, clip_norm=0.5, noise_multiplier=1.54)
+  cfg = simulation.RunConfig.of(secure_aggregation=True, clip_norm=0.5, noise_multiplier=1.54)
   traits = get_scheme("FL-TOP-DP").traits
   comm = simulation.communication(traits, cfg, 124, 0.5)
   bits = math.ceil(math.log2((12 * 0.5 * 1.54 + 0.5) * 124 * 2 ** 16))
   assert comm.secure_bits == comm.upstream_bits == bits == 27
   assert comm.secure_scale == 2.0 ** 16 and comm.downstream_bits == 32
-  plain = simulation.communication(traits, dataclasses.replace(cfg, secure_aggregation=False),
+  plain = simulation.communication(traits, cfg.replace(secure_aggregation=False),
                                    124, 0.5)
   assert plain.secure_bits is None and plain.upstream_bits == 32

@@ -67,7 +67,7 @@ def test_server_optimizer_is_refused_off_the_full_model_and_configured_only_ther
 
 def test_a_dp_run_with_fedavgm_reports_it_and_the_same_epsilon(small_federation):
   data, test, public = small_federation
-  cfg = simulation.RunConfig(rounds=2, clients_per_round=10, local_steps=2, batch_size=5,
+  cfg = simulation.RunConfig.of(rounds=2, clients_per_round=10, local_steps=2, batch_size=5,
                              lr=0.1, noise_multiplier=1.0, clip_norm=0.5, devices=1)
   plain = simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public, cfg)
   scheme = dataclasses.replace(get_scheme("FL-STD-DP"), server_optimizer="fedavgm")

@@ -244,7 +244,7 @@ def test_theorem_3_at_the_paper_setting_is_the_gaussian_epsilon():
 
 def test_fl_sign_dp_run_reports_theorem_3_epsilon_and_bits(small_federation):
   data, test, public = small_federation
-  cfg = simulation.RunConfig(rounds=3, clients_per_round=6, eval_every=3,
+  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=6, eval_every=3,
                              noise_multiplier=0.1, secure_aggregation=True,
                              clip_norm=0.1, accountant="rdp")
   model = tiny_linear()
@@ -262,7 +262,7 @@ def test_fl_sign_dp_run_reports_theorem_3_epsilon_and_bits(small_federation):
   # Without secure aggregation the thesis' bits are still reported (Alg. 9 encrypts);
   # FL-SIGN and signSGD send one bit, signSGD receives one.
   rec = simulation.run(model, FL_SIGN, data, test, public,
-                       simulation.RunConfig(rounds=1, clients_per_round=6))
+                       simulation.RunConfig.of(rounds=1, clients_per_round=6))
   assert rec["upstream_bits"] == 1 and rec["epsilon"] is None
 
 

@@ -37,7 +37,7 @@ def _run(model, name, small_federation):
   data, test, public = small_federation
   scheme = get_scheme(name)
   clip = 1.0 if scheme.dp else None  # calibration has its own test
-  cfg = simulation.RunConfig(**{**SMALL, "clip_norm": clip})
+  cfg = simulation.RunConfig.of(**{**SMALL, "clip_norm": clip})
   return scheme, simulation.run(model, scheme, data, test, public, cfg)
 
 
@@ -57,14 +57,14 @@ def test_every_scheme_learns_above_chance(name, small_federation):
 
 def test_truncated_poisson_run_is_accounted_with_pld(small_federation, cnn):
   data, test, public = small_federation
-  cfg = simulation.RunConfig(ratio=0.05, rounds=2, clients_per_round=12, eval_every=2,
+  cfg = simulation.RunConfig.of(ratio=0.05, rounds=2, clients_per_round=12, eval_every=2,
                              clip_norm=1.0, accountant="pld", max_cohort=6)
   rec = simulation.run(cnn, get_scheme("FL-TOP-DP"), data, test, public, cfg)
   assert rec["capacity"] == 6 and rec["truncated_rounds"] >= 1
   assert "truncated" in rec["accountant"].lower()
   assert 0 < rec["epsilon"] < np.inf
   with pytest.raises(ValueError, match="max_cohort"):
-    simulation.RunConfig(max_cohort=6, accountant="moments").validate(600)
+    simulation.RunConfig.of(max_cohort=6, accountant="moments").validate(600)
 
 
 def test_padded_clients_train_and_bad_runs_are_refused(small_federation):
@@ -78,7 +78,7 @@ def test_padded_clients_train_and_bad_runs_are_refused(small_federation):
   padded = simulation.ClientData(jnp.where(real[..., None, None, None], data.x, 0),
                                  jnp.where(real, data.y, -1))
   model = tiny_linear()
-  cfg = simulation.RunConfig(rounds=2, clients_per_round=20, clip_norm=1.0, eval_every=2)
+  cfg = simulation.RunConfig.of(rounds=2, clients_per_round=20, clip_norm=1.0, eval_every=2)
   record = simulation.run(model, get_scheme("FL-STD-DP"), padded, test, public, cfg)
   assert record["best_accuracy"] > CHANCE_PLUS and record["selection_metric"] == "accuracy"
   empty = simulation.ClientData(padded.x, padded.y.at[5].set(-1))
@@ -86,9 +86,9 @@ def test_padded_clients_train_and_bad_runs_are_refused(small_federation):
     simulation.prepare(model, get_scheme("FL-STD"), empty, public, cfg)
   with pytest.raises(ValueError, match="needs a binary model"):
     simulation.prepare(model, get_scheme("FL-STD"), data, public,
-                       simulation.RunConfig(selection_metric="balanced_accuracy"))
-  with pytest.raises(ValueError, match="unknown selection_metric"):
-    simulation.RunConfig(selection_metric="auroc").validate(600)
+                       simulation.RunConfig.of(selection_metric="balanced_accuracy"))
+  with pytest.raises(ValueError, match="selection_metric 'auroc' is unknown"):
+    simulation.RunConfig.of(selection_metric="auroc").validate(600)
 
 
 def test_a_model_whose_outputs_stop_being_finite_is_flagged(small_federation):
@@ -96,7 +96,7 @@ def test_a_model_whose_outputs_stop_being_finite_is_flagged(small_federation):
   model: its record names the first round whose test outputs are NaN or
   infinite, each such evaluation is marked, and the run warns."""
   data, test, public = small_federation
-  cfg = simulation.RunConfig(**{**SMALL, "lr": 3e38, "rounds": 2})
+  cfg = simulation.RunConfig.of(**{**SMALL, "lr": 3e38, "rounds": 2})
   with pytest.warns(UserWarning, match="NaN or infinite at 2 of 2 evaluations, first at "
                                        "round 1"):
     record = simulation.run(tiny_linear(), get_scheme("FL-STD"), data, test, public, cfg)
@@ -112,11 +112,11 @@ def test_clip_ratio_calibrates_one_s_for_every_ratio(small_federation):
   # clip_ratio = 1 gets the S a run at r = 1 calibrates; without it, its own.
   data, _, public = small_federation
   model, scheme = tiny_linear(), get_scheme("Fed-SMP-randk")
-  cfg = simulation.RunConfig(ratio=0.05, rounds=1, clients_per_round=8)
+  cfg = simulation.RunConfig.of(ratio=0.05, rounds=1, clients_per_round=8)
 
   def clip(**kw):
     return simulation.prepare(model, scheme, data, public,
-                              dataclasses.replace(cfg, **kw)).clip_norm
+                              cfg.replace(**kw)).clip_norm
 
   own, full = clip(), clip(ratio=1.0)
   assert clip(clip_ratio=1.0) == pytest.approx(full)

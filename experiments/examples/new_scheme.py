@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
   x, y = user_arrays()
   train = data.partition(x[:5000], y[:5000], num_clients=250, samples_per_client=20, seed=0)
   test, public = (x[5000:], y[5000:]), (x[:10], y[:10])
-  cfg = simulation.RunConfig(rounds=args.rounds, clients_per_round=25, local_steps=5,
+  cfg = simulation.RunConfig.of(rounds=args.rounds, clients_per_round=25, local_steps=5,
                              batch_size=10, lr=0.1, devices=1)
   try:
     record = simulation.run(model, schemes.get_scheme(scheme.name), train, test, public, cfg)

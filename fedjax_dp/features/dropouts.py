@@ -43,10 +43,12 @@ class Dropouts(Feature):
     return Counts(jnp.int32(0), jnp.int32(0)), 0
 
   def begin(self, state, inputs) -> jax.Array | None:
+    """(slots,) bool, the sampled slots whose client fails (None: no failures)."""
     del state
     if self.config.dropout_rate > 0:
-      slots = inputs.cohort.mask.shape[0]
-      return jax.random.bernoulli(inputs.keys.dropout, self.config.dropout_rate, (slots,))
+      mask = inputs.cohort.mask
+      return mask & jax.random.bernoulli(inputs.keys.dropout, self.config.dropout_rate,
+                                         mask.shape)
     return None
 
   def failures(self, value, slots):
@@ -59,10 +61,13 @@ class Dropouts(Feature):
     return noise._replace(num_shares=noise.num_shares - self.tolerated)
 
   def observe(self, state: Counts, value, observed) -> Counts:
-    del value
-    drops = jnp.sum(observed.slot_mask & ~observed.present).astype(jnp.int32)
+    del observed
+    drops = self.info(value)["num_dropped"]
     return Counts(state.dropped + drops,
                   state.under_noised + (drops > self.tolerated).astype(jnp.int32))
+
+  def info(self, value) -> dict:
+    return {"num_dropped": jnp.int32(0) if value is None else jnp.sum(value, dtype=jnp.int32)}
 
   def record(self, state: Counts, best: dict) -> dict:
     del best

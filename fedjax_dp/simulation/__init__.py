@@ -16,11 +16,11 @@ from fedjax_dp.data import ClientData
 from fedjax_dp.simulation.config import (SELECTION_METRICS, Dropouts, Execution, Privacy,
                                          RunConfig, Secure, Training)
 from fedjax_dp.simulation.loop import (Counters, Trained, evaluation_metrics, make_eval_fn,
-                                       run, train_loop)
+                                       make_stream_fn, run, train_loop)
 from fedjax_dp.simulation.record import Record, make_record, privacy_report
 from fedjax_dp.simulation.round import (Aggregate, RoundConfig, RoundInfo, RoundInputs,
-                                        ServerState, make_aggregate_fn, make_round_fn,
-                                        make_rounds_fn, make_stream_fn, make_train_fn,
+                                        ServerState, make_aggregate_fn, make_privatize_fn,
+                                        make_round_fn, make_rounds_fn, make_train_fn,
                                         round_inputs)
 from fedjax_dp.simulation.setup import (AUTO_CHUNK, AUTO_CHUNK_ABOVE, CPU_CHUNK_PER_DEVICE,
                                         Communication, Prepared, communication,
@@ -31,7 +31,7 @@ __all__ = [
     "Communication", "Counters", "Dropouts", "Execution", "Prepared", "Privacy", "Record",
     "RoundConfig", "RoundInfo", "RoundInputs", "RunConfig", "SELECTION_METRICS", "Secure",
     "ServerState", "Trained", "Training", "communication", "default_chunk",
-    "evaluation_metrics", "make_aggregate_fn", "make_eval_fn", "make_record",
+    "evaluation_metrics", "make_aggregate_fn", "make_eval_fn", "make_privatize_fn", "make_record",
     "make_round_fn", "make_rounds_fn", "make_stream_fn", "make_train_fn", "prepare",
     "privacy_report", "round_inputs", "run", "train_loop",
 ]

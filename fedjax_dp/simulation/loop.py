@@ -20,7 +20,8 @@ from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Scheme
 from fedjax_dp.simulation import record as record_lib
 from fedjax_dp.simulation.config import RunConfig
-from fedjax_dp.simulation.round import RoundInfo, ServerState, make_rounds_fn, make_stream_fn
+from fedjax_dp.simulation.round import (RoundConfig, RoundInfo, ServerState, make_rounds_fn,
+                                        round_inputs)
 from fedjax_dp.simulation.setup import Prepared, prepare
 
 
@@ -55,6 +56,32 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
   if devices > 1:
     return jax.jit(evaluate, out_shardings=sharding.replicated(mesh))
   return jax.jit(evaluate)
+
+
+def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
+  """Jitted ``fn(state, data, run_key, t) -> (streams, real)``.
+
+  The integer streams (``scheme.client_stream``) that the first
+  ``num_measured`` cohort slots of round t transmit, derived with the
+  round's own cohort, plan and client keys (:func:`round_inputs`), so they
+  are bit for bit what those clients send in round t; ``real`` marks real
+  (not padding) slots. Their coded size is measured outside ``jit``
+  (CDP-LQ: bzip2). With ``cfg.mesh`` both are replicated over it.
+  """
+  scheme = cfg.scheme
+  num = min(num_measured, cfg.capacity)
+
+  def streams(state, data, run_key, t):
+    inputs = round_inputs(cfg, state, run_key, t)
+    ids = inputs.cohort.indices[:num]
+    out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
+        model, state.weights, inputs.plan, xk, yk, kk, cfg.local))(
+            as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
+    return out, inputs.cohort.mask[:num]
+
+  if sharding.mesh_size(cfg.mesh) > 1:
+    return jax.jit(streams, out_shardings=sharding.replicated(cfg.mesh))
+  return jax.jit(streams)
 
 
 def evaluation_metrics(model: FlatModel, labels: np.ndarray, predictions: np.ndarray,

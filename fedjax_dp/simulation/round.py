@@ -62,31 +62,22 @@ class RoundInfo(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class RoundConfig:
-  """Static configuration of the round function.
+  """Static configuration of the round function (``simulation.setup.prepare``).
 
   Attributes:
-    scheme: The scheme.
-    num_clients: N.
-    clients_per_round: Expected cohort size C*N (the fixed size for the
-      "fixed" sampler); also the DP aggregate's denominator.
-    capacity: Cohort slots (see ``fedjax_dp.sampling``).
-    sampler: "poisson" or "fixed".
-    num_kept: K, values per compressed update.
+    scheme, num_clients, capacity, sampler, num_kept: The scheme, N, the
+      cohort's slots, the sampler and K, the values a message keeps.
+    clients_per_round: Expected cohort size C*N; the DP mean's denominator.
     local_steps, batch_size, lr, local_optimizer: The clients' training.
-    noise_multiplier: sigma (DP schemes).
-    clip_norm: S (DP schemes).
-    secure_bits: b: a secure sum modulo 2^b (``simulation.sums.Secure``);
-      None: a plain or robust sum.
-    secure_scale: Fixed-point scale 2^f of real contributions (1 for
-      integer messages).
-    secure_neighbours: d, ring neighbours each client shares a mask with.
-    client_chunk: Train and sum the cohort this many slots at a time; a
-      chunk of padding slots only is skipped; None: all slots at once.
-    mesh: Shard the slots' local training over this 1-D device mesh; None:
-      one device.
-    aggregator: A robust rule over the individual updates; None: the sum.
-    features: The round's features (``fedjax_dp.features.build``).
-    feature_slots: Extra slots each feature's clients take, after the cohort's.
+    noise_multiplier, clip_norm: sigma and S (DP schemes).
+    secure_bits, secure_scale, secure_neighbours: A secure sum modulo 2^b
+      of contributions at fixed-point scale 2^f, d neighbours a mask
+      (``sums.Secure``); bits None: a plain or robust sum.
+    client_chunk: Train and sum this many slots at a time (None: all).
+    mesh: Shard the slots over this 1-D device mesh (None: one device).
+    aggregator: A robust rule over the individual updates (None: the sum).
+    features: The round's features (``fedjax_dp.features.build``), and
+      feature_slots the extra slots each one's clients take after the cohort's.
   """
 
   scheme: Scheme
@@ -188,6 +179,18 @@ def make_train_fn(model: FlatModel, cfg: RoundConfig) -> Callable[..., jax.Array
                                                                    train_keys)
 
 
+def make_privatize_fn(cfg: RoundConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
+  """``privatize(messages, slot_mask, noise_keys, noise)``: the scheme's
+  ``privatize`` with the round's :class:`~fedjax_dp.features.Noise`, the
+  slots sharded over ``cfg.mesh`` like local training."""
+  def privatize(messages, slot_mask, noise_keys, noise: Noise):
+    fn = sharding.shard_privatize(
+        lambda m, s, k, shares: cfg.scheme.privatize(m, s, k, noise.clip_norm,
+                                                     noise.noise_multiplier, shares), cfg.mesh)
+    return fn(messages, slot_mask, noise_keys, noise.num_shares)
+  return privatize
+
+
 class Aggregate(NamedTuple):
   """The round's sum, its counts, and what the features observe."""
 
@@ -212,7 +215,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     ``aggregate(w, inputs, data, feature_states) -> Aggregate``.
   """
   scheme, features, summer = cfg.scheme, cfg.features, cfg.sum
-  train = make_train_fn(model, cfg)
+  train, privatize = make_train_fn(model, cfg), make_privatize_fn(cfg)
   capacity = cfg.slots
   chunk = capacity if not summer.streams else min(cfg.client_chunk or capacity, capacity)
   padded = -(-capacity // chunk) * chunk
@@ -234,9 +237,6 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
     noise = noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
     values = tuple(f.train(v, model, cfg, w, inputs, data)
                    for f, v in zip(features, inputs.features))
-    privatize = sharding.shard_privatize(
-        lambda m, s, k, shares: scheme.privatize(m, s, k, noise.clip_norm,
-                                                 noise.noise_multiplier, shares), cfg.mesh)
     ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask), pad(present)
     tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
 
@@ -249,7 +249,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
                        take(tkeys))
       for f, fstate, value in zip(features, fstates, values):
         messages = f.messages(fstate, value, part, messages, noise)
-      contribs, clipped = privatize(messages, part.mask, take(nkeys), noise.num_shares)
+      contribs, clipped = privatize(messages, part.mask, take(nkeys), noise)
       for f, value in zip(features, values):
         contribs, clipped = f.contributions(value, part, messages, contribs, clipped)
       tallies = tuple(f.tally(fstate, part, messages, noise)
@@ -355,29 +355,3 @@ def make_rounds_fn(model: FlatModel, cfg: RoundConfig, num_rounds: int):
   if sharding.mesh_size(cfg.mesh) > 1:
     return jax.jit(rounds, donate_argnums=(0,), out_shardings=sharding.replicated(cfg.mesh))
   return jax.jit(rounds, donate_argnums=(0,))
-
-
-def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
-  """Jitted ``fn(state, data, run_key, t) -> (streams, real)``.
-
-  The integer streams (``scheme.client_stream``) that the first
-  ``num_measured`` cohort slots of round t transmit, derived with the
-  round's own cohort, plan and client keys (:func:`round_inputs`), so they
-  are bit for bit what those clients send in round t; ``real`` marks real
-  (not padding) slots. Their coded size is measured outside ``jit``
-  (CDP-LQ: bzip2). With ``cfg.mesh`` both are replicated over it.
-  """
-  scheme = cfg.scheme
-  num = min(num_measured, cfg.capacity)
-
-  def streams(state, data, run_key, t):
-    inputs = round_inputs(cfg, state, run_key, t)
-    ids = inputs.cohort.indices[:num]
-    out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
-        model, state.weights, inputs.plan, xk, yk, kk, cfg.local))(
-            as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
-    return out, inputs.cohort.mask[:num]
-
-  if sharding.mesh_size(cfg.mesh) > 1:
-    return jax.jit(streams, out_shardings=sharding.replicated(cfg.mesh))
-  return jax.jit(streams)

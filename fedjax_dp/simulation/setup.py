@@ -25,7 +25,7 @@ AUTO_CHUNK = 128
 # On a CPU the cohort goes CPU_CHUNK_PER_DEVICE slots a device at a time: a
 # chunk of padding slots only (a Poisson cohort smaller than its capacity) is
 # then skipped, not trained, and smaller chunks cost nothing there
-# (docs/performance.md, "Chunks on a CPU"). Where chunks would train more
+# (docs/performance.md, "Padding slots are not trained"). Where chunks would train more
 # slots over the planned rounds than one piece (a cohort that is always
 # full, such as thesis Table 8.3's 10 clients), the cohort goes in one piece.
 CPU_CHUNK_PER_DEVICE = 4
