@@ -26,8 +26,8 @@ CPU device per core (``host_devices.configure``). The models, in this order:
 
 The flax models run with ``fast=True``; ``--plain`` adds each with
 ``fast=False`` (the plain ``vmap`` of the module's ops), labelled
-``<model>-plain`` (slow on CPU: svhn-cnn-plain took 141 s a cohort of 20
-clients on this project's 2-core machine). Per model, after one call that
+``<model>-plain`` (slow on CPU: docs/performance.md, "Every model fast",
+its plain column). Per model, after one call that
 compiles (its extra time is reported as the compile time), the best of
 ``--repeats`` timed calls gives seconds per cohort and clients/s; the
 training FLOPs,
@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmarks/models.py: error: {e}", file=sys.stderr)
     return 2
   load_before = os.getloadavg()
-  # The matmul rate of this VM moves between runs (189.6 and 286.4 GFLOP/s in
-  # two runs of 2026-11-26): measured before every model, the highest kept.
+  # A VM's matmul rate moves between runs (docs/performance.md, "Figures
+  # behind the code's choices"): measured before every model, the highest kept.
   matmuls = [matmul_gflops(mesh)]
   if not args.json:
     print(f"{args.clients} clients x {args.steps} steps of batch {args.batch_size} "

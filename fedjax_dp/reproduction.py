@@ -396,12 +396,11 @@ _ATTACKED = (("FL-SIGN", 1.0), ("FL-STD", 1.0), ("FL-CS", 0.05), ("FL-TOP", 0.00
 _FRACTIONS = (0.1, 0.2, 0.4)
 # Thesis Table 8.3 (backdoors, MNIST; presets.THESIS_TABLE8_3_MNIST).
 _TABLE8_3 = ("--dataset", "mnist", *setting_flags(presets.THESIS_TABLE8_3_MNIST))
-# What a cell costs on the 2-core VMs (docs/attacks.md), and the reduced
-# settings run instead: Table 8.1 (100 rounds x 100 clients x 30 steps)
-# 0.5-4.5 hours a cell, 25 rounds; Table 8.3 (10 clients x 3,000 steps a
-# round) 3.5-9 hours with the factored dense layer (a reduced cell: 732 s;
-# 338 s with the per-client copies used since 2026-11-26, docs/performance.md),
-# 300 steps and 10 rounds. Same attack parameters. A
+# The reduced settings run instead of the thesis' where a cell costs hours on
+# a CPU (docs/attacks.md; the costs in docs/performance.md, "Figures behind
+# the code's choices"): for Table 8.1 (100 rounds x 100 clients x 30 steps),
+# 25 rounds; for Table 8.3 (10 clients x 3,000 steps a round), 300 steps and
+# 10 rounds. Same attack parameters. A
 # row the thesis reports as not converging runs 10 rounds: unattacked,
 # FL-SIGN and FL-STD pass 0.93 by round 10 in this setting
 # (docs/reproduction-notes.md), so a run that ends below DIVERGED
@@ -553,8 +552,8 @@ _SIGN_DP_BACKDOORS = {
              {1: ((.87, .88, .90), (.78, .81, .87)), 2: ((.88, .88, .90), (.78, .82, .85)),
               4: ((.87, .89, .90), (.78, .81, .86)), None: ((.87, .88, .90), (0, .12, .83))}),
 }
-# A 200-round Table 8.2 run cost 1.5-4 hours on the 2-core VMs of
-# 2026-11-24 and about 20 minutes on that of 2026-11-26 (two side by side).
+# Table 8.2's reduced setting: 50 of its 200 rounds (a cell's cost on a CPU:
+# docs/performance.md, "Figures behind the code's choices").
 _REDUCED_8_2 = ("--rounds", "50")
 
 

@@ -186,12 +186,12 @@ def _holds_weight(natural, size, chunk_len: int, xp):
 
 
 def _auto_method(chunk_len: int, coeffs: int) -> str:
-  """The fastest path measured on this workplace's 2-core Xeon.
+  """The fastest path, by ``benchmarks/cs_decoder.py --method ...`` side by side.
 
-  ``benchmarks/cs_decoder.py --method ...`` side by side (README, "FL-CS
-  decoder speed"): the matmul is as fast as ``"factored"`` for small mc
-  (r = 0.5%: mc = 42) and needs no intermediate arrays; ``"factored"`` wins
-  above, by ~1.8x over the FFT at r = 5%; the FFT is the fallback when L has
+  The matmul is as fast as ``"factored"`` for small mc (r = 0.5%: mc = 42)
+  and needs no intermediate arrays; ``"factored"`` wins above (its margin
+  over the FFT: docs/schemes.md, "Decoder cost", and docs/performance.md,
+  "Figures behind the code's choices"); the FFT is the fallback when L has
   no useful factor (a prime chunk length).
   """
   if coeffs <= AUTO_MATMUL_MAX_COEFFS:

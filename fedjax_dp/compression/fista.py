@@ -118,8 +118,9 @@ def solve_bpdn(forward: Callable[[jax.Array], jax.Array],
   def two_steps(carry):
     # Two steps per trip: the first writes s_{k+1} over z_k and z_{k+1} over
     # s_k, the second swaps them back, so XLA updates both big buffers in
-    # place; with one step per trip it copies both every step (~25% slower
-    # on the paper CNN). The tolerance is checked after the second step.
+    # place; with one step per trip it copies both every step (slower on the
+    # paper CNN: docs/performance.md, "Figures behind the code's choices").
+    # The tolerance is checked after the second step.
     k, s, z, t, _ = carry
     s_mid, z_mid, t_mid = prox_grad(s, z, t)
     s_next, z_next, t_next = prox_grad(s_mid, z_mid, t_mid)

@@ -87,8 +87,9 @@ Caching. :func:`load_medical_synth` keeps generated data in-process and in
 ``<cache>/medical-synth/v<VERSION>-<config hash>.npz`` under the folder of
 :mod:`fedjax_dp.data.idx` (``$FEDJAX_DP_CACHE``, ``$XDG_CACHE_HOME/fedjax_dp``
 or ``~/.cache/fedjax_dp``). The file holds the training rows without their
-padding (0.62 GB for the default config); reading it back takes about 4 s,
-against about 6 s to generate.
+padding (0.62 GB for the default config); reading it back is faster than
+generating it (the times: docs/performance.md, "Figures behind the code's
+choices").
 """
 
 from __future__ import annotations
@@ -494,8 +495,9 @@ def generate(config: MedicalSynthConfig = MedicalSynthConfig()) -> MedicalSynth:
   """Generates the synthetic stand-in for the thesis' medical data.
 
   Deterministic given the config: the same seed yields identical arrays.
-  Vectorised and chunked; the full default (5,010 hospitals) takes about
-  6 s on one CPU core. Nothing is cached (see :func:`load_medical_synth`).
+  Vectorised and chunked (the full default's time, 5,010 hospitals:
+  docs/performance.md, "Figures behind the code's choices"). Nothing is
+  cached (see :func:`load_medical_synth`).
 
   Args:
     config: Sizes, seed and signal parameters.

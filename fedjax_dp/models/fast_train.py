@@ -47,11 +47,11 @@ from fedjax_dp.models.flat import cross_entropy
 FACTOR_MIN_SIZE = 65536
 
 # Most history rows (steps x the layer's rows per step) trained in factored
-# form. benchmarks/local_training.py, both forms side by side on a 2-core
-# EPYC (docs/performance.md): per-client copies take 1.74x the factored time
-# at 100 clients x 5 steps (50 rows), 0.84x at 100 x 30 (300 rows: kept
-# factored, the gain within a loaded machine's noise), 0.59x at 1 x 200 and
-# 0.48x at 10 x 300 (thesis Table 8.3's reduced setting, 3,000 rows).
+# form: the factored form's cost grows with the square of the steps, the
+# per-client copies' with the steps. benchmarks/local_training.py runs both
+# side by side; their times, and why 300 rows (thesis Table 8.1) stay
+# factored: docs/performance.md, "Long local training: the dense layer's two
+# forms".
 FACTORED_MAX_ROWS = 1000
 
 # Largest |T| for which a masked dense kernel is held sparse (gather/scatter

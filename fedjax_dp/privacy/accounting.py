@@ -45,9 +45,10 @@ ACCOUNTANTS = ("moments", "rdp", "pld")
 # Integer orders of the moments accountant (Abadi et al. 2016 use lambda = 1..32,
 # i.e. Renyi orders a = lambda + 1 = 2..33).
 MOMENTS_ORDERS = np.arange(2, 34)
-# PLD discretisation: 1e-3 keeps a 200-round composition at ~30-150 ms and is
-# within ~5e-4 of 1e-4 (itself ~10x slower) on the paper settings; the PLD
-# accountant rounds pessimistically, so the result remains an upper bound.
+# PLD discretisation: 1e-3 keeps a 200-round composition fast (its time and
+# that of 1e-4: docs/performance.md, "Figures behind the code's choices") and
+# is within ~5e-4 of 1e-4 on the paper settings; the PLD accountant rounds
+# pessimistically, so the result remains an upper bound.
 PLD_VALUE_DISCRETIZATION = 1e-3
 
 _RDP_ORDERS = np.asarray(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS,
@@ -142,8 +143,9 @@ def _accountant_rdp(sigma: float, q: float, sampler: str,
 
   The accountant composes additively (``rdp += count * rdp_one_round``), so the
   T-round curve is ``T * rdp_one_round``; caching the one-round vector makes
-  every further T cost a single ``compute_epsilon`` call (~0.3 ms) instead of
-  a fresh composition (~30 ms Poisson, ~200 ms without replacement). The vector
+  every further T cost a single ``compute_epsilon`` call instead of a fresh
+  composition (their times: docs/performance.md, "Figures behind the code's
+  choices"). The vector
   is read from the accountant's ``_rdp`` attribute (dp_accounting has no public
   getter); tests check the result equals ``get_epsilon`` of a fresh accountant.
   """
@@ -178,9 +180,10 @@ def epsilon_curve(noise_multiplier: float, sampling_rate: float,
   """Epsilon after each number of rounds in ``rounds_list``.
 
   For "moments" and "rdp" the per-order RDP of one round is computed once
-  (and cached) and scaled by each T, so a 200-point curve costs a few ms. For
-  "pld" each T needs its own composition (~30-150 ms per T at the default
-  discretisation; results are cached per T).
+  (and cached) and scaled by each T, so a 200-point curve costs little. For
+  "pld" each T needs its own composition (its time at the default
+  discretisation: docs/performance.md, "Figures behind the code's choices";
+  results are cached per T).
 
   Args:
     noise_multiplier: sigma; the noise on the sum has std ``S * sigma``.

@@ -294,7 +294,8 @@ def sample_table(key: jax.Array, table: DiscreteGaussianTable, shape: tuple[int,
   (``shape`` static, ``row`` traced) and vmappable. The words are drawn for
   the whole vector first and the lookups run in a scan over chunks: XLA
   would otherwise fuse the threefry hash into the lookups' loop, which it
-  does not vectorise (measured 4x slower on this project's CPU).
+  does not vectorise (slower on this project's CPU: docs/performance.md,
+  "Figures behind the code's choices").
 
   Args:
     key: PRNG key, used for nothing else.

@@ -91,8 +91,9 @@ def masked_sum(values: jax.Array, slot_mask: jax.Array) -> jax.Array:
 
   Rows of ``MATVEC_SUM_MIN`` values or more (FL-STD's whole model) are summed
   as a (capacity,) x (capacity, m) product at full float32 precision:
-  XLA:CPU reduces the leading axis of such arrays about 30x slower than it
-  multiplies them by a vector. Their padding rows must be finite (they are
+  XLA:CPU reduces the leading axis of such arrays far slower than it
+  multiplies them by a vector (docs/performance.md, "What makes the round
+  fast"). Their padding rows must be finite (they are
   the updates of real, unsampled clients). Shorter rows keep the masked
   reduction (and its rounding).
 
