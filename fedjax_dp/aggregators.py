@@ -37,6 +37,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp.errors import ConfigError
+
 from fedjax_dp.privacy.clipping import clip_by_l2_norm
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "norm-bound")
@@ -58,16 +60,16 @@ class AggregatorConfig:
   norm_bound: float | None = None
 
   def validate(self) -> None:
-    """Raises ValueError (one line, naming the parameter) for a bad setting."""
+    """Raises ConfigError (one line, naming the field) for a bad setting."""
     if self.name not in AGGREGATORS:
-      raise ValueError(f"unknown aggregator {self.name!r}; choose one of "
-                       f"{', '.join(AGGREGATORS)}")
+      raise ConfigError("aggregator", f"{self.name!r} is unknown; choose one of "
+                        f"{', '.join(AGGREGATORS)}")
     if not 0.0 <= self.trim < 0.5:
-      raise ValueError(f"trim must be in [0, 0.5), got {self.trim}")
+      raise ConfigError("trim", f"must be in [0, 0.5), got {self.trim}")
     if self.name == "norm-bound" and not (self.norm_bound is not None
                                           and self.norm_bound > 0):
-      raise ValueError(f"norm_bound must be > 0 for aggregator 'norm-bound', "
-                       f"got {self.norm_bound}")
+      raise ConfigError("norm_bound", f"must be > 0 for aggregator norm-bound, "
+                        f"got {self.norm_bound}")
 
   @property
   def robust(self) -> bool:

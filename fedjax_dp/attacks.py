@@ -71,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import sampling
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.data.partitioning import PADDING_LABEL
 from fedjax_dp.models import FlatModel
 
@@ -166,34 +167,35 @@ class AttackConfig:
   pool_training: str = "steps"
 
   def validate(self, num_classes: int = 10) -> None:
-    """Raises ValueError (one line, naming the parameter) for a bad setting."""
-    if self.kind not in ATTACKS:
-      raise ValueError(f"unknown attack {self.kind!r}; choose one of {', '.join(ATTACKS)}")
-    if not 0.0 <= self.fraction < 1.0:
-      raise ValueError(f"fraction must be in [0, 1), got {self.fraction}")
-    if not self.boost >= 1.0:
-      raise ValueError(f"boost must be >= 1, got {self.boost}")
-    if self.selection not in SELECTIONS:
-      raise ValueError(f"unknown selection {self.selection!r}; choose one of "
-                       f"{', '.join(SELECTIONS)}")
-    if self.pool_training not in POOL_TRAININGS:
-      raise ValueError(f"unknown pool training {self.pool_training!r}; choose one of "
-                       f"{', '.join(POOL_TRAININGS)}")
-    if self.pool_training != "steps" and not self.colluding:
-      raise ValueError(f"pool training applies to colluding attacks, not {self.kind!r}")
-    if not self.sigma > 0:
-      raise ValueError(f"sigma must be > 0, got {self.sigma}")
+    """Raises ConfigError (one line, naming the field) for a bad setting."""
+    checks = [
+        (self.kind in ATTACKS, "attack",
+         f"{self.kind!r} is unknown; choose one of {', '.join(ATTACKS)}"),
+        (0.0 <= self.fraction < 1.0, "fraction", f"must be in [0, 1), got {self.fraction}"),
+        (self.boost >= 1.0, "boost", f"must be >= 1, got {self.boost}"),
+        (self.selection in SELECTIONS, "selection",
+         f"{self.selection!r} is unknown; choose one of {', '.join(SELECTIONS)}"),
+        (self.pool_training in POOL_TRAININGS, "pool_training",
+         f"{self.pool_training!r} is unknown; choose one of {', '.join(POOL_TRAININGS)}"),
+        (self.pool_training == "steps" or self.colluding, "pool_training",
+         f"applies to colluding attacks, not {self.kind!r}"),
+        (self.sigma > 0, "sigma", f"must be > 0, got {self.sigma}"),
+    ]
     backdoor = self.kind in BACKDOORS
-    if backdoor and (self.source is None or self.target is None):
-      raise ValueError(f"attack {self.kind!r} needs a source and a target class")
-    if not backdoor and (self.source is not None or self.target is not None):
-      raise ValueError(f"attack {self.kind!r} takes no backdoor classes")
-    if backdoor:
-      for name, c in (("source", self.source), ("target", self.target)):
-        if not 0 <= c < num_classes:
-          raise ValueError(f"{name} class must be in [0, {num_classes}), got {c}")
-      if self.source == self.target:
-        raise ValueError(f"backdoor source and target must differ, got {self.source}")
+    classes = (self.source, self.target)
+    checks += [
+        (not backdoor or None not in classes, "attack",
+         f"{self.kind} needs a source and a target class"),
+        (backdoor or classes == (None, None), "attack", f"{self.kind} takes no backdoor classes"),
+    ]
+    if backdoor and None not in classes:
+      checks += [(0 <= c < num_classes, name, f"class must be in [0, {num_classes}), got {c}")
+                 for name, c in (("source", self.source), ("target", self.target))]
+      checks.append((self.source != self.target, "target",
+                     f"must differ from the source class, got {self.target}"))
+    for ok, field, detail in checks:
+      if not ok:
+        raise ConfigError(field, detail)
 
   @property
   def colluding(self) -> bool:

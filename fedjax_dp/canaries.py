@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import keys
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import audit as audit_stats
 
 # A canary's message norm, in units of S: well above S, so that clipping
@@ -70,14 +71,14 @@ class AuditConfig:
   confidence: float = 0.95
 
   def validate(self, num_clients: int) -> None:
-    """Raises ValueError (one line, naming the parameter) for a bad setting."""
+    """Raises ConfigError (one line, naming the field) for a bad setting."""
     if self.canaries < 1:
-      raise ValueError(f"audit_canaries must be >= 1, got {self.canaries}")
+      raise ConfigError("audit_canaries", f"must be >= 1, got {self.canaries}")
     if self.canaries > num_clients:
-      raise ValueError(f"audit_canaries {self.canaries} exceeds the {num_clients} clients: "
-                       "the canaries would outnumber the federation")
+      raise ConfigError("audit_canaries", f"{self.canaries} exceeds the {num_clients} "
+                        "clients: the canaries would outnumber the federation")
     if not 0.5 <= self.confidence < 1.0:
-      raise ValueError(f"audit_confidence must be in [0.5, 1), got {self.confidence}")
+      raise ConfigError("audit_confidence", f"must be in [0.5, 1), got {self.confidence}")
 
 
 class AuditState(NamedTuple):

@@ -5,8 +5,8 @@ rounds) to keep compile times short; XLA then writes two full-size uint32
 arrays to memory on every trip. FL-STD-DP draws a noise share of all
 1,663,370 weights for every client, 166 million normals a round for 100
 clients, and this loop bounds the round. The unrolled lowering that JAX uses
-on GPU fuses the whole hash into one pass: about 2.4x faster on this
-project's 2-core CPU, same bits, longer compiles.
+on GPU fuses the whole hash into one pass: faster noise (measured in
+docs/performance.md, "What makes the round fast"), same bits, longer compiles.
 
 ``use_unrolled_threefry()`` registers that lowering for CPU, for every
 program compiled afterwards in the process (it uses JAX internals and

@@ -1,9 +1,8 @@
 """How many XLA CPU devices the command-line entry points create (issue 6).
 
 XLA:CPU runs the small convolutions of one client on few threads, so a cohort
-sharded over one CPU device per core (``fedjax_dp.sharding``) trains about 2x
-faster on this project's 2-core machine than on one device (README,
-"Performance"). The count is an ``XLA_FLAGS`` setting that must be made before
+sharded over one CPU device per core (``fedjax_dp.sharding``) trains faster
+than on one device (docs/performance.md measures it). The count is an ``XLA_FLAGS`` setting that must be made before
 JAX starts, so scripts call :func:`configure` before they import JAX. It has
 no effect on a GPU, whose devices are the GPUs. This module imports no JAX.
 """
@@ -74,9 +73,8 @@ def cpu_name(cpuinfo: str) -> str:
   """The processor as /proc/cpuinfo's text names it: model name, family and
   model numbers, and the widest x86 vector extension.
 
-  VMs often report a bare "AMD EPYC" for processors of different speed
-  (this project's 2-core VMs differed 1.6x in suite time); the numbers and
-  the vector width tell them apart.
+  VMs often report a bare "AMD EPYC" for processors of different speed; the
+  numbers and the vector width tell them apart.
   """
   fields = {}
   for line in cpuinfo.splitlines():

@@ -68,9 +68,14 @@ def test_the_count_is_released_with_noise_sigma_b():
                      np.float64)
   # -0.2 ((12 + e) / 20 - 0.5) = -0.02 - 0.01 e, e ~ N(0, sigma_b^2).
   noise_draws = (steps + 0.02) / -0.01
-  assert stats.kstest(noise_draws, "norm").pvalue > 1e-3
-  assert stats.kstest(noise_draws / 0.9, "norm").pvalue < 1e-6
-  assert stats.kstest(noise_draws / 1.1, "norm").pvalue < 1e-6
+  assert stats.kstest(noise_draws, "norm").pvalue > 1e-3  # Gaussian, centred
+
+  def variance_pvalue(sigma):  # two-sided chi-square test of the variance
+    stat = np.sum(noise_draws ** 2) / sigma ** 2
+    return 2 * min(stats.chi2.cdf(stat, 2000), stats.chi2.sf(stat, 2000))
+
+  assert variance_pvalue(1.0) > 1e-3
+  assert variance_pvalue(0.9) < 1e-6 and variance_pvalue(1.1) < 1e-6
 
 
 def test_the_round_noises_updates_at_z_delta_and_at_the_tracked_clip(small_federation):
@@ -125,7 +130,7 @@ def test_the_clip_norm_tracks_the_median_update_norm(small_federation):
 ])
 def test_refused_settings_name_their_field(small_federation, name, kw, field):
   data, _, public = small_federation
-  cfg = _CFG.replace(adaptive_clip=AdaptiveClipConfig(), **kw)
+  cfg = _CFG.replace(**{"adaptive_clip": AdaptiveClipConfig(), **kw})
   with pytest.raises(ConfigError) as error:
     simulation.prepare(tiny_linear(), get_scheme(name), data, public, cfg)
   assert error.value.field == field and str(error.value).startswith(field)
@@ -138,6 +143,34 @@ def test_a_feature_is_one_registry_line():
   assert cfg.feature("audit") is None and cfg.replace(adaptive_clip=None).features == ()
   assert features.REGISTRY["adaptive_clip"].config is AdaptiveClipConfig
   with pytest.raises(TypeError, match="not a registered feature config"):
-    simulation.RunConfig.of(features=(object(),)).flat()
+    simulation.RunConfig.of(features=(object(),))
   with pytest.raises(ConfigError, match="adaptive_clip is given more than once"):
-    simulation.RunConfig.of(features=(AdaptiveClipConfig(), AdaptiveClipConfig())).validate(10)
+    simulation.RunConfig.of(features=(AdaptiveClipConfig(), AdaptiveClipConfig()))
+
+
+def test_the_command_line_runs_it_and_names_its_flags(tmp_path, capsys):
+  """--adaptive-clip and its options reach the record; misuse is one line, exit 2."""
+  import json
+  from fedjax_dp import experiment
+  out = tmp_path / "res"
+  code = experiment.main([
+      "--dataset", "medical-synth", "--schemes", "FL-STD-DP", "--rounds", "2",
+      "--num-clients", "60", "--samples-per-client", "10", "--clients-per-round", "6",
+      "--local-steps", "1", "--test-size", "100", "--quiet", "--adaptive-clip",
+      "--clip-lr", "0.3", "--clip-count-noise", "2", "--out", str(out)])
+  assert code == 0, capsys.readouterr().err
+  capsys.readouterr()
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  assert run["adaptive_clip"]["clip_lr"] == 0.3 and run["adaptive_clip"]["count_noise"] == 2
+  assert run["history"][0]["clip_norm"] == pytest.approx(run["clip_norm"])
+  for args, needle in ((["--schemes", "FL-STD", "--adaptive-clip"],
+                        "--adaptive-clip tracks the clip norm"),
+                       (["--clip-lr", "0.1"], "need --adaptive-clip"),
+                       (["--adaptive-clip", "--clip-quantile", "2"],
+                        "--clip-quantile must be in [0, 1], got 2"),
+                       (["--schemes", "FL-TOP-DP", "--adaptive-clip", "--clip-count-noise", "0.5"],
+                        "--clip-count-noise 0.5 leaves no noise for the updates")):
+    assert experiment.main([*args, "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+  assert not (tmp_path / "bad").exists()

@@ -71,9 +71,9 @@ def test_integer_messages_are_averaged_as_numbers():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(name="krum"), "unknown aggregator 'krum'"),
+    (dict(name="krum"), "aggregator 'krum' is unknown"),
     (dict(name="trimmed-mean", trim=0.5), "trim must be in"),
-    (dict(name="norm-bound"), "norm_bound must be > 0 for aggregator 'norm-bound'"),
+    (dict(name="norm-bound"), "norm_bound must be > 0 for aggregator norm-bound"),
     (dict(name="norm-bound", norm_bound=0.0), "norm_bound must be > 0"),
 ])
 def test_bad_settings(kwargs, match):

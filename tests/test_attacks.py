@@ -38,7 +38,7 @@ def test_bad_backdoors(text, dataset, match):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(kind="poison", fraction=0.1), "unknown attack 'poison'"),
+    (dict(kind="poison", fraction=0.1), "attack 'poison' is unknown"),
     (dict(kind="random-update", fraction=1.0), "fraction must be in"),
     (dict(kind="random-update", fraction=-0.1), "fraction must be in"),
     (dict(kind="gradient-ascent", fraction=0.1, boost=0.5), "boost must be >= 1"),
@@ -46,11 +46,11 @@ def test_bad_backdoors(text, dataset, match):
     (dict(kind="in-backdoor", fraction=0.1), "needs a source and a target"),
     (dict(kind="random-update", fraction=0.1, source=1, target=2), "takes no backdoor"),
     (dict(kind="in-backdoor", fraction=0.1, source=3, target=3), "must differ"),
-    (dict(kind="in-backdoor", fraction=0.1, source=3, target=12), "target class must be"),
+    (dict(kind="in-backdoor", fraction=0.1, source=3, target=12), "target class must be in"),
     (dict(kind="in-backdoor", fraction=0.1, source=3, target=5, pool_training="rounds"),
-     "unknown pool training 'rounds'"),
+     "pool_training 'rounds' is unknown"),
     (dict(kind="random-update", fraction=0.1, pool_training="epochs"),
-     "pool training applies to colluding attacks, not 'random-update'"),
+     "pool_training applies to colluding attacks, not 'random-update'"),
 ])
 def test_bad_settings(kwargs, match):
   with pytest.raises(ValueError, match=match):
@@ -131,7 +131,7 @@ def test_fixed_selection_samples_the_pool_like_everyone():
   share = attacks.cohort_share(jax.random.PRNGKey(0), 100, dataclasses.replace(
       fixed, selection="cohort"))
   assert int(share.pool.sum()) == 30 and share.fraction == 0.3
-  with pytest.raises(ValueError, match="unknown selection 'some'"):
+  with pytest.raises(ValueError, match="selection 'some' is unknown"):
     dataclasses.replace(fixed, selection="some").validate()
 
 

@@ -61,11 +61,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "--malicious-fraction, --backdoor, --attackers-skip-noise and --pool-training need "
      "--attack"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--attackers-skip-noise",
-      "--schemes", "FL-STD"], "skip_noise applies to DP schemes; FL-STD adds no noise"),
+      "--schemes", "FL-STD"], "--attackers-skip-noise applies to DP schemes; FL-STD adds no noise"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--max-cohort", "120",
       "--accountant", "pld"],
      "--max-cohort (truncated Poisson sampling) would cut the malicious share of the "
-     "cohort; use --malicious-selection fixed"),
+     "cohort; sample the attackers like every client (selection 'fixed')"),
     (["--attack", "random-update", "--malicious-fraction", "0.1",
       "--malicious-selection", "some"], "invalid choice: 'some'"),
     (["--audit-canaries", "-1"], "--audit-canaries must be >= 0, got -1"),
@@ -82,7 +82,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
     (["--aggregator", "trimmed-mean", "--trim-fraction", "0.5", "--schemes", "FL-STD"],
      "--trim-fraction must be in [0, 0.5)"),
     (["--aggregator", "norm-bound", "--schemes", "FL-STD"],
-     "--norm-bound must be > 0 for --aggregator norm-bound"),
+     "--norm-bound must be > 0 for aggregator norm-bound"),
     (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),

@@ -31,6 +31,10 @@ RUN_FLAGS = {
     "norm_bound": "--norm-bound", "fraction": "--malicious-fraction", "boost": "--boost",
     "sigma": "--attack-sigma", "attack": "--attack", "selection": "--malicious-selection",
     "audit_canaries": "--audit-canaries", "audit_confidence": "--audit-confidence",
+    "skip_noise": "--attackers-skip-noise", "pool_training": "--pool-training",
+    "source": "--backdoor", "target": "--backdoor", "adaptive_clip": "--adaptive-clip",
+    "target_quantile": "--clip-quantile", "clip_lr": "--clip-lr",
+    "count_noise": "--clip-count-noise",
 }
 
 # Data-loading parameters (``fedjax_dp.datasets.load``, its partition and

@@ -153,6 +153,20 @@ def _add_attack_flags(att: argparse._ArgumentGroup) -> None:
 
 
 
+def _add_adaptive_clip_flags(clip: argparse._ArgumentGroup) -> None:
+  clip.add_argument("--adaptive-clip", action="store_true",
+                    help="track a quantile of the update norms with the clip norm, starting "
+                         "from S; the count's noise is paid out of sigma, epsilon unchanged "
+                         "(client-level Gaussian DP schemes)")
+  clip.add_argument("--clip-quantile", type=types.finite("--clip-quantile"), default=None,
+                    help="gamma, the share of updates the clip norm should fit (default 0.5)")
+  clip.add_argument("--clip-lr", type=types.finite("--clip-lr"), default=None,
+                    help="eta_C, the clip norm's geometric step (default 0.2)")
+  clip.add_argument("--clip-count-noise", type=types.finite("--clip-count-noise"),
+                    default=None, help="sigma_b, the noise std on the count of updates that "
+                                       "fitted (default: clients per round / 20)")
+
+
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:
   """The data set, its split over clients, the medical model's dropout."""
   data.add_argument("--dataset", choices=datasets.DATASETS, default="fashion-mnist",
@@ -282,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "(DP schemes; default 0: no audit)")
   audit.add_argument("--audit-confidence", type=types.finite("--audit-confidence"), default=0.95,
                      help="confidence of the audit's one-run lower bound (default 0.95)")
+  _add_adaptive_clip_flags(p.add_argument_group(
+      "adaptive clipping (Andrew et al. 2021; fedjax_dp.features.adaptive_clip, docs/api.md)"))
   _add_secure_flags(p.add_argument_group(
       "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))
   _add_device_flags(p.add_argument_group("devices (docs/performance.md)"))

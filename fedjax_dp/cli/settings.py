@@ -2,7 +2,7 @@
 
 The flags of :func:`fedjax_dp.cli.parser.build_parser` become a run's
 :class:`~fedjax_dp.simulation.RunConfig` (:func:`run_config`, with its
-attack, aggregator and audit), its clip norm (:func:`clip_for`) and the
+attack, aggregator, audit and adaptive clipping), its clip norm (:func:`clip_for`) and the
 data set's defaults (:func:`apply_dataset_defaults`). Checks of how flags
 combine raise ``ValueError`` naming the flags (one line); the settings'
 own checks are the library's (``ConfigError``, :mod:`fedjax_dp.cli.errors`).
@@ -14,6 +14,7 @@ import argparse
 
 from fedjax_dp import aggregators, attacks, canaries, datasets, presets, simulation
 from fedjax_dp.cli import schemes
+from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.models import DROPOUT_MODELS
 from fedjax_dp.schemes import Scheme
 
@@ -82,6 +83,23 @@ def attack(args: argparse.Namespace) -> attacks.AttackConfig | None:
                               pool_training=args.pool_training)
 
 
+def adaptive_clip(args: argparse.Namespace) -> AdaptiveClipConfig | None:
+  """The --adaptive-clip setting; None without it.
+
+  Raises:
+    ValueError: Its options without --adaptive-clip.
+  """
+  given = {name: value for name, value in (("target_quantile", args.clip_quantile),
+                                           ("clip_lr", args.clip_lr),
+                                           ("count_noise", args.clip_count_noise))
+           if value is not None}
+  if not args.adaptive_clip:
+    if given:
+      raise ValueError("--clip-quantile, --clip-lr and --clip-count-noise need --adaptive-clip")
+    return None
+  return AdaptiveClipConfig(**given)
+
+
 def run_config(args: argparse.Namespace, scheme: Scheme, ratio: float, setting: dict,
                clip: float | None) -> simulation.RunConfig:
   """The RunConfig of one run of the sweep.
@@ -104,6 +122,7 @@ def run_config(args: argparse.Namespace, scheme: Scheme, ratio: float, setting: 
       noise_multiplier=schemes.noise_multiplier(scheme, args),
       clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
       aggregator=aggregator(args), attack=attack(args), audit=audit(args),
+      adaptive_clip=adaptive_clip(args),
       delta=args.delta, accountant=args.accountant, sampler=args.sampling,
       init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
       max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,

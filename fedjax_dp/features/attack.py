@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import attacks, keys, sampling
-from fedjax_dp.data import as_float
+from fedjax_dp.data import ClientData, as_float
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.features.base import Chunk, Feature
 
@@ -54,7 +54,8 @@ class Attack(Feature):
     if attack.selection == "cohort":
       if ctx.config.privacy.max_cohort is not None:
         raise ConfigError("max_cohort", "(truncated Poisson sampling) would cut the malicious "
-                          "share of the cohort; use selection 'fixed'")
+                          "share of the cohort; sample the attackers like every client "
+                          "(selection 'fixed')")
       sampling.check_malicious(ctx.num_clients, ctx.rate, ctx.config.privacy.sampler,
                                attacks.num_malicious(ctx.num_clients, attack.fraction),
                                attack.fraction)
@@ -156,7 +157,6 @@ def poisoned(data, attack: attacks.AttackConfig | None, seed: int):
   The malicious set is the one every round's roles use (the run key's
   ``keys.MALICIOUS`` key), so the poisoned clients are the attacking ones.
   """
-  from fedjax_dp.data import ClientData
   if attack is None or attack.kind not in attacks.BACKDOORS:
     return data
   attack.validate()

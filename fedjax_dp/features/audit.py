@@ -28,10 +28,10 @@ class Audit(Feature):
     ctx = self.ctx
     self.config.validate(ctx.num_clients)
     if ctx.mechanism.kind == "none":
-      raise ConfigError("audit_canaries", f"need a DP release; {ctx.scheme.name} adds no "
+      raise ConfigError("audit_canaries", f"audits a DP release; {ctx.scheme.name} adds no "
                         "noise, so there is no epsilon to audit")
     if ctx.mechanism.level != "client":
-      raise ConfigError("audit_canaries", f"need client-level DP; {ctx.scheme.name}'s DP "
+      raise ConfigError("audit_canaries", f"audits client-level DP; {ctx.scheme.name}'s DP "
                         f"is {ctx.mechanism.level}-level")
     if ctx.config.feature("attack") is not None:
       raise ConfigError("audit_canaries", "cannot be combined with an attack: the audit "

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client, options
+from fedjax_dp import client, options, presets
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.privacy.dg_table import (DiscreteGaussianTable, discrete_gaussian_table,
@@ -223,9 +223,11 @@ class SignScheme(Scheme):
 
 SIGN_SCHEMES = {
     s.name: s for s in (
-        SignScheme("FL-SIGN", False, False, 0.001, "thesis Sec. 4.1.1, Alg. 3"),
-        SignScheme("FL-SIGN-DP", True, False, 0.005, "thesis Sec. 5.2, Alg. 9"),
-        SignScheme("signSGD", False, True, 0.001,
+        SignScheme("FL-SIGN", False, False, presets.THESIS_TABLE8_1_GAMMA,
+                   "thesis Sec. 4.1.1, Alg. 3"),
+        SignScheme("FL-SIGN-DP", True, False, presets.THESIS_TABLE8_2_GAMMA,
+                   "thesis Sec. 5.2, Alg. 9"),
+        SignScheme("signSGD", False, True, presets.THESIS_TABLE8_1_GAMMA,
                    "Bernstein et al. 2018; thesis Sec. 4.1.1"),
     )
 }
@@ -233,20 +235,8 @@ SIGN_SCHEMES = {
 
 # The papers' settings where they differ from the UAI 2021 one (the sweep
 # applies them unless the user passes the flag; "all": C = 1).
-PRESETS = {
-    # Thesis Table 8.1 (MNIST / Fashion-MNIST), Sec. 4.1.2; gamma = 0.001.
-    "FL-SIGN": {"num_clients": 1000, "clients_per_round": 100,  # C = 0.1
-                "samples_per_client": 60, "batch_size": 10, "local_steps": 30,
-                "rounds": 100, "lr": 0.215},
-    # Thesis Table 8.2 (privacy part): gamma = 0.005, T_cl = 200, S = sqrt(n).
-    "FL-SIGN-DP": {"num_clients": 6000, "clients_per_round": 100,  # C = 1/60
-                   "samples_per_client": 10, "batch_size": 10, "local_steps": 5,
-                   "rounds": 200, "lr": 0.215},
-    # Thesis Table 8.4 / Sec. 4.1.1: every client, one mini-batch, 200 rounds.
-    "signSGD": {"num_clients": 6000, "clients_per_round": "all",
-                "samples_per_client": 10, "batch_size": 10, "local_steps": 1,
-                "rounds": 200},
-}
+PRESETS = {"FL-SIGN": presets.THESIS_TABLE8_1, "FL-SIGN-DP": presets.THESIS_TABLE8_2,
+           "signSGD": presets.THESIS_SIGNSGD}
 PRESET_SOURCES = {"FL-SIGN": "thesis Table 8.1", "FL-SIGN-DP": "thesis Table 8.2",
                   "signSGD": "thesis Table 8.4, Sec. 4.1.1"}
 

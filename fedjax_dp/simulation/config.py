@@ -279,6 +279,7 @@ class RunConfig:
     new = dataclasses.replace(self, **top)
     if kinds:
       new = dataclasses.replace(new, features=features_lib.with_kinds(new.features, kinds))
+    features_lib.check_unique(new.features)  # each a registered kind, once
     return new
 
   def feature(self, kind: str):
@@ -294,7 +295,8 @@ class RunConfig:
     out["aggregator"] = None if self.aggregator is None else dataclasses.asdict(self.aggregator)
     from fedjax_dp import features as features_lib
     for config in self.features:
-      out[features_lib.kind_of(config)] = dataclasses.asdict(config)
+      kind = features_lib.kind_of(config)
+      out[kind] = dataclasses.asdict(config)
     return out
 
   def validate(self, num_clients: int) -> None:

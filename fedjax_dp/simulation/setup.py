@@ -198,13 +198,13 @@ def _check_aggregator(cfg: RunConfig, scheme: Scheme) -> None:
     return
   name = cfg.aggregator.name
   if cfg.secure.secure_aggregation:
-    raise ConfigError("aggregator", f"{name!r} needs the individual updates, which secure "
+    raise ConfigError("aggregator", f"{name} needs the individual updates, which secure "
                       "aggregation hides (thesis Sec. 3.3.2)")
   if scheme.traits.dp:
-    raise ConfigError("aggregator", f"{name!r} needs the individual updates; {scheme.name}'s "
+    raise ConfigError("aggregator", f"{name} needs the individual updates; {scheme.name}'s "
                       "noise shares are sized for a sum, so its epsilon would not hold")
   if cfg.execution.client_chunk is not None:
-    raise ConfigError("aggregator", f"{name!r} needs every update at once; client_chunk "
+    raise ConfigError("aggregator", f"{name} needs every update at once; client_chunk "
                       "streams a sum")
 
 
