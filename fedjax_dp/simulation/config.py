@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any
 
 from fedjax_dp import aggregators, client, presets, sampling
+from fedjax_dp import features as features_lib
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes.base import LocalTraining
@@ -237,7 +238,7 @@ class RunConfig:
       3.3.2, ``fedjax_dp.aggregators``); None: the plain sum.
     features: The round's optional features, each a feature config of
       ``fedjax_dp.features`` (``AttackConfig``, ``AuditConfig``,
-      ``AdaptiveClip``), at most one of each kind.
+      ``AdaptiveClipConfig``), at most one of each kind.
   """
 
   ratio: float = 0.005
@@ -261,7 +262,6 @@ class RunConfig:
 
   def replace(self, **settings: Any) -> "RunConfig":
     """This config with the named settings changed (flat names, as :meth:`of`)."""
-    from fedjax_dp import features as features_lib  # the features import this module
     top, parts, kinds = {}, {name: {} for name in _PARTS}, {}
     for name, value in settings.items():
       owner = _OWNER.get(name)
@@ -284,7 +284,6 @@ class RunConfig:
 
   def feature(self, kind: str):
     """The feature config of this kind (``fedjax_dp.features.KINDS``), or None."""
-    from fedjax_dp import features as features_lib
     return features_lib.find(self.features, kind)
 
   def flat(self) -> dict:
@@ -293,7 +292,6 @@ class RunConfig:
     for name in _PARTS:
       out.update(dataclasses.asdict(getattr(self, name)))
     out["aggregator"] = None if self.aggregator is None else dataclasses.asdict(self.aggregator)
-    from fedjax_dp import features as features_lib
     for config in self.features:
       kind = features_lib.kind_of(config)
       out[kind] = dataclasses.asdict(config)
@@ -309,7 +307,6 @@ class RunConfig:
     self.execution.validate()
     if self.aggregator is not None:
       self.aggregator.validate()
-    from fedjax_dp import features as features_lib
     features_lib.check_unique(self.features)
 
   def rate(self, num_clients: int) -> float:

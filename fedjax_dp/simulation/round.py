@@ -220,9 +220,9 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
   chunk = capacity if not summer.streams else min(cfg.client_chunk or capacity, capacity)
   padded = -(-capacity // chunk) * chunk
 
-  def pad(a):
-    extra = jnp.zeros((padded - capacity,) + a.shape[1:], a.dtype)
-    return jnp.concatenate([a, extra]) if padded > capacity else a
+  def pad(a):  # a per-slot array to the chunks' whole length (padding slots: zeros)
+    missing = padded - a.shape[0]
+    return jnp.concatenate([a, jnp.zeros((missing,) + a.shape[1:], a.dtype)]) if missing else a
 
   def aggregate(w, inputs: RoundInputs, data, fstates) -> Aggregate:
     slot_mask = inputs.cohort.mask
@@ -256,10 +256,13 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
                       for f, fstate in zip(features, fstates))
       return contribs, jnp.asarray(clipped, jnp.int32), part, tallies
 
-    shape = jax.eval_shape(lambda c: contributions(c)[0], 0)
+    def sum_shapes(c):  # what the chunks add: contributions and the features' tallies
+      contribs, _, _, tallies = contributions(c)
+      return contribs, tallies
+
+    shape, tally_shapes = jax.eval_shape(sum_shapes, 0)
     init = (summer.init(shape.shape[1:], shape.dtype), jnp.int32(0),
-            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
-                         jax.eval_shape(lambda c: contributions(c)[3], 0)))
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tally_shapes))
 
     def add_chunk(carry, c):
       acc, clipped, tallies = carry
