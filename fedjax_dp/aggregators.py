@@ -6,7 +6,7 @@ extreme ones; the thesis evaluates none of them. Each needs the individual
 updates, so none can run under secure aggregation (thesis l.621), and none
 keeps the DP guarantee of a noisy sum (each client's noise share is sized
 for a sum: a median or a per-client bound changes the aggregate's noise),
-so the round refuses both combinations (``RunConfig.validate_scheme``).
+so the round refuses both combinations (``simulation.setup.validate``).
 
 Every aggregator maps the (slots, n) updates and a (slots,) mask of the
 slots that hold a present client to an (n,) estimate of their mean:
