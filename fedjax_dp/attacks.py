@@ -51,7 +51,7 @@ gradient ascent under FL-STD, FL-CS and FL-TOP (l.1653) and leaves FL-CS
 unboosted only in its in-backdoor tables (Tab. 6.5, l.1737), which its
 reproduction rows state with ``--boost 1``. In the
 vmapped round each slot has a role; a malicious slot's message replaces
-its honest one (``fedjax_dp.simulation``). The attackers then privatize like
+its honest one (``fedjax_dp.features.attack``). The attackers then privatize like
 everyone else (clip, add their noise share), unless ``skip_noise``: then,
 like the thesis' FL-SIGN-DP attackers (l.1789-1795), they send eta_adv
 times their message, unclipped and without noise.
