@@ -378,7 +378,7 @@ def test_command_line_takes_each_data_set_s_setting(files):
   assert image["Fed-SMP-topk"].scheme.public_holdout == fedsmp.PUBLIC_HOLDOUT == 1000
   for name in ("cifar10", "imdb"):
     _, runs = _plan("--dataset", name, "--schemes", "FL-STD")
-    assert runs["FL-STD"].config.local_optimizer == "adam"
+    assert runs["FL-STD"].config.training.local_optimizer == "adam"
     assert runs["FL-STD"].setting["num_clients"] == 999
   # The sweep's data loading on the small SVHN files: every scheme the same clients.
   _svhn(files)

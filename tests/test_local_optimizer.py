@@ -108,12 +108,13 @@ def test_optimizer_names_and_momentum_are_checked():
 
 def test_schemes_declare_the_optimisers_they_follow():
   cfg = simulation.RunConfig.of(ratio=0.1, local_optimizer="adam")
+  model, key = tiny_linear(), jax.random.PRNGKey(0)
   for name in ("Fed-SMP-randk", "CDP-LQ", "signSGD"):
     with pytest.raises(ValueError, match=f"does not apply to {name}, which trains with sgd"):
-      cfg.validate_scheme(get_scheme(name), 6000, 7850)
+      simulation.setup.validate(cfg, get_scheme(name), model, 6000, 10, key)
   for name in ("FL-STD", "FL-TOP-DP", "FL-CS", "FL-SIGN"):
-    cfg.validate_scheme(get_scheme(name), 6000, 7850)
-  with pytest.raises(ValueError, match="unknown local_optimizer 'adagrad'"):
+    simulation.setup.validate(cfg, get_scheme(name), model, 6000, 10, key)
+  with pytest.raises(ValueError, match="local_optimizer 'adagrad' is unknown"):
     cfg.replace(local_optimizer="adagrad").validate(6000)
 
 

@@ -184,7 +184,7 @@ def test_command_line_applies_the_shakespeare_setting():
   assert runs["FedAvg-randk"].scheme.lr_decay_every == 50
   assert top.setting == {**{k: presets.SHAKESPEARE[k] for k in top.setting
                              if k != "local_optimizer"}, "local_optimizer": "sgd"}
-  assert top.config.batch_size == 4 and top.config.noise_multiplier == 1.0
+  assert top.config.training.batch_size == 4 and top.config.privacy.noise_multiplier == 1.0
   # top_k's server trains one pass over the public set, as a client does over its data.
   assert top.scheme._server_steps(LocalTraining(256, 4, 0.5), 1000) == 250
   assert SCHEMES["Fed-SMP-topk"]._server_steps(LocalTraining(10, 10, 0.1), 1000) == 1000
