@@ -5,6 +5,7 @@ mask, or per-client copies), and on small flax models of every layer kind.
 """
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -35,6 +36,12 @@ def _fast(cnn, w, steps, lr, mask=None, indices=None, only=False, momentum=None)
       only_indices=only, momentum=momentum)))
 
 
+def _one(update, *args, **kw):
+  """``update(*args, **kw)`` for one client (no vmap), jitted: run eagerly, the
+  fast path's many small ops cost 10 s of dispatch and compilation on the paper CNN."""
+  return jax.jit(functools.partial(update, **kw))(*args)
+
+
 def test_fast_update_equals_local_sgd(small_federation, cnn):
   assert cnn.local_update_fn is fast_train.local_update
   x, y, k = _clients(small_federation)
@@ -43,7 +50,7 @@ def test_fast_update_equals_local_sgd(small_federation, cnn):
   new = np.asarray(_fast(cnn, w, 3, 0.215)(x, y, k))
   np.testing.assert_allclose(new, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
   # One client without vmap: the same as under vmap.
-  one = cnn.local_update(w, x[1], y[1], k[1], steps=3, batch_size=10, lr=0.215)
+  one = _one(cnn.local_update, w, x[1], y[1], k[1], steps=3, batch_size=10, lr=0.215)
   np.testing.assert_allclose(one, new[1], rtol=0, atol=1e-6 * np.abs(ref).max())
 
 
@@ -64,8 +71,8 @@ def test_long_training_switches_to_per_client_copies_with_the_same_update(
   assert not np.array_equal(copies, factored)  # a different computation ...
   for got in (factored, copies):  # ... of the same update
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
-  one = lambda **kw: fast_train.local_update(cnn, w, x[0], y[0], k[0], steps=3,
-                                             batch_size=10, lr=0.1, **kw)
+  one = lambda **kw: _one(functools.partial(fast_train.local_update, cnn), w, x[0], y[0],
+                          k[0], steps=3, batch_size=10, lr=0.1, **kw)
   # Momentum in either form: the same trajectory up to round-off.
   moved = one(momentum=0.9, dense_form="factored")
   np.testing.assert_allclose(one(momentum=0.9, dense_form="per-client"), moved, rtol=0,
@@ -192,7 +199,7 @@ def test_generic_flax_cnn_trains_as_plain_vmap(monkeypatch, form):
   ref_m = np.asarray(_cohort(plain, w, momentum=0.8)(x, y, k))
   got_m = np.asarray(_cohort(fast, w, momentum=0.8)(x, y, k))
   np.testing.assert_allclose(got_m, ref_m, rtol=0, atol=1e-5 * np.abs(ref_m).max())
-  one = fast.local_update(w, x[1], y[1], k[1], steps=3, batch_size=6, lr=0.3)
+  one = _one(fast.local_update, w, x[1], y[1], k[1], steps=3, batch_size=6, lr=0.3)
   np.testing.assert_allclose(one, ref[1], rtol=0, atol=1e-5 * np.abs(ref).max())
 
 
