@@ -1,6 +1,7 @@
 """The paper models (weight counts, flat view, CNN forward paths, flax modules); from_flax."""
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -17,7 +18,7 @@ from fedjax_dp.models.mlp import MLP_SHAPES, MLP_SIZES, mlp_from_flax, mlp_to_fl
 
 def test_cnn_has_the_papers_weight_count():
   assert paper_cnn().num_params == 1_663_370
-  assert paper_cnn().init(jax.random.PRNGKey(0)).shape == (1_663_370,)
+  assert jax.eval_shape(paper_cnn().init, jax.random.PRNGKey(0)).shape == (1_663_370,)
 
 
 def test_mlp_has_the_papers_weight_count():
@@ -196,10 +197,14 @@ def test_medical_mlp_dropout_trains_differently_and_evaluates_deterministically(
   x = jax.random.bernoulli(jax.random.PRNGKey(1), 0.05, (12, 7280)).astype(jnp.float32)
   y = jnp.arange(12) % 2
   np.testing.assert_array_equal(plain.logits(w, x), dropped.logits(w, x))
+  # Jitted (one program per model and setting; eagerly, the fast path's
+  # small ops compile one by one, 170 compilations).
+  update = lambda model, **kw: jax.jit(functools.partial(model.local_update, **kw))
   kw = dict(steps=3, batch_size=6, lr=0.1)
-  u0 = plain.local_update(w, x, y, jax.random.PRNGKey(2), **kw)
-  u1 = dropped.local_update(w, x, y, jax.random.PRNGKey(2), **kw)
-  u2 = dropped.local_update(w, x, y, jax.random.PRNGKey(3), **kw)
+  u0 = update(plain, **kw)(w, x, y, jax.random.PRNGKey(2))
+  dropped_update = update(dropped, **kw)
+  u1 = dropped_update(w, x, y, jax.random.PRNGKey(2))
+  u2 = dropped_update(w, x, y, jax.random.PRNGKey(3))
   assert float(jnp.abs(u1 - u0).max()) > 1e-4 and float(jnp.abs(u2 - u1).max()) > 1e-4
   # One step on one example (dropout masks are drawn per example): the
   # dropped half of the first hidden layer gets no gradient, so about half as
@@ -207,7 +212,7 @@ def test_medical_mlp_dropout_trains_differently_and_evaluates_deterministically(
   one = dict(steps=1, batch_size=1, lr=0.1)
 
   def moved(model):
-    u = model.local_update(w, x, y, jax.random.PRNGKey(2), **one)
+    u = update(model, **one)(w, x, y, jax.random.PRNGKey(2))
     return np.asarray(jnp.any(model.unflatten(u)["dense1_w"] != 0, axis=0)).mean()
 
   assert moved(plain) > 0.2 and 0.3 < moved(dropped) / moved(plain) < 0.7

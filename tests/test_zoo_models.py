@@ -108,7 +108,7 @@ def test_fast_update_equals_local_sgd(name):
   rng = np.random.default_rng(1)
   y = jnp.asarray(rng.integers(0, max(out, 2), (2, 3))).at[1, 1:].set(-1)
   k = jax.random.split(jax.random.PRNGKey(2), 2)
-  w = model.init(jax.random.PRNGKey(0))
+  w = jax.jit(model.init)(jax.random.PRNGKey(0))  # one program, not one per layer shape
   lr = 0.5 if name == "all-cnn-c" else 0.1  # All-CNN-C's first gradients are small
   ref = np.asarray(_generic(plain, w, 2, 2, lr)(x, y, k))
   got = np.asarray(_fast(model, w, 2, 2, lr)(x, y, k))
@@ -125,13 +125,14 @@ def test_all_cnn_c_dropout_trains_on_the_plain_path():
     fast_train.local_update(model, jnp.zeros((model.num_params,)), jnp.zeros((2, 32, 32, 3)),
                             jnp.zeros((2,), jnp.int32), jax.random.PRNGKey(0), steps=1,
                             batch_size=2, lr=0.1)
-  w = model.init(jax.random.PRNGKey(0))
+  w = jax.jit(model.init)(jax.random.PRNGKey(0))
   x = _inputs("all-cnn-c", 1, 2)[0]
   y = jnp.array([3, 7])
   # Evaluation: no dropout, the dropout-free model's logits.
   plain = all_cnn_c()
-  np.testing.assert_array_equal(model.eval_logits(w, x), model.eval_logits(w, x))
-  np.testing.assert_allclose(model.eval_logits(w, x), plain.eval_logits(w, x), rtol=1e-5,
+  evaluate = jax.jit(model.eval_logits)
+  np.testing.assert_array_equal(evaluate(w, x), evaluate(w, x))
+  np.testing.assert_allclose(evaluate(w, x), jax.jit(plain.eval_logits)(w, x), rtol=1e-5,
                              atol=1e-6)
   # Training: two keys, two dropout draws; the same key, the same draw.
   k1, k2 = jax.random.PRNGKey(1), jax.random.PRNGKey(2)
