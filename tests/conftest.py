@@ -20,7 +20,18 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
-import jax.numpy as jnp  # noqa: E402  (after the cache's environment)
+# XLA:CPU compiles without LLVM's optimisation passes: the suite is mostly
+# compilation of small programs (golden, simulation and CLI tests: 183 s ->
+# 128 s on 2 cores), and the passes change no result (the golden records
+# pass unchanged); only the long runs execute a little slower. The xdist
+# workers and the scripts' subprocesses inherit it (a test that sets XLA_FLAGS
+# for a subprocess appends to this one); a level the caller chose is kept.
+# Everything else (the device count, the programs) is what users run.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = " ".join(
+      [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
+
+import jax.numpy as jnp  # noqa: E402  (after the cache's and XLA's environment)
 import pytest  # noqa: E402
 
 

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from fedjax_dp.models import from_flax, zoo
+from xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,7 +33,7 @@ def test_zoo_models_wrap_with_the_documented_weight_counts(name, weights, classe
 
 def _script(*args, timeout=300):
   # Two XLA CPU devices: the cohort goes through shard_clients' shard_map.
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  env = dict(os.environ, XLA_FLAGS=xla_flags(2))
   return subprocess.run([sys.executable, "benchmarks/models.py", *map(str, args)], cwd=ROOT,
                         env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -91,10 +91,12 @@ def test_fast_momentum_update_equals_momentum_sgd(small_federation, cnn):
   ref = np.asarray(_generic(cnn, w, 4, 0.05, momentum=0.9)(x, y, k))
   new = np.asarray(_fast(cnn, w, 4, 0.05, momentum=0.9)(x, y, k))
   # float32 round-off through 4 steps (a few ReLU / max-pool ties flip and
-  # the momentum carries it: 1e-4 of the largest update at most, in 0.01% of
-  # the weights); a wrong history weight would move every weight by ~10%.
+  # the momentum carries it: 1e-4 to 1.4e-3 of the largest update, in 0.03%
+  # of the weights, as the compiler rounds; tests/conftest.py's LLVM -O0
+  # flipped one); a wrong history weight would move every weight by ~10%.
   diff, scale = np.abs(new - ref), np.abs(ref).max()
-  assert diff.max() < 1e-3 * scale and np.median(diff) < 1e-7 * scale
+  assert diff.max() < 1e-2 * scale and np.median(diff) < 1e-7 * scale
+  assert np.mean(diff > 1e-5 * scale) < 1e-3
   plain = np.asarray(_fast(cnn, w, 4, 0.05)(x, y, k))
   assert np.abs(plain - ref).max() > 0.1 * np.abs(ref).max()
   mask = jnp.ones((cnn.num_params,), bool)

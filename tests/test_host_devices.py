@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from fedjax_dp import host_devices
+from xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -79,8 +80,7 @@ def test_devices_name_names_an_accelerator_model(devices, name):
 
 
 def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env["JAX_PLATFORMS"] = "cpu"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags())  # no device count
   out = tmp_path / "out"
   proc = subprocess.run(
       [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--dataset", "medical-synth",

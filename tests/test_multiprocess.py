@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp import checkpoint, distributed, experiment
+from xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "experiments" / "sweep.py"
@@ -43,9 +44,8 @@ def _free_port() -> int:
 def _env() -> dict:
   """The environment of a subprocess: CPU, no device count of ours (the
   commands' --cpu-devices sets theirs), no cluster job (--coordinator auto)."""
-  env = {k: v for k, v in os.environ.items()
-         if k != "XLA_FLAGS" and not k.startswith(CLUSTER_ENV)}
-  return dict(env, JAX_PLATFORMS="cpu")
+  env = {k: v for k, v in os.environ.items() if not k.startswith(CLUSTER_ENV)}
+  return dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags())
 
 
 def _start(args, out) -> subprocess.Popen:

@@ -8,12 +8,14 @@ import sys
 
 import pytest
 
+from xla_env import xla_flags
+
 _CHECK = pathlib.Path(__file__).with_name("sharded_round_check.py")
 
 
 def test_sharded_rounds_equal_single_device_rounds():
   # The device count must be set before JAX starts: run in a fresh process.
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(4),
              JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, str(_CHECK), "--cnn"], env=env,
                         capture_output=True, text=True, timeout=600, check=False)
