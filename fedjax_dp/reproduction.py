@@ -518,7 +518,6 @@ def _thesis_backdoor(number: str) -> Table:
   setting = _setting("backdoor-cifar" if cifar else "backdoor-mnist", rounds=rounds)
   if cifar and kind == "out-backdoor":
     setting += _setting("backdoor-cifar-out")
-  setting += _setting("backdoor-reduced")
   data = "CIFAR-10" if cifar else "MNIST"
   return Table(f"thesis-{number}", f"Thesis Table {number}: {what} ({data})", setting,
                tuple(rows), figure=figure)
@@ -917,8 +916,11 @@ class Summary:
     accuracy: Mean best accuracy (the selection metric; the row's
       ``model_metric`` at the best round) over the seeds.
     spread: (min, max) over the seeds.
-    best_round: Mean round of the best accuracy.
+    best_rounds: Each seed's round of its best accuracy, in the order of
+      ``seeds`` (a mean of rounds is no seed's round).
     epsilon: Mean epsilon at the best round (None without DP).
+    epsilons: Each seed's epsilon at its best round, in the order of
+      ``seeds`` (empty without DP).
     rounds: Rounds run (the smallest over seeds).
     seconds: Wall seconds, summed over seeds.
     accelerator_seconds: The part of ``seconds`` run on an accelerator
@@ -938,7 +940,7 @@ class Summary:
   seeds: tuple[int, ...]
   accuracy: float
   spread: tuple[float, float]
-  best_round: float
+  best_rounds: tuple[int, ...]
   epsilon: float | None
   rounds: int
   seconds: float
@@ -947,6 +949,7 @@ class Summary:
   attack_value: float | None = None
   reduced: bool = False
   moves: tuple[tuple[str, float], ...] = ()
+  epsilons: tuple[float, ...] = ()
 
   @property
   def difference(self) -> float | None:
@@ -961,16 +964,33 @@ class Summary:
     return self.attack_value - self.row.paper_attack
 
   @property
+  def numeric(self) -> bool:
+    """Compared by number: run in the paper's setting, against a published
+    figure (a row the paper reports as not converging has none: it is
+    :attr:`qualitative`)."""
+    return not self.reduced and not self.row.diverges and self.difference is not None
+
+  @property
+  def qualitative(self) -> bool:
+    """Compared in words, in the paper's setting: the paper's "-" (the run
+    does not converge), which has no figure to be within a tolerance of."""
+    return not self.reduced and self.row.diverges
+
+  @property
   def within(self) -> bool:
-    """In the paper's setting: |difference| <= TOLERANCE (0.03) for the
-    accuracy and for the attack metric; for a row that does not converge in
-    the paper, ours does not either (:meth:`converges` is False)."""
-    if self.reduced:
+    """A :attr:`numeric` row with |difference| <= TOLERANCE (0.03) for the
+    accuracy and for the attack metric; never a qualitative or reduced one
+    (see :attr:`agrees`)."""
+    if not self.numeric:
       return False
-    if self.row.diverges:
-      return not self.converges
     diffs = [d for d in (self.difference, self.attack_difference) if d is not None]
-    return bool(diffs) and all(abs(d) <= TOLERANCE + 1e-9 for d in diffs)
+    return all(abs(d) <= TOLERANCE + 1e-9 for d in diffs)
+
+  @property
+  def agrees(self) -> bool:
+    """A :attr:`qualitative` row whose run does not converge either, as in
+    the paper (:meth:`converges` is False)."""
+    return self.qualitative and not self.converges
 
   @property
   def converges(self) -> bool:
@@ -1068,8 +1088,9 @@ def summarize(row: Row, records: list[dict]) -> Summary:
   lows = [settled_low(r.get("history", []), row.model_metric) for r in runs]
   return Summary(row=row, seeds=tuple(r["seed"] for r in records),
                  accuracy=statistics.fmean(acc), spread=(min(acc), max(acc)),
-                 best_round=statistics.fmean(r["best_round"] for r in runs),
+                 best_rounds=tuple(r["best_round"] for r in runs),
                  epsilon=statistics.fmean(eps) if eps else None,
+                 epsilons=tuple(eps) if len(eps) == len(runs) else (),
                  rounds=min(r["rounds"] for r in runs),
                  seconds=sum(r["record"].get("seconds", 0.0) for r in own),
                  accelerator_seconds=sum(r["record"].get("seconds", 0.0) for r in own
@@ -1115,12 +1136,19 @@ def paper_cell(row: Row) -> str:
 
 
 def ours_cell(s: Summary) -> str:
-  """Our figure of a row: mean [min, max] @round ε; class or attack accuracy."""
+  """Our figure of a row: mean [min, max] @rounds ε; class or attack accuracy.
+
+  Over several seeds the rounds and epsilons are each seed's, in seed order
+  (``@49/122/54 ε 0.74/0.87/0.75``): seeds peak at different rounds, and a
+  mean of them is no run's round.
+  """
   text = f"{s.accuracy:.3f}{_MODEL_NAMES[s.row.model_metric]}"
   if len(s.seeds) > 1:
     text += f" [{s.spread[0]:.3f}, {s.spread[1]:.3f}]"
-  text += f" @{s.best_round:.0f}"
-  if s.epsilon is not None:
+  text += " @" + "/".join(str(r) for r in s.best_rounds)
+  if s.epsilons:
+    text += " ε " + "/".join(f"{e:.2f}" for e in s.epsilons)
+  elif s.epsilon is not None:
     text += f" ε {s.epsilon:.2f}"
   if s.attack_value is not None:
     text += f" ; {_METRIC_NAMES[s.row.attack_metric]} {s.attack_value:.2f}"
@@ -1156,9 +1184,8 @@ def table_markdown(table: Table, records: dict[str, list[dict]],
   (:func:`unreachable_rows`); those not run are reported so, with the
   command that runs them where the data is.
   """
-  lines = [f"Setting: {table.setting}.", "",
-           "| row | paper: acc @round ε | ours: mean [min, max] @round ε | seeds | rounds "
-           "| diff | verdict |", "|---|---|---|---|---|---|---|"]
+  lines = ["", "", "| row | paper: acc @round ε | ours: mean [min, max] @round(s) ε | "
+           "seeds | rounds | diff | verdict |", "|---|---|---|---|---|---|---|"]
   summaries = []
   for row in table.rows:
     if row.slug not in records:
@@ -1166,8 +1193,10 @@ def table_markdown(table: Table, records: dict[str, list[dict]],
     s = summarize(row, records[row.slug])
     summaries.append(s)
     diff = "-" if s.difference is None else f"{s.difference:+.3f}"
+    seeds = f"{len(s.seeds)} ({'/'.join(map(str, s.seeds))})" if len(s.seeds) > 1 else "1"
     lines.append(f"| {row.name} | {paper_cell(row)} | {ours_cell(s)} | "
-                 f"{len(s.seeds)} | {s.rounds} | {diff} | {s.verdict} |")
+                 f"{seeds} | {s.rounds} | {diff} | {s.verdict} |")
+  lines[0] = f"Setting: {table.setting}.{reduced_clause(summaries)}"
   if table.claim and summaries:
     lines += ["", f"Claim: {table.claim}. Ours: {claim_check(summaries)}."]
     if single := sum(len(s.seeds) == 1 for s in summaries):
@@ -1192,6 +1221,39 @@ def table_markdown(table: Table, records: dict[str, list[dict]],
               f"row{'' if len(rows) == 1 else 's'} never run here; where the data is: "
               f"`{rerun_command(table, rows)}`."]
   return "\n".join(lines) + "\n", summaries
+
+
+_REDUCED_WORDS = {"--rounds": "{} rounds", "--local-steps": "T_gd {}"}
+
+
+def reduced_words(flags: tuple[str, ...]) -> str:
+  """A reduced setting's sweep flags in the settings' words:
+  ``--local-steps 300 --rounds 10`` gives ``T_gd 300, 10 rounds``."""
+  pairs = list(zip(flags[::2], flags[1::2]))
+  if len(flags) % 2 or any(flag not in _REDUCED_WORDS for flag, _ in pairs):
+    return shlex.join(flags)
+  return ", ".join(_REDUCED_WORDS[flag].format(value) for flag, value in pairs)
+
+
+def reduced_clause(summaries: list[Summary]) -> str:
+  """What a table's "Setting:" line adds for the rows shown from a reduced
+  run (the stated setting is the paper's): which reduction, in how many of
+  them; "" when every row shown ran in the paper's setting."""
+  groups: dict[tuple[str, ...], int] = {}
+  for s in summaries:
+    if s.reduced:
+      groups[s.row.reduced] = groups.get(s.row.reduced, 0) + 1
+  if not groups:
+    return ""
+  shown = len(summaries)
+  cut = sum(groups.values())
+  if len(groups) == 1:
+    [(flags, _)] = groups.items()
+    how = reduced_words(flags)
+  else:
+    how = ", ".join(f"{reduced_words(flags)} in {n}" for flags, n in groups.items())
+  rows = "every row shown" if cut == shown else f"{cut} of the {shown} rows shown"
+  return f" Reduced in {rows} (their verdicts say so): {how}."
 
 
 def ratio_curves(summaries: list[Summary]) -> dict[str, list[tuple[float, float, float, float]]]:
@@ -1288,8 +1350,10 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
           f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
     sections.append(f"## {table.title}\n\n{body}{figures}")
   within = sum(s.within for s in everything)
-  compared = sum((s.difference is not None or s.row.diverges) and not s.reduced
-                 for s in everything)
+  compared = sum(s.numeric for s in everything)
+  qualitative = sum(s.qualitative for s in everything)
+  agree = sum(s.agrees for s in everything)
+  no_cell = sum(s.row.paper is None and not s.row.diverges for s in everything)
   gpu_hours = sum(s.accelerator_seconds for s in everything) / 3600
   cpu_hours = sum(s.seconds for s in everything) / 3600 - gpu_hours
   head = [
@@ -1298,15 +1362,22 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       f"Generated from the records in `{out}` by `{command}`; do not edit by hand.",
       "Each row is the paper's stated setting (the table's S and sigma, never tuned); "
       "ours is the best accuracy over the run's rounds, as the papers report it, "
-      "mean and [min, max] over the seeds run (seed 0 in the plots). "
-      f"A row is within when |ours - paper| <= {TOLERANCE:g}. A reduced run stops "
+      "mean and [min, max] over the seeds run (seed 0 in the plots); a row run at "
+      "several seeds gives each seed's best round and its ε there, in the order of "
+      "its seeds (named in the seeds column), never a mean of rounds. "
+      f"A row is within when |ours - paper| <= {TOLERANCE:g}; a row the paper reports "
+      "as not converging (\"-\") has no figure to be within of and is counted apart, "
+      "as qualitative. A reduced run stops "
       "before the paper's: its verdict says which metric was still rising (or "
       "falling) at the cut, by more than "
       f"{MOVING:g} and twice the noise between the run's last two fifths.",
       "",
       f"Rows run: {len(everything)} ({sum(s.reduced for s in everything)} in a reduced "
-      f"setting); compared in the paper's setting: {compared}; "
-      f"within {TOLERANCE:g}: {within}; wall hours in the kept records: {cpu_hours:.1f} "
+      f"setting); compared with a paper figure in the paper's setting: {compared}, "
+      f"within {TOLERANCE:g}: {within} of them; qualitative in the paper's setting "
+      f"(the paper's \"-\", does not converge): {qualitative}, as in the paper: {agree}; "
+      f"no published cell (a table's claim checked instead): {no_cell}; "
+      f"wall hours in the kept records: {cpu_hours:.1f} "
       f"on CPUs, {gpu_hours:.1f} on accelerators (each record names its machine).",
       "",
   ]

@@ -258,7 +258,9 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
   report = tmp_path / "docs" / "REPRODUCTION.md"
   reproduction.write_report(tmp_path, report, "python experiments/reproduce.py report")
   text = report.read_text()
-  assert "| FL-CS-DP r=5% | 0.78 @197 ε 1 | 0.780 [0.760, 0.800] @3 ε 0.50 | 2 | 3 |" in text
+  # Two seeds: each seed's round and epsilon, in seed order, not their mean.
+  assert ("| FL-CS-DP r=5% | 0.78 @197 ε 1 | 0.780 [0.760, 0.800] @3/3 ε 0.50/0.50 | 2 (0/1) "
+          "| 3 |") in text
   assert "within 0.03" in text and "Rows run: 1 (0 in a reduced setting);" in text
   assert "Not run yet (8): FL-RND-DP r=5%" in text
   for name in ("accuracy", "accuracy_vs_upstream", "epsilon"):
@@ -408,7 +410,8 @@ def test_attack_rows_are_judged_on_both_metrics_and_on_divergence():
   small = _attack_summary(cs, 0.96, 0.76, reduced=True)
   assert not small.within and small.verdict.startswith("reduced setting (--local-steps 300")
   std = reproduction.get_table("thesis-6.1").select(["FL-STD_alpha0.2"])[0]
-  assert _attack_summary(std, 0.11).within  # "-" in the thesis: does not converge
+  # "-" in the thesis: does not converge. Compared in words, never "within".
+  assert _attack_summary(std, 0.11).agrees and not _attack_summary(std, 0.11).within
   assert _attack_summary(std, 0.11).verdict == "does not converge (best 0.11), as in the paper"
   assert "converges (best 0.85) where the paper's does not" in _attack_summary(std, 0.85).verdict
   # A reduced row off by more than the cut explains carries its reason.
@@ -428,7 +431,7 @@ def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
   record = {"best_accuracy": 0.917, "best_round": 6, "epsilon": None, "rounds": 10,
             "history": history}
   swinging = reproduction.summarize(std, [{"seed": 0, "record": record}])
-  assert not swinging.converges and swinging.within
+  assert not swinging.converges and swinging.agrees and not swinging.within
   assert swinging.verdict == ("does not converge (its last fifth of evaluations down to "
                               "0.11, best 0.92), as in the paper")
   # One that climbs and stays up converges, though its last rounds are its lowest.
@@ -436,7 +439,7 @@ def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
   record = dict(record, best_accuracy=0.86, history=climbing[:-1] + [dict(climbing[-1],
                                                                            accuracy=0.8)])
   trained = reproduction.summarize(std, [{"seed": 0, "record": record}])
-  assert trained.converges and not trained.within
+  assert trained.converges and not trained.within and not trained.agrees
   assert trained.settled == pytest.approx(0.8)
   assert "converges (its last fifth of evaluations down to 0.80, best 0.86)" in trained.verdict
   assert reproduction.settled_low([], "best_accuracy") is None  # no history: the best decides
@@ -1033,3 +1036,141 @@ def test_reproduce_never_runs_a_row_whose_data_is_missing(tmp_path, capsys, monk
   assert not list(out.rglob("*.json"))
   assert main(["list", "thesis-6.4", "--out", str(out)]) == 0
   assert "(data not reachable on this machine)" in capsys.readouterr().out
+
+
+# Issue 41: the report's setting lines, rounds of multi-seed rows, counts, notes.
+
+REPORT = ROOT / "docs" / "REPRODUCTION.md"
+
+
+def _sections(text):
+  """The report's sections: (title, setting line, row lines)."""
+  out = []
+  for part in text.split("\n## ")[1:]:
+    lines = part.splitlines()
+    setting = next((l for l in lines if l.startswith("Setting: ")), "")
+    rows = [l for l in lines if l.startswith("| ") and not l.startswith("| row ")]
+    out.append((lines[0], setting, rows))
+  return out
+
+
+def test_no_table_states_a_reduced_setting_of_its_own():
+  """A table's stated setting is the paper's: a reduced run is described only
+  from the records shown (``reduced_clause``), never in the table's text."""
+  for table in reproduction.tables().values():
+    assert "reduced" not in table.setting.lower(), table.name
+  assert "reduced" not in " ".join(reproduction.text_file()["setting"].values()).lower()
+
+
+def test_a_setting_line_describes_a_reduced_run_only_where_a_row_shown_is_one(tmp_path):
+  t69 = reproduction.get_table("thesis-6.9")
+  [dp, sign] = t69.select(["FL-SIGN-DP_eps1-alpha0.1", "FL-SIGN_alpha0.1"])
+  reproduction.run_row(t69, dp, 0, tmp_path, _fake_sweep([], 0.88), "x")
+
+  def setting_line():
+    body, _ = reproduction.table_markdown(t69, reproduction.kept_records(tmp_path, t69))
+    return body.splitlines()[0]
+  # Every row shown in the thesis' setting (Table 8.2, 200 rounds): nothing reduced.
+  assert setting_line() == f"Setting: {t69.setting}."
+  assert "reduced" not in setting_line().lower() and "50 rounds" not in setting_line()
+  reproduction.run_row(t69, sign, 0, tmp_path, _fake_sweep([], 0.96, dp=False), "x",
+                       sign.reduced)
+  assert setting_line() == (f"Setting: {t69.setting}. Reduced in 1 of the 2 rows shown "
+                            "(their verdicts say so): 50 rounds.")
+  # Table 6.3: two reductions among the rows shown, each counted.
+  t63 = reproduction.get_table("thesis-6.3")
+  for slug in ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1", "FL-CS_r0.05_alpha0.1"):
+    [row] = t63.select([slug])
+    reproduction.run_row(t63, row, 0, tmp_path, _fake_sweep([], 0.1, dp=False), "x",
+                         row.reduced)
+  [full] = t63.select(["FL-SIGN_alpha0.2"])
+  reproduction.run_row(t63, full, 0, tmp_path, _fake_sweep([], 0.97, dp=False), "x")
+  body, _ = reproduction.table_markdown(t63, reproduction.kept_records(tmp_path, t63))
+  assert body.splitlines()[0].endswith(
+      ". Reduced in 3 of the 4 rows shown (their verdicts say so): 25 rounds in 1, "
+      "10 rounds in 2.")
+  assert reproduction.reduced_words(("--local-steps", "300", "--rounds", "10")) == (
+      "T_gd 300, 10 rounds")
+  assert reproduction.reduced_words(("--lr", "0.1")) == "--lr 0.1"
+
+
+def test_the_committed_report_states_a_reduction_only_where_a_row_ran_one():
+  """In docs/REPRODUCTION.md a setting line names a reduced run if and only if
+  a row of its table comes from one (Tables 6.9-6.12 once said "reduced: 50 of
+  the 200 rounds" over rows that all ran the thesis' 200)."""
+  for title, setting, rows in _sections(REPORT.read_text()):
+    reduced_rows = [r for r in rows if "| reduced setting (" in r]
+    assert ("Reduced in" in setting) == bool(reduced_rows), title
+    assert "reduced:" not in setting, title
+    if reduced_rows and len(reduced_rows) < len(rows):
+      assert f"Reduced in {len(reduced_rows)} of the {len(rows)} rows shown" in setting, title
+
+
+def test_a_multi_seed_row_shows_each_seeds_round_and_epsilon():
+  row = reproduction.Row("FL-STD-DP", 1.0, presets.PaperResult(.56, 60, .76), "t")
+  records = [{"seed": seed, "record": {"best_accuracy": acc, "best_round": rnd, "epsilon": eps,
+                                       "rounds": 200}}
+             for seed, acc, rnd, eps in ((0, .673, 49, .741), (1, .589, 122, .871),
+                                         (2, .601, 54, .752))]
+  s = reproduction.summarize(row, records)
+  assert s.best_rounds == (49, 122, 54) and s.epsilons == (.741, .871, .752)
+  # Not "@75" (the mean of the three rounds, which no seed peaked at).
+  assert reproduction.ours_cell(s) == "0.621 [0.589, 0.673] @49/122/54 ε 0.74/0.87/0.75"
+  one = reproduction.summarize(row, records[:1])
+  assert reproduction.ours_cell(one) == "0.673 @49 ε 0.74"
+  header = REPORT.read_text().split("\n## ")[0]
+  assert "each seed's best round and its ε there, in the order of its seeds" in header
+
+
+def test_the_committed_report_gives_each_seeds_round():
+  """Every multi-seed row of docs/REPRODUCTION.md lists as many rounds (and
+  epsilons) as it has seeds, and names its seeds."""
+  multi = 0
+  for title, _, rows in _sections(REPORT.read_text()):
+    for line in rows:
+      cells = [c.strip() for c in line.strip("|").split("|")]
+      count = int(cells[3].split()[0])
+      rounds = re.search(r" @([\d/]+)", cells[2])[1].split("/")
+      assert len(rounds) == count, (title, line[:80])
+      eps = re.search(r" ε ([\d./]+)", cells[2])
+      assert eps is None or len(eps[1].split("/")) == count, (title, line[:80])
+      if count > 1:
+        multi += 1
+        assert re.fullmatch(rf"{count} \(\d+(/\d+){{{count - 1}}}\)", cells[3]), cells[3]
+  assert multi >= 10
+
+
+def test_the_within_count_leaves_qualitative_rows_out(tmp_path):
+  """A row the paper reports as not converging ("-") has no figure: it counts
+  apart from the rows compared by number, in neither part of "within"."""
+  t61 = reproduction.get_table("thesis-6.1")
+  [dp] = t61.select(["FL-SIGN-DP*"])  # l.1795's row: "-", run in the thesis' setting
+  [sign] = t61.select(["FL-SIGN_alpha0.1"])  # paper 0.98
+  reproduction.run_row(t61, dp, 0, tmp_path, _fake_sweep([], 0.1), "x")
+  reproduction.run_row(t61, sign, 0, tmp_path, _fake_sweep([], 0.97, dp=False), "x")
+  [s_dp, s_sign] = [reproduction.summarize(r, reproduction.kept_records(tmp_path, t61)[r.slug])
+                    for r in (dp, sign)]
+  assert s_dp.qualitative and s_dp.agrees and not s_dp.numeric and not s_dp.within
+  assert s_sign.numeric and s_sign.within and not s_sign.qualitative
+  report = tmp_path / "R.md"
+  reproduction.write_report(tmp_path, report, "cmd")
+  assert ("compared with a paper figure in the paper's setting: 1, within 0.03: 1 of them; "
+          "qualitative in the paper's setting (the paper's \"-\", does not converge): 1, "
+          "as in the paper: 1; no published cell") in report.read_text()
+
+
+def test_the_committed_reports_counts_are_its_rows():
+  """The header's counts of docs/REPRODUCTION.md are those of its rows:
+  "within" counts only rows compared by number."""
+  text = REPORT.read_text()
+  rows = [r for _, _, rows in _sections(text) for r in rows]
+  full = [r for r in rows if "| reduced setting (" not in r]
+  qualitative = [r for r in full if "| - (does not converge) |" in r]
+  numeric = [r for r in full if r not in qualitative and "| no published cell |" not in r]
+  within = [r for r in numeric if r.endswith("| within 0.03 |")]
+  agree = [r for r in qualitative if r.endswith(", as in the paper |")]
+  assert qualitative and not any(r.endswith("| within 0.03 |") for r in qualitative)
+  assert (f"compared with a paper figure in the paper's setting: {len(numeric)}, within 0.03: "
+          f"{len(within)} of them; qualitative in the paper's setting (the paper's \"-\", "
+          f"does not converge): {len(qualitative)}, as in the paper: {len(agree)};") in text
+
