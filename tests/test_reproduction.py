@@ -1041,6 +1041,7 @@ def test_reproduce_never_runs_a_row_whose_data_is_missing(tmp_path, capsys, monk
 # Issue 41: the report's setting lines, rounds of multi-seed rows, counts, notes.
 
 REPORT = ROOT / "docs" / "REPRODUCTION.md"
+NOTES = ROOT / "docs" / "reproduction-notes.md"
 
 
 def _sections(text):
@@ -1174,3 +1175,30 @@ def test_the_committed_reports_counts_are_its_rows():
           f"{len(within)} of them; qualitative in the paper's setting (the paper's \"-\", "
           f"does not converge): {len(qualitative)}, as in the paper: {len(agree)};") in text
 
+
+def test_the_reproduction_notes_name_what_exists_and_no_stale_to_do():
+  """docs/reproduction-notes.md: every file, code name and link it names
+  exists, and it says of no run that it remains to be made once the report
+  shows it (issue 41: Table 4.1's and FL-SIGN's full-length runs, Tables
+  6.9-6.12's reduced records)."""
+  text = NOTES.read_text()
+  for path in set(re.findall(r"(?<![\w/.])((?:fedjax_dp|experiments|tests|benchmarks|docs)"
+                             r"/[\w./-]+\.(?:py|md|json|txt|toml))", text)):
+    assert (ROOT / path).exists(), path
+  for name in ("flags.py", "simulation.py"):
+    assert name not in text
+  for target, anchor in re.findall(r"\]\(([\w./-]+\.md)#([\w-]+)\)", text):
+    headings = (ROOT / "docs" / target).read_text().splitlines()
+    slugs = {re.sub(r"[^\w\- ]", "", h.lstrip("#").strip().lower()).replace(" ", "-")
+             for h in headings if h.startswith("#")}
+    assert anchor in slugs, (target, anchor)
+  for stale in ("remain to be made", "not yet run so", "Full-length runs remain"):
+    assert stale not in text, stale
+  # The full-length figures it quotes are the kept records'.
+  out = ROOT / "experiments" / "reference" / "reproduction"
+  for table, slug, quoted in (("thesis-4.1", "FL-SIGN_mnist", "FL-SIGN 0.983 at round 93"),
+                              ("thesis-4.1", "FL-STD_mnist", "FL-STD 0.987 at round 99"),
+                              ("thesis-4.1", "FL-SIGN_fashion-mnist", "0.871 at round 75")):
+    record = json.loads((out / table / f"{slug}.seed0.json").read_text())["record"]
+    assert f"{record['best_accuracy']:.3f} at round {record['best_round']}" in quoted
+    assert quoted in " ".join(text.split())
