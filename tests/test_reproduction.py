@@ -1187,6 +1187,11 @@ def test_the_reproduction_notes_name_what_exists_and_no_stale_to_do():
     assert (ROOT / path).exists(), path
   for name in ("flags.py", "simulation.py"):
     assert name not in text
+  # Code it names as `module.name`: fedjax_dp's, importable.
+  import importlib  # pylint: disable=import-outside-toplevel
+  for dotted in set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", text)) - {"reproduce.py", "sweep.py"}:
+    module, name = dotted.rsplit(".", 1)
+    assert hasattr(importlib.import_module(f"fedjax_dp.{module}"), name), dotted
   for target, anchor in re.findall(r"\]\(([\w./-]+\.md)#([\w-]+)\)", text):
     headings = (ROOT / "docs" / target).read_text().splitlines()
     slugs = {re.sub(r"[^\w\- ]", "", h.lstrip("#").strip().lower()).replace(" ", "-")
