@@ -53,6 +53,72 @@ def test_conv_and_its_gradients_equal_lax(spatial, window, strides, padding, ld,
     np.testing.assert_allclose(a[1], b, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("mode,case", [("product", c) for c in CONVS] + [("vmap", CONVS[0])])
+def test_per_client_kernels_batched_as_products_or_grouped_equal_lax(mode, case):
+  """Per-client kernels batched another way than one client at a time (the
+  GPU's default, or JAX's grouped convolution): values and both gradients."""
+  spatial, window, strides, padding, ld, rd = case
+  keys = jax.random.split(jax.random.PRNGKey(0), 3)
+  xs = jax.random.normal(keys[0], (2, 3) + spatial + (4,))
+  ws = jax.random.normal(keys[1], (2,) + window + (4, 5))
+  ref = lambda x, w: _lax_conv(x, w, strides, padding, ld, rd)
+  ours = lambda x, w: cohort_ops.conv(x, w, strides, padding, ld, rd)
+  jax.clear_caches()
+  with cohort_ops.cohort_batching(mode):
+    got = jax.vmap(ours)(xs, ws)
+    got_g = jax.vmap(jax.grad(lambda x, w: jnp.sum(jnp.sin(ours(x, w))), (0, 1)))(xs, ws)
+  jax.clear_caches()
+  np.testing.assert_allclose(got, jax.vmap(ref)(xs, ws), rtol=1e-5, atol=1e-4)
+  want_g = jax.vmap(jax.grad(lambda x, w: jnp.sum(jnp.sin(ref(x, w))), (0, 1)))(xs, ws)
+  for a, b in zip(got_g, want_g):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
+
+
+def _cohort_grad_hlo(platform: str) -> str:
+  """The lowered gradient of a conv over 3 clients' own kernels, for ``platform``."""
+  xs, ws = jnp.ones((3, 2, 8, 8, 4)), jnp.ones((3, 5, 5, 4, 6))
+  loss = lambda x, w: jnp.sum(jax.vmap(lambda x, w: cohort_ops.conv(
+      x, w, (1, 1), ((2, 2), (2, 2))))(x, w) ** 2)
+  return jax.jit(jax.grad(loss, (0, 1))).trace(xs, ws).lower(
+      lowering_platforms=(platform,)).as_text()
+
+
+def test_auto_batching_is_one_client_at_a_time_on_cpu_and_products_on_gpus():
+  assert cohort_ops.batching() == "auto"
+  cpu = _cohort_grad_hlo("cpu")
+  assert "stablehlo.while" in cpu and "stablehlo.convolution" in cpu
+  for platform in ("cuda", "rocm"):  # lowered here, without the device
+    gpu = _cohort_grad_hlo(platform)
+    assert "stablehlo.while" not in gpu and "stablehlo.convolution" not in gpu
+    assert gpu.count("stablehlo.dot_general") == 3  # forward, input and kernel gradients
+  with pytest.raises(ValueError, match="cohort batching must be one of"):
+    with cohort_ops.cohort_batching("loop"):
+      pass
+  assert cohort_ops.batching() == "auto"
+
+
+def test_paper_cnn_cohort_training_equal_batched_as_products(cnn):
+  """The paper CNN's local updates of two clients (the round's fast path) are
+  the same with the per-client convolutions batched as products (the GPU's
+  way) as one client at a time (the CPU's)."""
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  xs = jax.random.uniform(keys[0], (2, 10, 28, 28, 1))
+  ys = jax.random.randint(keys[1], (2, 10), 0, 10)
+  w = cnn.init(keys[2])
+  cohort = lambda: jax.jit(jax.vmap(lambda x, y, k: cnn.local_update(
+      w, x, y, k, steps=2, batch_size=5, lr=0.2)))(xs, ys, jax.random.split(keys[3], 2))
+  jax.clear_caches()
+  with cohort_ops.cohort_batching("map"):
+    want = cohort()
+  jax.clear_caches()
+  with cohort_ops.cohort_batching("product"):
+    got = cohort()
+  jax.clear_caches()
+  scale = float(jnp.max(jnp.abs(want)))
+  assert scale > 1e-3
+  np.testing.assert_allclose(got, want, atol=1e-4 * scale)
+
+
 def test_conv_without_input_gradient_skips_it():
   x, w = jnp.ones((2, 6, 6, 3)), jnp.ones((3, 3, 3, 4))
   dx, dw = jax.grad(lambda x, w: jnp.sum(cohort_ops.conv(

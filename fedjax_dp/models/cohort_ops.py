@@ -8,11 +8,17 @@ CPU backend runs both an order of magnitude slower than plain convolutions
 (measured in ``benchmarks/models.py``; docs/performance.md). The ops here
 compute the same values but batch differently:
 
-* :func:`conv`: a ``custom_vmap`` rule runs a per-client kernel one client at
-  a time (``lax.map``) and folds a shared kernel's cohort into the batch;
-  its backward pass is two convolutions in the canonical NHWC / HWIO layout
-  (the input gradient correlates with the flipped kernel, the kernel
-  gradient is a convolution whose batch is the input channels).
+* :func:`conv`: a ``custom_vmap`` rule folds a shared kernel's cohort into
+  the batch, and batches per-client kernels as the platform does best
+  (:func:`cohort_batching`): on a CPU one client at a time (``lax.map``),
+  elsewhere as one batched matrix product over the cohort (every output
+  position's receptive field gathered, then one product per client: GPUs
+  run batched products far better than grouped convolutions, whose
+  backward pass is slow on CUDA, jax-ml/jax#13800). Its backward pass is
+  two convolutions in the canonical NHWC / HWIO layout (the input gradient
+  correlates with the flipped kernel, the kernel gradient is a convolution
+  whose batch is the input channels), or, batched as products, the
+  transposes of the forward product.
 * :func:`max_pool`: non-overlapping windows as a reshape and a max, whose
   backward pass scatters to the saved position of each window's maximum,
   instead of ``reduce_window``'s select-and-scatter.
@@ -25,7 +31,9 @@ place of those primitives in any model's forward pass.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import math
 from typing import Sequence
 
@@ -106,10 +114,89 @@ def _conv_dw_raw(x: jax.Array, g: jax.Array, window: tuple[int, ...],
   return dw.transpose(spatial + (0, nd + 1))  # (*window, C, O)
 
 
-def _per_client(raw, folds_batch: bool):
-  """``raw(a, b)`` whose ``vmap`` runs a per-client ``b`` one client at a time.
+def _patches(x: jax.Array, window: tuple[int, ...], spec: ConvSpec) -> jax.Array:
+  """Every output position's receptive field: (B, *out, prod(window) * C).
 
-  With ``folds_batch``, a batched ``a`` (the examples) and an unbatched ``b``
+  The entries are ordered window offset first, then channel, as a (*window,
+  C, O) kernel reshaped to (-1, O) orders its rows. Built from one pad (the
+  input dilation and padding; negative padding crops) and one strided slice
+  per window offset: data movement only, so exact on every platform.
+  """
+  cfg = [(0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in zip(spec.padding, spec.lhs_dilation)]
+  padded = lax.pad(x, jnp.zeros((), x.dtype), cfg + [(0, 0, 0)])
+  inner = padded.shape[1:-1]
+  out = [max((size - k) // s + 1, 0) for size, k, s in
+         zip(inner, _dilate(window, spec.rhs_dilation), spec.strides)]
+  columns = []
+  for offset in itertools.product(*(range(k) for k in window)):
+    start = [o * d for o, d in zip(offset, spec.rhs_dilation)]
+    limit = [b + (n - 1) * s + 1 for b, n, s in zip(start, out, spec.strides)]
+    columns.append(lax.slice(padded, [0, *start, 0], [padded.shape[0], *limit, padded.shape[-1]],
+                             [1, *spec.strides, 1]))
+  return jnp.concatenate(columns, axis=-1)
+
+
+def _conv_product(x: jax.Array, w: jax.Array, spec: ConvSpec) -> jax.Array:
+  """:func:`_conv_raw` as a matrix product of :func:`_patches` with the kernel."""
+  nd = x.ndim - 2
+  return jnp.einsum("...f,fo->...o", _patches(x, w.shape[:nd], spec),
+                    w.reshape(-1, w.shape[-1]), precision=spec.precision)
+
+
+def _conv_dx_product(g: jax.Array, w: jax.Array, in_spatial: tuple[int, ...],
+                     spec: ConvSpec) -> jax.Array:
+  """:func:`_conv_dx_raw` as the transpose of :func:`_conv_product` in x."""
+  x = jax.ShapeDtypeStruct((g.shape[0],) + in_spatial + (w.shape[-2],), g.dtype)
+  return jax.linear_transpose(lambda x: _conv_product(x, w, spec), x)(g)[0]
+
+
+def _conv_dw_product(x: jax.Array, g: jax.Array, window: tuple[int, ...],
+                     spec: ConvSpec) -> jax.Array:
+  """:func:`_conv_dw_raw` as the product of the patches with g (all positions summed)."""
+  cols = _patches(x, window, spec)
+  dw = jnp.einsum("...f,...o->fo", cols.reshape(-1, cols.shape[-1]),
+                  g.reshape(-1, g.shape[-1]), precision=spec.precision)
+  return dw.reshape(window + (x.shape[-1], g.shape[-1]))
+
+
+# How per-client kernels are batched over the cohort: "auto" (one client at a
+# time on a CPU, "product" elsewhere), "map" (lax.map, one client at a time),
+# "vmap" (JAX's own batching rule: one grouped convolution) or "product"
+# (patches times kernels, one batched matrix product).
+BATCHINGS = ("auto", "map", "vmap", "product")
+_batching = "auto"
+
+
+def batching() -> str:
+  """The cohort batching in force (one of ``BATCHINGS``)."""
+  return _batching
+
+
+@contextlib.contextmanager
+def cohort_batching(mode: str):
+  """Batch per-client convolution kernels with ``mode`` (one of ``BATCHINGS``)
+  in what is traced inside the block.
+
+  The default, "auto", picks per platform when the program is lowered.
+  Jitted functions traced before keep their batching: call
+  ``jax.clear_caches()`` when switching between compiled programs
+  (``benchmarks/throughput.py --batching`` compares the modes side by side).
+  """
+  global _batching  # pylint: disable=global-statement
+  if mode not in BATCHINGS:
+    raise ValueError(f"cohort batching must be one of {', '.join(BATCHINGS)}, got {mode!r}")
+  before, _batching = _batching, mode
+  try:
+    yield
+  finally:
+    _batching = before
+
+
+def _per_client(raw, product, folds_batch: bool):
+  """``raw(a, b)`` whose ``vmap`` batches a per-client ``b`` as :data:`_batching` says.
+
+  ``product`` computes what ``raw`` computes as matrix products. With
+  ``folds_batch``, a batched ``a`` (the examples) and an unbatched ``b``
   (a shared kernel) fold the cohort into the batch axis: one large op.
   """
   fn = custom_vmap(raw)
@@ -120,13 +207,23 @@ def _per_client(raw, folds_batch: bool):
     if folds_batch and a_batched and not b_batched:
       out = fn(a.reshape((-1,) + a.shape[2:]), b)
       out = out.reshape((axis_size, -1) + out.shape[1:])
-    elif a_batched and b_batched:
-      out = lax.map(lambda t: fn(*t), (a, b))
-    elif a_batched:
-      out = lax.map(lambda ai: fn(ai, b), a)
+      return out, True
+    axes = (0 if a_batched else None, 0 if b_batched else None)
+
+    def one_at_a_time(a, b):
+      if a_batched and b_batched:
+        return lax.map(lambda t: fn(*t), (a, b))
+      if a_batched:
+        return lax.map(lambda ai: fn(ai, b), a)
+      return lax.map(lambda bi: fn(a, bi), b)
+
+    modes = {"map": one_at_a_time, "vmap": jax.vmap(raw, axes),
+             "product": jax.vmap(product, axes)}
+    if _batching == "auto":
+      out = lax.platform_dependent(a, b, cpu=modes["map"], default=modes["product"])
     else:
-      out = lax.map(lambda bi: fn(a, bi), b)
-    return out, jax.tree.map(lambda _: True, out)
+      out = modes[_batching](a, b)
+    return out, True
 
   return fn
 
@@ -135,9 +232,12 @@ def _per_client(raw, folds_batch: bool):
 def _conv_op(spec: ConvSpec, in_spatial: tuple[int, ...], window: tuple[int, ...],
              input_grad: bool):
   """The custom-VJP, custom-batched convolution for one static setting."""
-  fwd = _per_client(lambda x, w: _conv_raw(x, w, spec), folds_batch=True)
-  dx = _per_client(lambda g, w: _conv_dx_raw(g, w, in_spatial, spec), folds_batch=True)
-  dw = _per_client(lambda x, g: _conv_dw_raw(x, g, window, spec), folds_batch=False)
+  fwd = _per_client(lambda x, w: _conv_raw(x, w, spec),
+                    lambda x, w: _conv_product(x, w, spec), folds_batch=True)
+  dx = _per_client(lambda g, w: _conv_dx_raw(g, w, in_spatial, spec),
+                   lambda g, w: _conv_dx_product(g, w, in_spatial, spec), folds_batch=True)
+  dw = _per_client(lambda x, g: _conv_dw_raw(x, g, window, spec),
+                   lambda x, g: _conv_dw_product(x, g, window, spec), folds_batch=False)
 
   @jax.custom_vjp
   def op(x, w):
