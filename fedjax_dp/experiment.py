@@ -77,9 +77,18 @@ def scheme_setting(name: str, dataset: str = "fashion-mnist") -> dict:
   return {**data.setting, **_scheme_presets(get_scheme(name), data)[0]}
 
 
-def setting_source(scheme: Scheme, dataset: str) -> str:
-  """Where a scheme's setting on a data set comes from."""
-  return _scheme_presets(scheme, datasets.get_dataset(dataset))[1]
+def setting_source(scheme: Scheme, dataset: str, setting: dict | None = None) -> str:
+  """Where a scheme's setting on a data set comes from; with the run's
+  ``setting``, also which of its values flags changed from that source's."""
+  source = _scheme_presets(scheme, datasets.get_dataset(dataset))[1]
+  if setting is None:
+    return source
+  preset = scheme_setting(scheme.name, dataset)
+  if preset.get("clients_per_round") == "all":
+    preset["clients_per_round"] = preset["num_clients"]
+  changed = [f"--{k.replace('_', '-')} {setting[k]}" for k in sorted(preset)
+             if k in setting and setting[k] != preset[k]]
+  return source if not changed else f"{source}, except {', '.join(changed)}"
 
 
 def settings(args: argparse.Namespace, scheme: Scheme) -> dict:
@@ -260,9 +269,10 @@ def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
     record["dataset"] = dataset.label
     record["data_summary"] = fed.summary
     record["clip_source"] = run.clip_source
-    record["paper_source"] = presets.paper_source(run.scheme.name, run.ratio, dataset.name)
+    record["paper_source"] = presets.paper_source(run.scheme.name, run.ratio, dataset.name,
+                                                  run.setting)
     record["paper_upstream_bits"] = presets.PAPER_UPSTREAM_BITS.get(run.scheme.name)
-    record["setting_source"] = setting_source(run.scheme, dataset.name)
+    record["setting_source"] = setting_source(run.scheme, dataset.name, run.setting)
     record.update({k: run.setting[k] for k in ("samples_per_client", "local_steps",
                                                 "batch_size", "lr", "local_optimizer")})
     records.append(record)

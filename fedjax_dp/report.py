@@ -37,7 +37,7 @@ def _dataset(run: dict) -> str:
 
 
 def _paper(run: dict, field: str, spec: str) -> str:
-  ref = presets.paper_result(run["scheme"], run["ratio"], _dataset(run))
+  ref = presets.paper_result(run["scheme"], run["ratio"], _dataset(run), run)
   return "-" if ref is None else _fmt(getattr(ref, field), spec)
 
 

@@ -422,3 +422,24 @@ def test_sweep_with_an_audit_reports_empirical_beside_accountant_epsilon(tmp_pat
   header = (out / "results.csv").read_text().splitlines()[0]
   assert header.endswith("empirical_epsilon,empirical_epsilon_every_round,"
                          "epsilon_lower_bound,epsilon_lower_bound_every_round")
+
+
+def test_fl_sign_in_uai_setting_is_compared_with_table_4_4_and_says_which_flags_moved_it():
+  """FL-SIGN's preset is thesis Table 8.1's (compared with Table 4.1); run in
+  UAI Table 5's data setting by flags, its record names Table 4.4 and the
+  flags that moved it off the preset, and the table prints Table 4.4's figure."""
+  from fedjax_dp import presets, report  # pylint: disable=import-outside-toplevel
+  parser = experiment.build_parser()
+  (default,) = experiment.plan(parser.parse_args(["--schemes", "FL-SIGN"]))
+  (uai,) = experiment.plan(parser.parse_args(
+      ["--schemes", "FL-SIGN", "--num-clients", "6000", "--samples-per-client", "10",
+       "--local-steps", "5", "--batch-size", "10", "--rounds", "200"]))
+  source = lambda run: experiment.setting_source(run.scheme, "fashion-mnist", run.setting)
+  assert source(default) == "thesis Table 8.1"
+  assert source(uai) == ("thesis Table 8.1, except --local-steps 5, --num-clients 6000, "
+                         "--rounds 200, --samples-per-client 10")
+  figure = lambda run: presets.paper_source("FL-SIGN", 1.0, "fashion-mnist", run.setting)
+  assert (figure(default), figure(uai)) == ("thesis Table 4.1", "thesis Table 4.4")
+  record = {"scheme": "FL-SIGN", "ratio": 1.0, "dataset": "fashion-mnist", **uai.setting}
+  assert report._paper(record, "round", "d") == "197"  # pylint: disable=protected-access
+  assert report._paper({**record, **default.setting}, "round", "d") == "68"
