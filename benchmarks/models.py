@@ -65,7 +65,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 # benchmarks/common.py
-from common import best_seconds, compiled_flops, machine, matmul_gflops  # noqa: E402
+from common import best_seconds, lowered_flops, machine, matmul_gflops  # noqa: E402
 from fedjax_dp import sharding  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.models import PaperCNN, from_flax, paper_cnn, zoo  # noqa: E402
@@ -140,7 +140,7 @@ def forward_flops(model, module, w, xb) -> tuple[float | None, float | None, str
   batch ``xb``; for the LSTM the analytic count (XLA counts a loop body once).
   """
   batch = xb.shape[0]
-  xla = compiled_flops(jax.jit(model.eval_logits), w, xb)
+  xla = lowered_flops(jax.jit(model.eval_logits), w, xb)
   xla = None if xla is None else xla / batch
   if isinstance(module, zoo.CharLSTM):
     return lstm_forward_flops(module, xb.shape[1]), xla, LSTM_NOTE

@@ -10,7 +10,10 @@ after a warm-up call that compiles (its extra time is the compile time):
   privacy (encoding, clipping, noise, the secure sum) and the server decode,
   each jitted and timed on its own;
 * evaluation of the 10,000 test images, in GFLOP/s (XLA's count of the
-  model's operations) next to the float32 matmul rate of the same devices;
+  model's operations, on the program as lowered: a GPU's compiled count
+  misses the convolutions it hands to cuDNN) next to the float32 matmul
+  rate of the same devices, and the round's training rate (3 x the forward
+  FLOPs of every example of every local step, over the whole round's time);
 * peak memory (process RSS, and the compiled round's buffers);
 * a plain PyTorch per-client loop on the same clients (same model, batch,
   steps and learning rate; weights copied from the global model each
@@ -21,10 +24,21 @@ processes on a shared machine); the load average is printed with them.
 
   python benchmarks/throughput.py --scheme FL-TOP-DP --clients-per-round 100 --json
   python benchmarks/throughput.py --scheme all --no-torch   # every scheme, one run
+  python benchmarks/throughput.py --scheme FL-STD-DP --clients-per-round 100,1000 \
+      --batching map,product --model paper-cnn,paper-cnn-flax --out records.jsonl
 
-With several schemes (a comma-separated list, or ``all``) they run one
-after the other in one process and a table compares each round (without
-evaluation) with FL-STD's.
+Every combination of ``--model`` (the registered paper CNN, or the same CNN
+as a flax module through ``models.from_flax``, the path a user's model
+takes), ``--batching`` (how the per-client convolutions are batched over
+the cohort: ``fedjax_dp.models.cohort_ops.cohort_batching``), ``--scheme``
+(a comma-separated list, or ``all``) and ``--clients-per-round`` (a list;
+cohorts above the data's 6,000 clients repeat them) runs one after the
+other in one process, and a table compares each round (without
+evaluation) with FL-STD's of the same model, batching and cohort. Above
+``--split-max-clients`` the stages are not timed apart (they would hold
+every client's update at once; the round sums them in chunks).
+``--profile DIR`` writes a profiler trace of one more round of the last
+case. ``benchmarks/gpu_suite.sh`` runs the GPU suite of issue 41.
 
 PyTorch is optional (``pip install 'fedjax_dp[bench]'``); ``--no-torch``
 runs JAX alone. The round is set up exactly as ``simulation.run`` sets it up
@@ -52,10 +66,11 @@ import numpy as np  # noqa: E402
 
 # benchmarks/common.py
 from common import best_seconds as _best  # noqa: E402
-from common import compiled_flops, load_paper_data, machine, matmul_gflops  # noqa: E402
+from common import lowered_flops, load_paper_data, machine, matmul_gflops  # noqa: E402
 from fedjax_dp import features, sharding, simulation  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
-from fedjax_dp.models import paper_cnn  # noqa: E402
+from fedjax_dp.models import cohort_ops, from_flax, paper_cnn  # noqa: E402
+from fedjax_dp.models.cnn import PaperCNN  # noqa: E402
 from fedjax_dp.privacy import noise  # noqa: E402
 from fedjax_dp.schemes import SCHEMES, get_scheme  # noqa: E402
 
@@ -127,8 +142,13 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
 
 def measure(model, scheme_name: str, data, test_x, public, *, clients: int, ratio: float,
             rounds_per_call: int = 1, repeats: int = 3, devices: int | None = None,
-            torch: bool = False) -> dict:
+            torch: bool = False, split: bool = True, profile: str | None = None) -> dict:
   """Times one scheme's round, its stages, evaluation and (optionally) PyTorch.
+
+  Args:
+    split: Also time the round's stages on their own (they hold every
+      client's update at once, where the round sums them in chunks).
+    profile: Write a profiler trace of one more round to this directory.
 
   Returns:
     The benchmark record (see the module docstring).
@@ -153,9 +173,10 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
 
   first = _best(call_round, 1)
 
-  training_s, privacy_s, decode_s = _stage_seconds(model, prep, state, data, run_key,
-                                                   t_next[0], repeats)
+  training_s, privacy_s, decode_s = _stage_seconds(
+      model, prep, state, data, run_key, t_next[0], repeats) if split else (None, None, None)
   eval_s, eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats)
+  example_flops = None if eval_flops is None else eval_flops / test_x.shape[0]
   rss_jax_mb = _peak_rss_mb()
 
   # The whole round and the PyTorch loop, alternating.
@@ -166,20 +187,28 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
     round_times.append(_best(call_round, 1) / rounds_per_call)
     if torch_run is not None:
       torch_times.append(_best(torch_run, 1))
+  if profile is not None:
+    with jax.profiler.trace(profile):
+      call_round()
   load_after = os.getloadavg()
 
   per_round = min(round_times)
+  # Forward + backward: 3 x the forward pass, for every example of every step.
+  train_flops = None if example_flops is None else \
+      3 * example_flops * cfg.local_steps * cfg.batch_size * clients
   compile_s = max(first - per_round * rounds_per_call, 0.0)
   torch_cps = clients / min(torch_times) if torch_times else None
   return {
       "scheme": prep.scheme.name, "ratio": ratio, "clients_per_round": clients,
+      "model": model.name, "cohort_batching": cohort_ops.batching(),
       "rounds_per_call": rounds_per_call,
       "rounds_per_sec": 1.0 / per_round,
       "clients_per_sec": clients / per_round,
-      "train_clients_per_sec": clients / training_s,
+      "train_clients_per_sec": None if training_s is None else clients / training_s,
       "torch_loop_clients_per_sec": torch_cps,
       "ratio_to_torch": None if torch_cps is None else clients / per_round / torch_cps,
-      "train_ratio_to_torch": None if torch_cps is None else clients / training_s / torch_cps,
+      "train_ratio_to_torch": None if torch_cps is None or training_s is None else
+                              clients / training_s / torch_cps,
       "seconds": {
           "round": per_round,
           "local_training": training_s,  # with the encoder C(.)
@@ -191,6 +220,11 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
           "torch_loop": None if not torch_times else min(torch_times),
       },
       "evaluation_gflops_per_sec": None if eval_flops is None else eval_flops / eval_s / 1e9,
+      # The whole round's time, so a lower bound on the training's rate.
+      "round_training_gflops_per_sec": None if train_flops is None else
+                                       train_flops / per_round / 1e9,
+      "forward_flops_per_example": example_flops,
+      "evaluation_images": int(test_x.shape[0]),
       "matmul_gflops_per_sec": matmul_gflops(mesh),
       "clip_norm": prep.clip_norm,
       "peak_rss_mb": rss_jax_mb,
@@ -234,7 +268,7 @@ def _evaluation(model, mesh, weights, test_x, repeats: int) -> tuple[float, floa
   jax.block_until_ready(eval_fn(weights, tx))
   seconds = _best(lambda: jax.block_until_ready(eval_fn(weights, tx)), repeats)
   batch = tx[:500]
-  flops = compiled_flops(jax.jit(model.predict), weights, batch.astype(jnp.float32))
+  flops = lowered_flops(jax.jit(model.predict), weights, batch.astype(jnp.float32))
   return seconds, None if flops is None else flops * tx.shape[0] / batch.shape[0]
 
 
@@ -245,6 +279,9 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
   import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
 
   torch.set_num_threads(os.cpu_count())
+  # The same card as JAX's where JAX runs on a GPU and PyTorch sees one.
+  on_gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
+  device = torch.device("cuda" if on_gpu else "cpu")
 
   class CNN(nn.Module):
     """conv5x5x32 - pool - conv5x5x64 - pool - dense512 - dense10 ('same' padding)."""
@@ -267,12 +304,14 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
       p["conv1_w"].reshape(5, 5, 1, 32).transpose(3, 2, 0, 1), p["conv1_b"],
       p["conv2_w"].reshape(5, 5, 32, 64).transpose(3, 2, 0, 1), p["conv2_b"],
       p["dense1_w"].T, p["dense1_b"], p["dense2_w"].T, p["dense2_b"]]
-  global_weights = [torch.tensor(np.ascontiguousarray(a)) for a in global_weights]
-  net = CNN()
-  xs = torch.tensor(np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 1, 4, 2, 3)))
-  ys = torch.tensor(np.asarray(y, np.int64))
+  global_weights = [torch.tensor(np.ascontiguousarray(a), device=device)
+                    for a in global_weights]
+  net = CNN().to(device)
+  xs = torch.tensor(np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 1, 4, 2, 3)),
+                    device=device)
+  ys = torch.tensor(np.asarray(y, np.int64), device=device)
   take = min(batch_size, xs.shape[1])
-  generator = torch.Generator().manual_seed(0)
+  generator = torch.Generator(device=device).manual_seed(0)
 
   def run():
     total = [torch.zeros_like(g) for g in global_weights]
@@ -281,7 +320,7 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
         for param, g in zip(net.parameters(), global_weights):
           param.copy_(g)
       for _ in range(steps):
-        idx = torch.randperm(xs.shape[1], generator=generator)[:take]
+        idx = torch.randperm(xs.shape[1], generator=generator, device=device)[:take]
         loss = F.cross_entropy(net(xs[k, idx]), ys[k, idx])
         net.zero_grad(set_to_none=True)
         loss.backward()
@@ -291,12 +330,14 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
       with torch.no_grad():
         for acc, param, g in zip(total, net.parameters(), global_weights):
           acc.add_(param - g)
+    if on_gpu:
+      torch.cuda.synchronize()  # the work queued on the card is done
     return total
 
   with torch.no_grad():  # same function as the JAX model
     for param, g in zip(net.parameters(), global_weights):
       param.copy_(g)
-    logits = net(xs[0]).numpy()
+    logits = net(xs[0]).cpu().numpy()
   reference = np.asarray(model.logits(w0, jnp.asarray(x[0], jnp.float32)))
   agree = float(np.abs(logits - reference).max())
   return run, agree
@@ -305,22 +346,27 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
 def _print(rec: dict) -> None:
   """One scheme's record, in words."""
   s = rec["seconds"]
-  print(f"{rec['scheme']} r={rec['ratio']:g}, {rec['clients_per_round']} clients/round, "
-        f"{rec['rounds_per_call']} round(s)/call on {rec['machine']}")
+  print(f"{rec['scheme']} r={rec['ratio']:g}, {rec['model']}, {rec['clients_per_round']} "
+        f"clients/round, {rec['rounds_per_call']} round(s)/call, cohort batching "
+        f"{rec['cohort_batching']} on {rec['machine']}")
+  train = rec["round_training_gflops_per_sec"]
+  train = "" if train is None else f", training {train:.0f} GFLOP/s"
   print(f"  round: {rec['rounds_per_sec']:.3f} rounds/s = {rec['clients_per_sec']:.1f} "
-        f"clients/s ({s['round']:.2f} s); compile {s['compile']:.1f} s")
+        f"clients/s ({s['round']:.2f} s{train}); compile {s['compile']:.1f} s")
   gflops = rec["evaluation_gflops_per_sec"]
   rate = "" if gflops is None else \
       f", {gflops:.0f} GFLOP/s (matmul: {rec['matmul_gflops_per_sec']:.0f})"
-  print(f"  split: local training + encoding {s['local_training']:.2f} s "
-        f"({rec['train_clients_per_sec']:.1f} clients/s), privacy + sum "
-        f"{s['privacy_sum']:.2f} s, server decode {s['server_decode']:.3f} s, "
-        f"evaluation (10,000 images) {s['evaluation']:.2f} s{rate}")
+  if s["local_training"] is not None:
+    print(f"  split: local training + encoding {s['local_training']:.2f} s "
+          f"({rec['train_clients_per_sec']:.1f} clients/s), privacy + sum "
+          f"{s['privacy_sum']:.2f} s, server decode {s['server_decode']:.3f} s")
+  print(f"  evaluation ({rec['evaluation_images']:,} images) {s['evaluation']:.3f} s{rate}")
   if rec["torch_loop_clients_per_sec"] is not None:
+    training = "" if rec["train_ratio_to_torch"] is None else \
+        f", {rec['train_ratio_to_torch']:.2f}x (training)"
     print(f"  PyTorch per-client loop: {rec['torch_loop_clients_per_sec']:.1f} clients/s; "
-          f"JAX/PyTorch {rec['ratio_to_torch']:.2f}x (round), "
-          f"{rec['train_ratio_to_torch']:.2f}x (training); max logit difference "
-          f"{rec['torch_max_logit_diff']:.1e}")
+          f"JAX/PyTorch {rec['ratio_to_torch']:.2f}x (round){training}; max logit "
+          f"difference {rec['torch_max_logit_diff']:.1e}")
   device_peak = "" if rec["device_peak_mb"] is None else \
       f", device peak {rec['device_peak_mb']:.0f} MB"
   print(f"  peak RSS {rec['peak_rss_mb']:.0f} MB{device_peak}; "
@@ -328,30 +374,79 @@ def _print(rec: dict) -> None:
 
 
 def _summary(records: list[dict]) -> None:
-  """The per-scheme table: round time (without evaluation) against FL-STD's."""
-  base = next((r for r in records if r["scheme"] == REFERENCE), None)
-  print(f"\n{'scheme':16s} {'round s':>8s} {'x ' + REFERENCE:>9s} {'clients/s':>10s} "
-        f"{'train s':>8s} {'privacy s':>9s} {'compile s':>9s}")
+  """The per-case table: round time (without evaluation) against FL-STD's
+  round of the same model, cohort and batching."""
+  def case(r):
+    return r.get("model"), r["clients_per_round"], r.get("cohort_batching")
+
+  bases = {case(r): r for r in records if r["scheme"] == REFERENCE}
+  print(f"\n{'scheme':16s} {'clients':>7s} {'round s':>8s} {'x ' + REFERENCE:>9s} "
+        f"{'clients/s':>10s} {'train s':>8s} {'privacy s':>9s} {'compile s':>9s}")
+  num = lambda v, fmt: "" if v is None else format(v, fmt)
   for r in records:
-    s = r["seconds"]
+    s, base = r["seconds"], bases.get(case(r))
     ratio = "" if base is None else f"{s['round'] / base['seconds']['round']:.2f}"
-    print(f"{r['scheme']:16s} {s['round']:8.2f} {ratio:>9s} {r['clients_per_sec']:10.1f} "
-          f"{s['local_training']:8.2f} {s['privacy_sum']:9.2f} {s['compile']:9.1f}")
+    print(f"{r['scheme']:16s} {r['clients_per_round']:7d} {s['round']:8.2f} {ratio:>9s} "
+          f"{r['clients_per_sec']:10.1f} {num(s['local_training'], '8.2f'):>8s} "
+          f"{num(s['privacy_sum'], '9.2f'):>9s} {s['compile']:9.1f}")
 
 
 REFERENCE = "FL-STD"  # the round every scheme is compared with
+# --model: the registered paper CNN, or the same CNN as a flax module through
+# the generic path every user's model takes (models.from_flax).
+MODELS = {"paper-cnn": paper_cnn,
+          "paper-cnn-flax": lambda: from_flax(PaperCNN(), jnp.zeros((1, 28, 28, 1)),
+                                            name="paper-cnn-flax")}
 
 
-def main() -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class _Parser(argparse.ArgumentParser):
+  """Bad flags end in one line and exit code 2 (argparse prints the usage too)."""
+
+  def error(self, message):
+    self.exit(2, f"benchmarks/throughput.py: error: {message}\n")
+
+
+def _names(value: str, known, what: str) -> list[str]:
+  names = [n.strip() for n in value.split(",") if n.strip()]
+  bad = [n for n in names if n not in known]
+  if bad or not names:
+    raise argparse.ArgumentTypeError(
+        f"unknown {what} {', '.join(bad) or repr(value)} (choose from {', '.join(known)})")
+  return names
+
+
+def _cohorts(value: str) -> list[int]:
+  try:
+    sizes = [int(n) for n in value.split(",")]
+  except ValueError:
+    sizes = []
+  if not sizes or min(sizes) < 1:
+    raise argparse.ArgumentTypeError(f"expected positive integers, comma-separated: {value!r}")
+  return sizes
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  p = _Parser(description=__doc__.splitlines()[0])
   p.add_argument("--scheme", default="FL-TOP-DP",
                  help="a scheme, a comma-separated list, or 'all' (every registered "
                       f"scheme, {REFERENCE} first; the summary compares with {REFERENCE})")
-  p.add_argument("--clients-per-round", type=int, default=100)
+  p.add_argument("--clients-per-round", type=_cohorts, default=[100],
+                 help="cohort size, or a comma-separated list (e.g. 100,1000,10000); "
+                      "above the data's 6,000 clients they repeat")
+  p.add_argument("--model", type=lambda v: _names(v, MODELS, "model"), default=["paper-cnn"],
+                 help=f"comma-separated: {', '.join(MODELS)} (the same CNN as a flax module)")
+  p.add_argument("--batching", type=lambda v: _names(v, cohort_ops.BATCHINGS, "batching"),
+                 default=["auto"],
+                 help="how per-client convolution kernels are batched over the cohort, "
+                      f"comma-separated: {', '.join(cohort_ops.BATCHINGS)} (auto: one client "
+                      "at a time on a CPU, batched products elsewhere)")
   p.add_argument("--ratio", type=float, default=0.005)
   p.add_argument("--rounds-per-call", type=int, default=1,
                  help="rounds per compiled call (rounds between evaluations)")
   p.add_argument("--repeats", type=int, default=3, help="timed repeats (best is kept)")
+  p.add_argument("--split-max-clients", type=int, default=1000,
+                 help="time the round's stages on their own only up to this cohort (they "
+                      "hold every client's update at once)")
   p.add_argument("--devices", type=int, default=None,
                  help="shard the cohort over this many devices (default: all)")
   p.add_argument(host_devices.OPTION, type=int, default=None,
@@ -359,9 +454,15 @@ def main() -> None:
                       f"{host_devices.DEFAULT_MAX}; XLA_FLAGS="
                       f"{host_devices.FLAG} wins)")
   p.add_argument("--no-torch", action="store_true", help="skip the PyTorch loop")
-  p.add_argument("--json", action="store_true", help="one JSON line per scheme")
-  args = p.parse_args()
+  p.add_argument("--profile", default=None,
+                 help="write a profiler trace of one round of the last case to this directory")
+  p.add_argument("--json", action="store_true", help="one JSON line per case")
+  p.add_argument("--out", default=None, help="also append the JSON lines to this file")
+  return p.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> None:
+  args = parse_args(argv)
   if not args.no_torch and importlib.util.find_spec("torch") is None:
     print("benchmarks/throughput.py: PyTorch is not installed; install it with "
           "pip install 'fedjax_dp[bench]' (torch==2.13.0) or pass --no-torch",
@@ -377,17 +478,22 @@ def main() -> None:
     print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
     sys.exit(2)
   try:
-    data, test_x, _ = load_paper_data()
+    data, test_x, _ = load_paper_data(max(args.clients_per_round))
   except DataError as e:  # missing or corrupt files: one line, as sweep.py
     print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
     sys.exit(2)
+  cases = [(m, b, n, c) for m in args.model for b in args.batching for n in names
+           for c in args.clients_per_round]
   records = []
-  for name in names:
+  for i, (model_name, batching, name, clients) in enumerate(cases):
     try:
-      rec = measure(paper_cnn(), name, data, test_x, public_batch(10, seed=0),
-                    clients=args.clients_per_round, ratio=args.ratio,
-                    rounds_per_call=args.rounds_per_call, repeats=args.repeats,
-                    devices=args.devices, torch=not args.no_torch)
+      with cohort_ops.cohort_batching(batching):
+        rec = measure(MODELS[model_name](), name, data, test_x, public_batch(10, seed=0),
+                      clients=clients, ratio=args.ratio,
+                      rounds_per_call=args.rounds_per_call, repeats=args.repeats,
+                      devices=args.devices, torch=not args.no_torch,
+                      split=clients <= args.split_max_clients,
+                      profile=args.profile if i == len(cases) - 1 else None)
     except ValueError as e:
       print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
       sys.exit(2)
@@ -396,7 +502,10 @@ def main() -> None:
       print(json.dumps(rec), flush=True)
     else:
       _print(rec)
-    jax.clear_caches()  # each scheme's programs are compiled afresh, memory freed
+    if args.out:
+      with open(args.out, "a", encoding="utf-8") as f:
+        f.write(json.dumps(rec) + "\n")
+    jax.clear_caches()  # each case's programs are compiled afresh, memory freed
   if len(records) > 1 and not args.json:
     _summary(records)
 

@@ -2,7 +2,6 @@
 tests/test_entry_points.py runs the other benchmarks), and the weight counts
 of the models of fedjax_dp.models.zoo that it times."""
 
-import importlib.util
 import json
 import math
 import os
@@ -12,6 +11,7 @@ import sys
 
 import pytest
 
+import benchmark_modules
 from fedjax_dp.models import from_flax, zoo
 from xla_env import xla_flags
 
@@ -89,27 +89,13 @@ def test_models_benchmark_runs_small(tmp_path):
   assert 2e7 < emnist["forward_flops_per_example"] < 2.3e7, emnist
 
 
-def _benchmark_module():
-  """benchmarks/models.py imported (its host_devices.configure does nothing once
-  JAX is imported), for its argument checks without a fresh interpreter."""
-  spec = importlib.util.spec_from_file_location("models_benchmark",
-                                                ROOT / "benchmarks" / "models.py")
-  sys.path.insert(0, str(ROOT / "benchmarks"))  # its sibling common.py
-  try:
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-  finally:
-    sys.path.remove(str(ROOT / "benchmarks"))
-  return module
-
-
 @pytest.mark.parametrize("args, says", [
     (["--models", "small-cnn,resnet"], "'resnet'"),
     (["--steps", "0"], "--steps must be >= 1"),
     (["--clients", "many"], "--clients")])
 def test_models_benchmark_bad_flags_exit_2_in_one_line(args, says, capsys):
   with pytest.raises(SystemExit) as exit_:
-    _benchmark_module().main(args)
+    benchmark_modules.load("models").main(args)
   lines = capsys.readouterr().err.strip().splitlines()
   assert exit_.value.code == 2 and len(lines) == 1, (args, lines)
   assert lines[0].startswith("benchmarks/models.py: error:") and says in lines[0]

@@ -3,7 +3,6 @@ throughput benchmark (one scheme of every family, in-process on the tiny
 model; the command line once on the paper CNN), the decoder benchmark and
 the discrete Gaussian benchmark (small)."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -12,6 +11,7 @@ import sys
 
 import pytest
 
+import benchmark_modules
 from fedjax_dp.schemes import FAMILIES
 from tiny_model import tiny_linear
 
@@ -35,19 +35,6 @@ def test_example_defines_registers_and_runs_a_new_scheme():
   assert "levels must be >= 1" in bad.stderr
 
 
-def _throughput():
-  spec = importlib.util.spec_from_file_location(
-      "throughput", ROOT / "benchmarks" / "throughput.py",
-      submodule_search_locations=None)
-  sys.path.insert(0, str(ROOT / "benchmarks"))  # its sibling common.py
-  try:
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-  finally:
-    sys.path.remove(str(ROOT / "benchmarks"))
-  return module
-
-
 # One scheme of every family, and two Gaussian DP schemes (FL-SIGN-DP's
 # round, tables and all, runs in tests/test_sign_schemes.py and the golden
 # records; here it would add ~30 s of compilation to the suite).
@@ -57,8 +44,9 @@ BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + ["FL-TOP-DP", "FL-CS
 @pytest.mark.parametrize("name", BENCH_SCHEMES)
 def test_throughput_measures_every_family(name, small_federation):
   data, (test_x, _), public = small_federation
-  rec = _throughput().measure(tiny_linear(), name, data, test_x[:500], public, clients=4,
-                              ratio=0.05, repeats=1, devices=1)
+  rec = benchmark_modules.load("throughput").measure(
+      tiny_linear(), name, data, test_x[:500], public, clients=4, ratio=0.05, repeats=1,
+      devices=1)
   assert rec["scheme"] == name and rec["clients_per_sec"] > 0
   assert not rec["recompiled"]
   assert all(v is None or v >= 0 for v in rec["seconds"].values())
@@ -69,7 +57,7 @@ def test_throughput_alternates_the_round_with_the_torch_loop(small_federation, m
   loop gets round 1's cohort in [0, 1], is warmed up, then timed once per
   repeat beside the JAX round."""
   data, (test_x, _), public = small_federation
-  module, calls = _throughput(), []
+  module, calls = benchmark_modules.load("throughput"), []
 
   def fake_loop(model, w, x, y, steps, batch_size, lr):
     assert x.shape[0] == y.shape[0] == 4 and 0.0 <= x.min() and x.max() <= 1.0
@@ -97,15 +85,81 @@ def test_throughput_command_line_on_the_paper_cnn():
 
 
 def test_throughput_summary_compares_schemes_with_fl_std(capsys):
-  """Several schemes in one run: a record each, then the table against FL-STD."""
-  module = _throughput()
-  fake = lambda model, name, *a, **k: {
-      "scheme": name, "clients_per_sec": 10.0, "clients_per_round": 10,
-      "seconds": {"round": 2.0 if name == "FL-STD" else 3.0, "local_training": 1.0,
+  """Several schemes in one run: a record each, then the table against FL-STD's
+  round of the same cohort."""
+  module = benchmark_modules.load("throughput")
+  fake = lambda name, clients, round_s: {
+      "scheme": name, "clients_per_sec": 10.0, "clients_per_round": clients,
+      "model": "paper-cnn", "cohort_batching": "auto",
+      "seconds": {"round": round_s, "local_training": None if clients > 10 else 1.0,
                   "privacy_sum": 0.5, "compile": 4.0}}
-  module._summary([fake(None, "FL-STD"), fake(None, "FL-SIGN-DP")])
+  module._summary([fake("FL-STD", 10, 2.0), fake("FL-SIGN-DP", 10, 3.0),
+                   fake("FL-STD", 100, 4.0), fake("FL-SIGN-DP", 100, 5.0)])
   out = capsys.readouterr().out.splitlines()
-  assert out[-1].split()[:3] == ["FL-SIGN-DP", "3.00", "1.50"]
+  assert out[-3].split()[:4] == ["FL-SIGN-DP", "10", "3.00", "1.50"]
+  assert out[-1].split()[:4] == ["FL-SIGN-DP", "100", "5.00", "1.25"]
+
+
+def test_throughput_without_the_split_and_with_a_profile(small_federation, tmp_path):
+  """A large cohort's record has no stage times (the split would hold every
+  update at once); the profile is a trace of one more round."""
+  data, (test_x, _), public = small_federation
+  rec = benchmark_modules.load("throughput").measure(
+      tiny_linear(), "FL-STD-DP", data, test_x[:500], public, clients=4, ratio=1.0,
+      repeats=1, devices=1, split=False, profile=str(tmp_path / "trace"))
+  assert rec["seconds"]["local_training"] is None and rec["train_clients_per_sec"] is None
+  assert rec["clients_per_sec"] > 0 and rec["cohort_batching"] == "auto"
+  assert rec["evaluation_images"] == 500 and rec["forward_flops_per_example"] > 0
+  assert list((tmp_path / "trace").rglob("*.xplane.pb"))
+
+
+def test_throughput_flops_are_counted_before_the_backend_compiles(cnn):
+  """XLA's count of the paper CNN's forward pass, lowered (a GPU backend's
+  compiled count misses the convolutions it hands to cuDNN): 2 x the
+  multiply-adds that touch the image, the 'same' padding's border excluded."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  common = benchmark_modules.load("common")
+  flops = common.lowered_flops(jax.jit(cnn.predict), cnn.init(jax.random.PRNGKey(0)),
+                               jnp.zeros((2, 28, 28, 1)))
+  dense = 2 * (3136 * 512 + 512 * 10)
+  convs = 2 * (28 * 28 * 32 * 25 + 14 * 14 * 64 * 25 * 32)  # with the padding's zeros
+  assert 0.8 * (dense + convs) < flops / 2 < dense + convs
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--batching", "map,loop"], "unknown batching loop"),
+    (["--model", "resnet"], "unknown model resnet"),
+    (["--clients-per-round", "100,0"], "expected positive integers")])
+def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
+  with pytest.raises(SystemExit) as exit_:
+    benchmark_modules.load("throughput").parse_args(args)
+  assert exit_.value.code == 2
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert len(lines) == 1 and says in lines[0], lines
+
+
+def test_gpu_suite_commands_parse():
+  """benchmarks/gpu_suite.sh, dry run: every benchmark command it would run
+  on the device is a valid throughput.py command line, and the cases the
+  issue asks for are there."""
+  proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "run"], cwd=ROOT,
+                        env=dict(os.environ, GPU_SUITE_DRY_RUN="1"), capture_output=True,
+                        text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  commands = [line.split()[1:] for line in proc.stdout.splitlines()]
+  assert len(commands) == 5
+  module = benchmark_modules.load("throughput")
+  runs = [module.parse_args(c) for c in commands]
+  schemes = {n for r in runs for n in r.scheme.split(",")}
+  assert {"FL-TOP-DP", "FL-STD-DP", "FL-SIGN-DP", "FL-CS-DP"} <= schemes
+  assert {100, 1000, 10000} <= {c for r in runs for c in r.clients_per_round}
+  assert {"map", "vmap", "product"} <= {b for r in runs for b in r.batching}
+  assert any("paper-cnn-flax" in r.model for r in runs)
+  assert any(not r.no_torch for r in runs) and runs[-1].profile
+  usage = subprocess.run(["bash", "benchmarks/gpu_suite.sh"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+  assert usage.returncode == 2 and "usage" in usage.stderr
 
 
 def test_discrete_gaussian_benchmark_runs_small():
