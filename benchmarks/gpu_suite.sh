@@ -18,7 +18,9 @@
 #   3. FL-STD-DP and FL-TOP-DP at 100 and 10,000 clients (10,000 repeats the
 #      data's 6,000 clients; no stage split: it would hold every update);
 #   4. the same CNN as a flax module (models.from_flax) at 100 and 1,000;
-#   5. a profiler trace of one FL-TOP-DP round of 1,000 clients
+#   5. FL-STD-DP at 1,000 clients in one piece (the default trains and sums
+#      them 128 at a time: simulation.default_chunk);
+#   6. a profiler trace of one FL-TOP-DP round of 1,000 clients
 #      ($OUT/profile.tgz; open it with TensorBoard's or XProf's trace viewer).
 #
 # About 7 minutes on an H100 or H200 (estimated; step deadlines sum to 470 s).
@@ -70,13 +72,15 @@ run() {
         'flax', flax.__version__, 'torch', torch.__version__)"; } 2>&1 | tee "$LOG"
   fi
   local common=(--repeats 2 --json)
-  step 100 --scheme FL-STD-DP --clients-per-round 100 --batching map,vmap,product "${common[@]}"
+  step 90 --scheme FL-STD-DP --clients-per-round 100 --batching map,vmap,product "${common[@]}"
   step 130 --scheme FL-STD,FL-STD-DP,FL-TOP-DP,FL-SIGN-DP,FL-CS-DP --clients-per-round 1000 \
     --no-torch "${common[@]}"
-  step 110 --scheme FL-STD-DP,FL-TOP-DP --clients-per-round 100,10000 --no-torch "${common[@]}"
-  step 70 --model paper-cnn-flax --scheme FL-STD-DP --clients-per-round 100,1000 --no-torch \
+  step 100 --scheme FL-STD-DP,FL-TOP-DP --clients-per-round 100,10000 --no-torch "${common[@]}"
+  step 60 --model paper-cnn-flax --scheme FL-STD-DP --clients-per-round 100,1000 --no-torch \
     "${common[@]}"
-  step 60 --scheme FL-TOP-DP --clients-per-round 1000 --no-torch --repeats 1 --json \
+  step 40 --scheme FL-STD-DP --clients-per-round 1000 --client-chunk 1000 --no-torch \
+    "${common[@]}"
+  step 50 --scheme FL-TOP-DP --clients-per-round 1000 --no-torch --repeats 1 --json \
     --profile /tmp/gpu-suite-profile
   if [ -z "${GPU_SUITE_DRY_RUN:-}" ] && [ -d /tmp/gpu-suite-profile ]; then
     tar -czf "$OUT/profile.tgz" -C /tmp gpu-suite-profile

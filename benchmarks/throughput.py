@@ -87,16 +87,19 @@ def _device_peak_mb() -> float | None:
 
 
 def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: float,
-                   devices: int | None, rounds: int = 8) -> simulation.Prepared:
+                   devices: int | None, rounds: int = 8,
+                   client_chunk: int | None = None) -> simulation.Prepared:
   """The round of ``simulation.run`` for one scheme, in the paper setting.
 
   UAI 2021 Table 5 (T_gd = 5, |B| = 10, eta = 0.215, sigma = 1.54), with a
   fixed cohort of ``clients`` real clients (so that clients/s is exact) and
-  S = 0.6 where the scheme clips (its cost does not depend on S).
+  S = 0.6 where the scheme clips (its cost does not depend on S);
+  ``client_chunk`` slots trained and summed at a time (None: the run's
+  default).
   """
   cfg = simulation.RunConfig.of(
       ratio=ratio, rounds=rounds, clients_per_round=clients, sampler="fixed",
-      accountant="rdp", clip_norm=0.6, devices=devices)
+      accountant="rdp", clip_norm=0.6, devices=devices, client_chunk=client_chunk)
   return simulation.prepare(model, get_scheme(scheme_name), data, public, cfg)
 
 
@@ -142,20 +145,23 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
 
 def measure(model, scheme_name: str, data, test_x, public, *, clients: int, ratio: float,
             rounds_per_call: int = 1, repeats: int = 3, devices: int | None = None,
-            torch: bool = False, split: bool = True, profile: str | None = None) -> dict:
+            torch: bool = False, split: bool = True, profile: str | None = None,
+            client_chunk: int | None = None) -> dict:
   """Times one scheme's round, its stages, evaluation and (optionally) PyTorch.
 
   Args:
     split: Also time the round's stages on their own (they hold every
       client's update at once, where the round sums them in chunks).
     profile: Write a profiler trace of one more round to this directory.
+    client_chunk: Slots the round trains and sums at a time (None: the
+      run's default, ``simulation.default_chunk``).
 
   Returns:
     The benchmark record (see the module docstring).
   """
   load_before = os.getloadavg()
   prep = prepared_round(model, scheme_name, data, public, clients, ratio, devices,
-                        rounds=(repeats + 2) * rounds_per_call)
+                        rounds=(repeats + 2) * rounds_per_call, client_chunk=client_chunk)
   cfg, mesh = prep.round_cfg, prep.round_cfg.mesh
   state, run_key = prep.state, prep.run_key
   if mesh is not None:
@@ -201,6 +207,7 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   return {
       "scheme": prep.scheme.name, "ratio": ratio, "clients_per_round": clients,
       "model": model.name, "cohort_batching": cohort_ops.batching(),
+      "client_chunk": cfg.client_chunk,
       "rounds_per_call": rounds_per_call,
       "rounds_per_sec": 1.0 / per_round,
       "clients_per_sec": clients / per_round,
@@ -348,7 +355,8 @@ def _print(rec: dict) -> None:
   s = rec["seconds"]
   print(f"{rec['scheme']} r={rec['ratio']:g}, {rec['model']}, {rec['clients_per_round']} "
         f"clients/round, {rec['rounds_per_call']} round(s)/call, cohort batching "
-        f"{rec['cohort_batching']} on {rec['machine']}")
+        f"{rec['cohort_batching']}, {rec['client_chunk'] or 'all'} slots a chunk on "
+        f"{rec['machine']}")
   train = rec["round_training_gflops_per_sec"]
   train = "" if train is None else f", training {train:.0f} GFLOP/s"
   print(f"  round: {rec['rounds_per_sec']:.3f} rounds/s = {rec['clients_per_sec']:.1f} "
@@ -377,7 +385,7 @@ def _summary(records: list[dict]) -> None:
   """The per-case table: round time (without evaluation) against FL-STD's
   round of the same model, cohort and batching."""
   def case(r):
-    return r.get("model"), r["clients_per_round"], r.get("cohort_batching")
+    return r.get("model"), r["clients_per_round"], r.get("cohort_batching"), r.get("client_chunk")
 
   bases = {case(r): r for r in records if r["scheme"] == REFERENCE}
   print(f"\n{'scheme':16s} {'clients':>7s} {'round s':>8s} {'x ' + REFERENCE:>9s} "
@@ -447,6 +455,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--split-max-clients", type=int, default=1000,
                  help="time the round's stages on their own only up to this cohort (they "
                       "hold every client's update at once)")
+  p.add_argument("--client-chunk", type=int, default=None,
+                 help="slots trained and summed at a time (default: the run's, "
+                      "simulation.default_chunk)")
   p.add_argument("--devices", type=int, default=None,
                  help="shard the cohort over this many devices (default: all)")
   p.add_argument(host_devices.OPTION, type=int, default=None,
@@ -493,7 +504,8 @@ def main(argv: list[str] | None = None) -> None:
                       rounds_per_call=args.rounds_per_call, repeats=args.repeats,
                       devices=args.devices, torch=not args.no_torch,
                       split=clients <= args.split_max_clients,
-                      profile=args.profile if i == len(cases) - 1 else None)
+                      profile=args.profile if i == len(cases) - 1 else None,
+                      client_chunk=args.client_chunk)
     except ValueError as e:
       print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
       sys.exit(2)

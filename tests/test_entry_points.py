@@ -130,10 +130,12 @@ def test_throughput_flops_are_counted_before_the_backend_compiles(cnn):
 @pytest.mark.parametrize("args, says", [
     (["--batching", "map,loop"], "unknown batching loop"),
     (["--model", "resnet"], "unknown model resnet"),
-    (["--clients-per-round", "100,0"], "expected positive integers")])
+    (["--clients-per-round", "100,0"], "expected positive integers"),
+    (["--client-chunk", "0", "--no-torch", "--clients-per-round", "2"],
+     "client_chunk must be >= 1")])
 def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
   with pytest.raises(SystemExit) as exit_:
-    benchmark_modules.load("throughput").parse_args(args)
+    benchmark_modules.load("throughput").main(args)
   assert exit_.value.code == 2
   lines = capsys.readouterr().err.strip().splitlines()
   assert len(lines) == 1 and says in lines[0], lines
@@ -148,7 +150,7 @@ def test_gpu_suite_commands_parse():
                         text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr
   commands = [line.split()[1:] for line in proc.stdout.splitlines()]
-  assert len(commands) == 5
+  assert len(commands) == 6
   module = benchmark_modules.load("throughput")
   runs = [module.parse_args(c) for c in commands]
   schemes = {n for r in runs for n in r.scheme.split(",")}
@@ -157,6 +159,7 @@ def test_gpu_suite_commands_parse():
   assert {"map", "vmap", "product"} <= {b for r in runs for b in r.batching}
   assert any("paper-cnn-flax" in r.model for r in runs)
   assert any(not r.no_torch for r in runs) and runs[-1].profile
+  assert any(r.client_chunk == 1000 for r in runs)  # 1,000 clients in one piece
   usage = subprocess.run(["bash", "benchmarks/gpu_suite.sh"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
   assert usage.returncode == 2 and "usage" in usage.stderr
