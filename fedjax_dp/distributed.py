@@ -20,7 +20,6 @@ with JAX's own message after ``--process-timeout`` seconds.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import dataclasses
 import hashlib
@@ -112,36 +111,6 @@ def address(coordinator: str) -> tuple[str, int]:
   return host.strip("[]"), int(port)
 
 
-def add_flags(group: argparse._ArgumentGroup) -> None:
-  """--coordinator, --num-processes, --process-id, --process-timeout.
-
-  Their defaults come from the ``ENV`` variables (argparse parses a string
-  default as it parses the flag, so a bad value is a one-line usage error).
-  """
-  group.add_argument("--coordinator", default=os.environ.get(ENV["coordinator"]) or None,
-                     help="HOST:PORT of process 0 (it listens there) to run as one of "
-                          "--num-processes processes, or 'auto' under SLURM/MPI "
-                          f"(default: ${ENV['coordinator']}, else one process)")
-  group.add_argument("--num-processes", type=int,
-                     default=os.environ.get(ENV["num_processes"]) or None,
-                     help=f"processes of the run (default: ${ENV['num_processes']})")
-  group.add_argument("--process-id", type=int,
-                     default=os.environ.get(ENV["process_id"]) or None,
-                     help="this process's index, 0 writes the results (default: "
-                          f"${ENV['process_id']})")
-  group.add_argument("--process-timeout", type=int,
-                     default=os.environ.get(ENV["timeout"]) or DEFAULT_TIMEOUT,
-                     help="seconds processes wait for each other at start, and for a "
-                          "silent process before the others stop (default: "
-                          f"${ENV['timeout']}, else {DEFAULT_TIMEOUT})")
-
-
-def from_args(args: argparse.Namespace) -> Processes:
-  """The parsed flags of :func:`add_flags` as :class:`Processes`."""
-  return Processes(args.coordinator, args.num_processes, args.process_id,
-                   args.process_timeout)
-
-
 def _probe(cfg: Processes) -> None:
   """Checks, before JAX tries, that process 0 can listen on the port and
   that the others reach it within the timeout (JAX aborts the process
@@ -181,7 +150,7 @@ def initialize(cfg: Processes, prog: str) -> bool:
   Call it before any JAX computation. Nothing happens for one process.
 
   Args:
-    cfg: From :func:`from_args`.
+    cfg: The processes (``fedjax_dp.cli.settings.processes``).
     prog: The program's name, which starts every error line.
 
   Returns:

@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
   """
   try:
     args = build_parser().parse_args(argv)
-    distributed.initialize(distributed.from_args(args), PROG)
+    distributed.initialize(cli_settings.processes(args), PROG)
   except (UsageError, ValueError) as e:
     return _error(e)
   try:

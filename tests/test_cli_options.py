@@ -41,6 +41,14 @@ def test_no_scheme_module_imports_argparse_or_the_cli(path):
   assert not {name for name in imported if name.startswith("fedjax_dp.cli")}
 
 
+def test_only_the_command_line_modules_build_flags():
+  """argparse lives in fedjax_dp/cli/ and the sweep's experiment.py, nowhere
+  else in the library (distributed's process flags moved to cli.parser)."""
+  users = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+           if "argparse" in {n.split(".")[0] for n in _imports(p)}}
+  assert users and {u for u in users if not u.startswith("cli/")} == {"experiment.py"}
+
+
 # --- A family of the user's: options as data, no argparse. ---------------------
 
 

@@ -11,6 +11,7 @@ with one line (the command line's exit code 2).
 from __future__ import annotations
 
 import argparse
+import os
 
 from fedjax_dp import (aggregators, attacks, client, datasets, distributed, host_devices,
                        presets, simulation)
@@ -205,6 +206,33 @@ def _add_data_flags(data: argparse._ArgumentGroup) -> None:
                          f"windows (default {datasets.SHAKESPEARE_TEST_SIZE})")
 
 
+def add_process_flags(group: argparse._ArgumentGroup) -> None:
+  """--coordinator, --num-processes, --process-id, --process-timeout
+  (``fedjax_dp.distributed``; :func:`fedjax_dp.cli.settings.processes` reads them).
+
+  Their defaults come from ``distributed.ENV``'s variables (argparse parses a
+  string default as it parses the flag, so a bad value is a one-line usage
+  error).
+  """
+  env = distributed.ENV
+  group.add_argument("--coordinator", default=os.environ.get(env["coordinator"]) or None,
+                     help="HOST:PORT of process 0 (it listens there) to run as one of "
+                          "--num-processes processes, or 'auto' under SLURM/MPI "
+                          f"(default: ${env['coordinator']}, else one process)")
+  group.add_argument("--num-processes", type=int,
+                     default=os.environ.get(env["num_processes"]) or None,
+                     help=f"processes of the run (default: ${env['num_processes']})")
+  group.add_argument("--process-id", type=int,
+                     default=os.environ.get(env["process_id"]) or None,
+                     help="this process's index, 0 writes the results (default: "
+                          f"${env['process_id']})")
+  group.add_argument("--process-timeout", type=int,
+                     default=os.environ.get(env["timeout"]) or distributed.DEFAULT_TIMEOUT,
+                     help="seconds processes wait for each other at start, and for a "
+                          "silent process before the others stop (default: "
+                          f"${env['timeout']}, else {distributed.DEFAULT_TIMEOUT})")
+
+
 def _add_device_flags(dev: argparse._ArgumentGroup) -> None:
   """Sharding the cohort over devices."""
   dev.add_argument("--devices", type=types.positive("--devices", int), default=None,
@@ -301,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
   _add_secure_flags(p.add_argument_group(
       "secure aggregation and client failures (UAI Sec. 3.2.2; thesis 5.2.4-5.2.5)"))
   _add_device_flags(p.add_argument_group("devices (docs/performance.md)"))
-  distributed.add_flags(p.add_argument_group(
+  add_process_flags(p.add_argument_group(
       "several processes, e.g. one per host (docs/cli.md#several-processes)"))
   p.add_argument("--out", default="results", help="output folder (default ./results)")
   p.add_argument("--plot", action="store_true",

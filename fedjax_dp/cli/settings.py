@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from fedjax_dp import aggregators, attacks, canaries, datasets, presets, simulation
+from fedjax_dp import (aggregators, attacks, canaries, datasets, distributed, presets,
+                       simulation)
 from fedjax_dp.cli import schemes
 from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.models import DROPOUT_MODELS
@@ -165,3 +166,10 @@ def apply_dataset_defaults(args: argparse.Namespace) -> argparse.Namespace:
                      f"{dataset.model!r}")
   return args
 
+
+
+def processes(args: argparse.Namespace) -> distributed.Processes:
+  """The flags of :func:`fedjax_dp.cli.parser.add_process_flags` as
+  :class:`~fedjax_dp.distributed.Processes`."""
+  return distributed.Processes(args.coordinator, args.num_processes, args.process_id,
+                               args.process_timeout)
