@@ -12,9 +12,10 @@ compute the same values but batch differently:
   the batch, and batches per-client kernels as the platform does best
   (:func:`cohort_batching`): on a CPU one client at a time (``lax.map``),
   elsewhere as one batched matrix product over the cohort (every output
-  position's receptive field gathered, then one product per client: GPUs
-  run batched products far better than grouped convolutions, whose
-  backward pass is slow on CUDA, jax-ml/jax#13800). Its backward pass is
+  position's receptive field gathered, then one product per client; JAX's
+  own rule, a grouped convolution, has a slow backward pass on CUDA,
+  jax-ml/jax#13800; ``benchmarks/gpu_suite.sh`` times all three on a GPU,
+  unmeasured so far). Its backward pass is
   two convolutions in the canonical NHWC / HWIO layout (the input gradient
   correlates with the flipped kernel, the kernel gradient is a convolution
   whose batch is the input channels), or, batched as products, the
