@@ -292,6 +292,28 @@ def _thesis_table4_1() -> Table:
                tuple(rows))
 
 
+def _thesis_table4_4() -> Table:
+  """Thesis Table 4.4: the FL-TOP family beside FL-STD and FL-SIGN, UAI Table 5's setting.
+
+  Its FL-BASIC, FL-CS, FL-TOP and FL-STD rows are the commands of UAI Table 1's
+  (and Table 4.2's) rows, so the same runs (``_reuse_twin``); FL-SIGN runs that
+  data setting (thesis Table 8.2's, as Tables 6.9-6.12 run it, l.1789) with
+  its gamma 0.001 (l.992), not its Table 8.1 preset.
+  """
+  rows = []
+  for ratio in (0.005, 0.05, 0.1):
+    for name in ("FL-BASIC", "FL-CS", "FL-TOP"):
+      rows.append(Row(name, ratio, presets.THESIS_TABLE4_4[(name, ratio)],
+                      "thesis Table 4.4 (l.1012-1020)"))
+  rows.append(Row("FL-STD", 1.0, presets.THESIS_TABLE4_4[("FL-STD", 1.0)],
+                  "thesis Table 4.4 (l.1021)"))
+  rows.append(Row("FL-SIGN", 1.0, presets.THESIS_TABLE4_4[("FL-SIGN", 1.0)],
+                  "thesis Table 4.4 (l.1022)",
+                  (*setting_flags({"gamma": presets.THESIS_TABLE8_1_GAMMA}), *_TABLE8_2)))
+  return Table("thesis-4.4", "Thesis Table 4.4: the FL-TOP family, FL-STD and FL-SIGN "
+               "(Fashion-MNIST)", _setting("thesis-4.4"), tuple(rows))
+
+
 def _thesis_cs(private: bool) -> Table:
   """Thesis Table 4.2 (FL-CS family, signSGD) or 5.3 (their -DP versions)."""
   rows = []
@@ -302,6 +324,9 @@ def _thesis_cs(private: bool) -> Table:
       rows.append(Row(name, ratio, presets.THESIS_RESULTS[(name, ratio)],
                       "thesis Table 5.3 (l.1424)" if private else "thesis Table 4.2 (l.889)",
                       flags, headline=private and name == "FL-CS-DP" and ratio == 0.05))
+  if private:  # l.1422: S 2.15 (Table 8.4, l.2301), sigma 1.54 (UAI Table 5's)
+    rows.append(Row("FL-STD-DP", 1.0, presets.THESIS_TABLE5_3_FULL["FL-STD-DP"],
+                    "thesis Table 5.3 (l.1422)", _clip(presets.THESIS_TABLE8_4_STD_DP_CLIP)))
   if not private:
     rows.append(Row("FL-STD", 1.0, presets.THESIS_TABLE4_2_FULL["FL-STD"],
                     "thesis Table 4.2 (l.889)"))
@@ -372,6 +397,32 @@ def _fedsmp_curve() -> Table:
                claim=prose(text_file()["claim"]["fedsmp"]))
 
 
+def _fedsmp_table1() -> Table:
+  """Fed-SMP Table I (Fashion-MNIST): its own ratios, DP-FedAvg and FedAvg, one S.
+
+  Table I's ratios are read from its Cost column (``presets.FEDSMP_TABLE1_RATIOS``);
+  its accuracy cells are lost in the text, so its claim is checked, as the
+  ``fedsmp`` curve's. Unlike that curve (S calibrated per scheme), every DP
+  row here runs the paper's rule of one S for every scheme and ratio (Sec.
+  6.2, l.177): ``presets.FEDSMP_TABLE1_CLIP``, as the paper's value is lost.
+  DP-FedAvg is Fed-SMP-rand_k at r = 1 (Sec. 6, l.150), FedAvg is
+  FedAvg-rand_k at r = 1, both on every client's data as the paper's (Sec.
+  6.1: only top_k holds a public set out).
+  """
+  epsilon = presets.FEDSMP_TABLE1_EPSILON
+  private = ("--noise-multiplier", f"{eps_sigma(epsilon, 'rdp'):.4f}", "--accountant", "rdp",
+             *_clip(presets.FEDSMP_TABLE1_CLIP))
+  source = "Fed-SMP Table I (l.98-116), Sec. 6.3.2 (l.181)"
+  rows = [Row(name, ratio, None, source, private)
+          for ratio in presets.FEDSMP_TABLE1_RATIOS for name in _FEDSMP]
+  rows.append(Row("Fed-SMP-randk", 1.0, None, source, private, tag="as DP-FedAvg"))
+  rows.append(Row("FedAvg-randk", 1.0, None, source, tag="as FedAvg"))
+  return Table("fedsmp-table1", "Fed-SMP Table I: Fed-SMP, DP-FedAvg and FedAvg at its ratios, "
+               "one S (Fashion-MNIST)",
+               _setting("fedsmp-table1", epsilon=epsilon, clip=presets.FEDSMP_TABLE1_CLIP),
+               tuple(rows), claim=prose(text_file()["claim"]["fedsmp"]))
+
+
 def _fedsmp_natural_curve(dataset: str) -> Table:
   """Fed-SMP Table II (SVHN) or III (Shakespeare) / Fig. 3: accuracy against r.
 
@@ -394,6 +445,9 @@ def _fedsmp_natural_curve(dataset: str) -> Table:
 # Tables 6.1/6.3 do not state their ratios, so the backdoor ones are used).
 _ATTACKED = (("FL-SIGN", 1.0), ("FL-STD", 1.0), ("FL-CS", 0.05), ("FL-TOP", 0.005))
 _FRACTIONS = (0.1, 0.2, 0.4)
+# Tables 6.1-6.4 have a fourth column, 60% malicious, where no scheme converges
+# (l.1666-1697: "-" in every row, FL-SIGN's included).
+_DEGRADATION_FRACTIONS = (*_FRACTIONS, 0.6)
 # Thesis Table 8.3 (backdoors, MNIST; presets.THESIS_TABLE8_3_MNIST).
 _TABLE8_3 = ("--dataset", "mnist", *setting_flags(presets.THESIS_TABLE8_3_MNIST))
 # The reduced settings run instead of the thesis' where a cell costs hours on
@@ -417,13 +471,14 @@ _SIGN_DP_ATTACKERS = (*setting_flags({"boost": presets.THESIS_SEC6_3_BOOST}),
                       "--attackers-skip-noise")
 
 
-# Thesis Tables 6.1-6.4: FL-SIGN's best accuracy per alpha (10/20/40%); the
-# other schemes do not converge. 6.1, 6.3 MNIST, 6.2, 6.4 IMDB (l.1661-1699).
+# Thesis Tables 6.1-6.4: FL-SIGN's best accuracy per alpha (10/20/40/60%; None:
+# "-", l.1669, 1679, 1689, 1697); the other schemes do not converge. 6.1, 6.3
+# MNIST, 6.2, 6.4 IMDB (l.1661-1699).
 _DEGRADATION = {
-    "6.1": ("mnist", "random-update", (.98, .98, .94), ()),
-    "6.2": ("imdb", "random-update", (.86, .86, .54), ()),
-    "6.3": ("mnist", "gradient-ascent", (.98, .98, .79), ("--boost", "10")),
-    "6.4": ("imdb", "gradient-ascent", (.86, .72, .52), ("--boost", "20")),
+    "6.1": ("mnist", "random-update", (.98, .98, .94, None), ()),
+    "6.2": ("imdb", "random-update", (.86, .86, .54, None), ()),
+    "6.3": ("mnist", "gradient-ascent", (.98, .98, .79, None), ("--boost", "10")),
+    "6.4": ("imdb", "gradient-ascent", (.86, .72, .52, None), ("--boost", "20")),
 }
 
 
@@ -433,9 +488,9 @@ def _thesis_degradation(number: str) -> Table:
   dataset, kind, sign, boost = _DEGRADATION[number]
   setting = ("--dataset", "mnist", *_TABLE8_1) if dataset == "mnist" else _TABLE8_1_IMDB
   rows = []
-  for alpha_i, alpha in enumerate(_FRACTIONS):
+  for alpha_i, alpha in enumerate(_DEGRADATION_FRACTIONS):
     for name, ratio in _ATTACKED:
-      diverges = name != "FL-SIGN"
+      diverges = name != "FL-SIGN" or sign[alpha_i] is None
       paper = None if diverges else presets.PaperResult(sign[alpha_i], None, None)
       rows.append(Row(name, ratio, paper, f"thesis Table {number}",
                       (*setting, "--attack", kind, "--malicious-fraction", f"{alpha:g}",
@@ -602,8 +657,9 @@ def _poster_cdp_lq() -> Table:
 @functools.lru_cache(maxsize=None)
 def tables() -> dict[str, Table]:
   """Every runnable table by name (built once: the epsilon rows solve for sigma)."""
-  built = [_uai_table1(), _thesis_table4_1(), _thesis_cs(False), _thesis_cs(True),
-           _thesis_eps_table("mnist"), _thesis_eps_table("fashion-mnist"), _fedsmp_curve(),
+  built = [_uai_table1(), _thesis_table4_1(), _thesis_cs(False), _thesis_table4_4(),
+           _thesis_cs(True), _thesis_eps_table("mnist"), _thesis_eps_table("fashion-mnist"),
+           _fedsmp_curve(), _fedsmp_table1(),
            _fedsmp_natural_curve("svhn"), _fedsmp_natural_curve("shakespeare"),
            *(_thesis_degradation(n) for n in _DEGRADATION),
            *(_thesis_backdoor(n) for n in _BACKDOORS),
@@ -1270,6 +1326,8 @@ def claim_check(summaries: list[Summary]) -> str:
   that a reader can weigh the shape against the spread between seeds."""
   parts = []
   for scheme, curve in ratio_curves(summaries).items():
+    if all(r == 1.0 for r, *_ in curve):  # uncompressed only (Table I's FedAvg): no curve
+      continue
     if len(curve) < 3:
       parts.append(f"{scheme}: {len(curve)} ratio(s) run, too few to tell")
       continue
