@@ -6,10 +6,11 @@
   python experiments/reproduce.py queue FILE [--out DIR]
   python experiments/reproduce.py plan FILE [--out DIR]
 
-TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-5.3, thesis-5.1,
-thesis-5.2, fedsmp, fedsmp-svhn, fedsmp-shakespeare, thesis-6.1, thesis-6.2,
-thesis-6.3, thesis-6.4, thesis-6.5, thesis-6.6, thesis-6.7, thesis-6.8,
-thesis-6.9, thesis-6.10, thesis-6.11, thesis-6.12, poster-cdp-lq
+TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-4.4, thesis-5.3,
+thesis-5.1, thesis-5.2, fedsmp, fedsmp-table1, fedsmp-svhn,
+fedsmp-shakespeare, thesis-6.1, thesis-6.2, thesis-6.3, thesis-6.4,
+thesis-6.5, thesis-6.6, thesis-6.7, thesis-6.8, thesis-6.9, thesis-6.10,
+thesis-6.11, thesis-6.12, poster-cdp-lq
 (``fedjax_dp.reproduction.tables()``; ``list`` shows their rows, with the
 records kept and the runs in progress). A row whose data set this
 machine cannot read (SVHN, CIFAR-10, IMDB, EMNIST by writer: not shipped here)

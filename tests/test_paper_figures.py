@@ -2,14 +2,20 @@
 setting the run has (issue 41: FL-SIGN in UAI Table 5's data setting is thesis
 Table 4.4's, not Table 4.1's)."""
 
+import os
 import pathlib
 
 import pytest
 
 from fedjax_dp import experiment, presets, reproduction
 
-THESIS = (pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
-          / "kerkouche-thesis-dp-fl-bandwidth-energy.txt")
+# The seeds sit beside the data (../shared/seeds next to ../shared/data, or
+# next to $FEDJAX_DP_DATA for a checkout elsewhere).
+_SHARED = [pathlib.Path(__file__).resolve().parents[1].parent / "shared"]
+if os.environ.get("FEDJAX_DP_DATA"):
+  _SHARED.insert(0, pathlib.Path(os.environ["FEDJAX_DP_DATA"]).resolve().parent)
+THESIS = next((p / "seeds" / "kerkouche-thesis-dp-fl-bandwidth-energy.txt" for p in _SHARED
+               if (p / "seeds").is_dir()), _SHARED[-1] / "seeds")
 
 
 def _setting(row):

@@ -657,12 +657,7 @@ def test_the_script_names_every_table():
   usage = SCRIPT.read_text().split('"""')[1]
   named = set(re.findall(
       r"\b(?:uai|thesis)[\w.-]*\d|\bfedsmp(?:-[a-z]+\d?)?\b|\bposter-[a-z-]+", usage))
-  # Issue 41's two tables, added where reproduce.py's usage could not be
-  # edited in the same change: the usage must name them next; once it does,
-  # this exception fails and goes.
-  pending = {"thesis-4.4", "fedsmp-table1"}
-  assert not pending & named, f"the usage names {pending & named}: drop them from pending"
-  assert set(reproduction.tables()) - pending <= named, set(reproduction.tables()) - named
+  assert set(reproduction.tables()) <= named, set(reproduction.tables()) - named
 
 
 
