@@ -230,3 +230,29 @@ def test_scan_weight_gradients_hoisted_equal_autodiff():
   for a, b in zip(got, want):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert np.abs(want[1]).min() >= 0 and np.abs(want[1]).max() > 1e-3
+
+
+class _Small(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Conv(4, (3, 3), padding="SAME")(x))
+    return nn.Dense(3)(x.reshape(x.shape[0], -1))
+
+
+def test_a_forward_pass_traced_inside_shard_map_is_not_replayed_outside():
+  """The rewritten forward pass keeps its trace per input shape; one traced
+  inside shard_map (the round's clients, a sharded evaluation) typed its
+  values on the mesh's manual axis, and replayed outside it (Fed-SMP's
+  server training, later in the same process) failed: 'Mesh for all
+  inputs should be equal'."""
+  x = jax.random.uniform(jax.random.PRNGKey(0), (4, 6, 6, 1))
+  model = from_flax(_Small(), x[:1])
+  w = model.init(jax.random.PRNGKey(1))
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("clients",))
+  spec = jax.sharding.PartitionSpec()
+  inside = jax.jit(jax.shard_map(model.logits, mesh=mesh, in_specs=(spec, spec),
+                                 out_specs=spec, check_vma=False))(w, x)
+  replicated = jax.sharding.NamedSharding(mesh, spec)
+  outside = jax.jit(model.logits)(jax.device_put(w, replicated), jax.device_put(x, replicated))
+  np.testing.assert_allclose(outside, inside, rtol=1e-6)
+  np.testing.assert_allclose(outside, model.eval_logits(w, x), rtol=1e-5, atol=1e-6)

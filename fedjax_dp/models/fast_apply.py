@@ -82,10 +82,15 @@ def trace(apply_fn: Callable, shapes: Sequence[tuple[str, tuple[int, ...]]],
           x: jax.ShapeDtypeStruct | jax.Array) -> Traced:
   """The jaxpr of ``apply_fn`` for float32 parameters ``shapes`` and input x.
 
-  Kept per (function, shapes, input shape) unless the function closes over
-  traced values (then they belong to the current trace only).
+  Kept per (function, shapes, input shape, abstract mesh) unless the
+  function closes over traced values (then they belong to the current trace
+  only). The mesh is in the key because a jaxpr traced inside ``shard_map``
+  (the round's clients, a sharded evaluation) types its values on the
+  mesh's manual axes: replayed outside it (a scheme's server training in
+  the same process) it failed with "Mesh for all inputs should be equal".
   """
-  key = (apply_fn, tuple(shapes), tuple(x.shape), jnp.dtype(x.dtype))
+  key = (apply_fn, tuple(shapes), tuple(x.shape), jnp.dtype(x.dtype),
+         jax.sharding.get_abstract_mesh())
   if key in _TRACES:
     return _TRACES[key]
   names = tuple(name for name, _ in shapes)
