@@ -151,6 +151,17 @@ def _no_second_argument(args: argparse.Namespace) -> None:
                      "take one)")
 
 
+def _no_row_flags(args: argparse.Namespace) -> None:
+  """Raises ValueError if queue or plan got a flag that only a table's command
+  line takes (each queue line carries its own; it was silently ignored)."""
+  given = [flag for flag, value in (("--rows", args.rows), ("--seeds", args.seeds),
+                                    ("--sweep-flags", args.sweep_flags),
+                                    ("--reduced", args.reduced)) if value]
+  if given:
+    raise ValueError(f"{given[0]} belongs to a table's command line (a queue file's line), "
+                     f"not to {args.target}")
+
+
 def _job(args: argparse.Namespace) -> Job:
   """Checks a table's command line before any run: every row's flags parse.
 
@@ -384,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
       return 0
     if args.target in ("queue", "plan") and args.table is None:
       raise ValueError(f"{args.target} needs a file: reproduce.py {args.target} FILE")
+    if args.target in ("queue", "plan"):
+      _no_row_flags(args)
     if args.target == "plan":
       return _plan(args.table, args.out)
     if args.target == "queue":

@@ -746,6 +746,20 @@ def test_a_bad_queue_line_is_named_before_any_run(lines, needle, tmp_path, capsy
   assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["queue", "plan"])
+@pytest.mark.parametrize("flags", [["--sweep-flags", "--rounds 1"], ["--rows", "FL-STD-DP"],
+                                   ["--seeds", "1"], ["--reduced"]])
+def test_queue_and_plan_refuse_a_table_line_s_flags(command, flags, tmp_path, capsys):
+  """A table's flags on queue or plan (each queue line carries its own) end in
+  one line, exit 2: --sweep-flags '--rounds 1' there once ran a full run."""
+  queue = tmp_path / "q.txt"
+  queue.write_text("thesis-5.3 --rows FL-STD-DP\n")
+  assert _script_main()([command, str(queue), "--out", str(tmp_path / "out"), *flags]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and f"{flags[0]} belongs to a table's command line" in err[0], err
+  assert not (tmp_path / "out").exists()
+
+
 def test_a_queue_runs_its_lines_in_order_and_shares_them_with_other_processes(
     tmp_path, capsys):
   """Two processes given one queue share its rows: a (row, seed) held by one
