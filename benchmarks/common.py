@@ -9,6 +9,7 @@ float32 matmul rate). It imports JAX: scripts import it after
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import jax
@@ -29,9 +30,11 @@ def load_paper_data(num_clients: int = NUM_CLIENTS):
   images a client holds; accuracy from such a federation means nothing.
   """
   fed, test_x, test_y = load_federated("fashion-mnist", NUM_CLIENTS, 10, seed=0)
-  ids = jnp.arange(max(num_clients, NUM_CLIENTS)) % NUM_CLIENTS
-  return (simulation.ClientData(jnp.asarray(fed.x)[ids], jnp.asarray(fed.y)[ids]),
-          test_x, test_y)
+  x, y = jnp.asarray(fed.x), jnp.asarray(fed.y)
+  if num_clients > NUM_CLIENTS:
+    ids = jnp.arange(num_clients) % NUM_CLIENTS
+    x, y = x[ids], y[ids]
+  return simulation.ClientData(x, y), test_x, test_y
 
 
 def machine() -> str:
@@ -79,3 +82,11 @@ def matmul_gflops(mesh, size: int = 2048, repeats: int = 5) -> float:
   jax.block_until_ready(fn(a))
   return 2 * devices * size ** 3 / best_seconds(lambda: jax.block_until_ready(fn(a)),
                                                 repeats) / 1e9
+
+
+class OneLineParser(argparse.ArgumentParser):
+  """argparse whose errors are one line on stderr, ``<prog>: error: ...``, exit
+  code 2 (without the usage argparse prints)."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message}\n")

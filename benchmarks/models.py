@@ -65,7 +65,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 # benchmarks/common.py
-from common import best_seconds, lowered_flops, machine, matmul_gflops  # noqa: E402
+from common import OneLineParser, best_seconds, lowered_flops, machine, matmul_gflops  # noqa: E402
 from fedjax_dp import sharding  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.models import PaperCNN, from_flax, paper_cnn, zoo  # noqa: E402
@@ -220,16 +220,8 @@ def measure(name: str, fast: bool, mesh, args, matmul: float) -> dict:
   }
 
 
-class _Parser(argparse.ArgumentParser):
-  """argparse whose errors are one line on stderr (exit 2), without the usage."""
-
-  def error(self, message):
-    print(f"benchmarks/models.py: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-  p = _Parser(description=__doc__.splitlines()[0])
+  p = OneLineParser(prog="benchmarks/models.py", description=__doc__.splitlines()[0])
   p.add_argument("--models", default=",".join(MODELS),
                  help=f"comma-separated models among {', '.join(MODELS)} (default: all; "
                       "they run in that order)")

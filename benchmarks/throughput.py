@@ -66,7 +66,8 @@ import numpy as np  # noqa: E402
 
 # benchmarks/common.py
 from common import best_seconds as _best  # noqa: E402
-from common import lowered_flops, load_paper_data, machine, matmul_gflops  # noqa: E402
+from common import OneLineParser, load_paper_data, lowered_flops  # noqa: E402
+from common import machine, matmul_gflops  # noqa: E402
 from fedjax_dp import features, sharding, simulation  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.models import cohort_ops, from_flax, paper_cnn  # noqa: E402
@@ -407,13 +408,6 @@ MODELS = {"paper-cnn": paper_cnn,
                                             name="paper-cnn-flax")}
 
 
-class _Parser(argparse.ArgumentParser):
-  """Bad flags end in one line and exit code 2 (argparse prints the usage too)."""
-
-  def error(self, message):
-    self.exit(2, f"benchmarks/throughput.py: error: {message}\n")
-
-
 def _names(value: str, known, what: str) -> list[str]:
   names = [n.strip() for n in value.split(",") if n.strip()]
   bad = [n for n in names if n not in known]
@@ -434,7 +428,7 @@ def _cohorts(value: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-  p = _Parser(description=__doc__.splitlines()[0])
+  p = OneLineParser(prog="benchmarks/throughput.py", description=__doc__.splitlines()[0])
   p.add_argument("--scheme", default="FL-TOP-DP",
                  help="a scheme, a comma-separated list, or 'all' (every registered "
                       f"scheme, {REFERENCE} first; the summary compares with {REFERENCE})")

@@ -210,3 +210,14 @@ def test_benchmarks_without_data_end_in_one_line_exit_2(command, tmp_path):
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
   assert "not found" in lines[0] and "FEDJAX_DP_DATA" in lines[0]
+
+
+def test_benchmark_federations_above_the_data_s_clients_repeat_them():
+  """A cohort of 10,000 needs more clients than the data's 6,000: client i
+  holds client i mod 6,000's images."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  common = benchmark_modules.load("common")
+  data, _, _ = common.load_paper_data(common.NUM_CLIENTS + 3)
+  assert data.x.shape[0] == data.y.shape[0] == common.NUM_CLIENTS + 3
+  np.testing.assert_array_equal(data.x[common.NUM_CLIENTS + 1], data.x[1])
+  assert common.load_paper_data()[0].x.shape[0] == common.NUM_CLIENTS
