@@ -1,5 +1,7 @@
 """The cohort ops and the rewritten forward pass compute what JAX's ops compute."""
 
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -53,10 +55,13 @@ def test_conv_and_its_gradients_equal_lax(spatial, window, strides, padding, ld,
     np.testing.assert_allclose(a[1], b, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("mode,case", [("product", c) for c in CONVS] + [("vmap", CONVS[0])])
+@pytest.mark.parametrize("mode,case", [(m, c) for m in ("product", "patches", "grouped")
+                                       for c in CONVS] + [("vmap", CONVS[0])])
 def test_per_client_kernels_batched_as_products_or_grouped_equal_lax(mode, case):
   """Per-client kernels batched another way than one client at a time (the
-  GPU's default, or JAX's grouped convolution): values and both gradients."""
+  GPU's ways: products of receptive fields gathered by slices or by a 0/1
+  convolution, grouped convolutions, JAX's own rule): values and both
+  gradients."""
   spatial, window, strides, padding, ld, rd = case
   keys = jax.random.split(jax.random.PRNGKey(0), 3)
   xs = jax.random.normal(keys[0], (2, 3) + spatial + (4,))
@@ -74,13 +79,58 @@ def test_per_client_kernels_batched_as_products_or_grouped_equal_lax(mode, case)
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
 
 
-def _cohort_grad_hlo(platform: str) -> str:
+@pytest.mark.parametrize("mode", ["patches", "grouped"])
+def test_per_client_kernels_on_shared_inputs_equal_lax(mode):
+  """One input for every client (the kernels folded into the output
+  channels by the grouped forward pass): values and the kernels' gradients."""
+  spatial, window, strides, padding, ld, rd = CONVS[1]
+  keys = jax.random.split(jax.random.PRNGKey(1), 2)
+  x = jax.random.normal(keys[0], (3,) + spatial + (4,))
+  ws = jax.random.normal(keys[1], (2,) + window + (4, 5))
+  ref = lambda x, w: _lax_conv(x, w, strides, padding, ld, rd)
+  ours = lambda x, w: cohort_ops.conv(x, w, strides, padding, ld, rd)
+  loss = lambda f: lambda x, w: jnp.sum(jnp.sin(f(x, w)))
+  jax.clear_caches()
+  with cohort_ops.cohort_batching(mode):
+    got = jax.vmap(ours, (None, 0))(x, ws)
+    got_g = jax.vmap(jax.grad(loss(ours), (0, 1)), (None, 0))(x, ws)
+  jax.clear_caches()
+  np.testing.assert_allclose(got, jax.vmap(ref, (None, 0))(x, ws), rtol=1e-5, atol=1e-4)
+  want_g = jax.vmap(jax.grad(loss(ref), (0, 1)), (None, 0))(x, ws)
+  for a, b in zip(got_g, want_g):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
+
+
+def _cohort_grad_hlo(platform: str, mode: str = "auto") -> str:
   """The lowered gradient of a conv over 3 clients' own kernels, for ``platform``."""
   xs, ws = jnp.ones((3, 2, 8, 8, 4)), jnp.ones((3, 5, 5, 4, 6))
   loss = lambda x, w: jnp.sum(jax.vmap(lambda x, w: cohort_ops.conv(
       x, w, (1, 1), ((2, 2), (2, 2))))(x, w) ** 2)
-  return jax.jit(jax.grad(loss, (0, 1))).trace(xs, ws).lower(
-      lowering_platforms=(platform,)).as_text()
+  jax.clear_caches()
+  with cohort_ops.cohort_batching(mode):
+    text = jax.jit(jax.grad(loss, (0, 1))).trace(xs, ws).lower(
+        lowering_platforms=(platform,)).as_text()
+  jax.clear_caches()
+  return text
+
+
+@pytest.mark.parametrize("mode,products,groups", [
+    ("product", 3, []),  # receptive fields by slices, no convolution
+    ("patches", 3, [4, 4, 4]),  # three 0/1 convolutions grouped by the 4 input channels
+    ("grouped", 1, [3, 3, 4]),  # forward and input gradient grouped by the 3 clients
+    ("vmap", 0, [3, 3, 3]),
+])
+def test_gpu_batchings_lowered_for_cuda(mode, products, groups):
+  """What each batching lowers to for CUDA (from the CPU): its matrix products,
+  its convolutions' feature groups, and no concatenated receptive fields but
+  in "product"'s."""
+  text = _cohort_grad_hlo("cuda", mode)
+  assert "stablehlo.while" not in text
+  assert text.count("stablehlo.dot_general") == products
+  lines = [line for line in text.splitlines() if "stablehlo.convolution" in line]
+  assert sorted(int(re.search(r"feature_group_count = (\d+)", line).group(1))
+                for line in lines) == groups
+  assert ("stablehlo.concatenate" in text) == (mode == "product")
 
 
 def test_auto_batching_is_one_client_at_a_time_on_cpu_and_products_on_gpus():
@@ -97,10 +147,11 @@ def test_auto_batching_is_one_client_at_a_time_on_cpu_and_products_on_gpus():
   assert cohort_ops.batching() == "auto"
 
 
-def test_paper_cnn_cohort_training_equal_batched_as_products(cnn):
+@pytest.mark.parametrize("mode", ["product", "patches", "grouped"])
+def test_paper_cnn_cohort_training_equal_batched_as_products(cnn, mode):
   """The paper CNN's local updates of two clients (the round's fast path) are
-  the same with the per-client convolutions batched as products (the GPU's
-  way) as one client at a time (the CPU's)."""
+  the same with the per-client convolutions batched each GPU way (products,
+  0/1 convolutions, grouped convolutions) as one client at a time (the CPU's)."""
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   xs = jax.random.uniform(keys[0], (2, 10, 28, 28, 1))
   ys = jax.random.randint(keys[1], (2, 10), 0, 10)
@@ -111,7 +162,7 @@ def test_paper_cnn_cohort_training_equal_batched_as_products(cnn):
   with cohort_ops.cohort_batching("map"):
     want = cohort()
   jax.clear_caches()
-  with cohort_ops.cohort_batching("product"):
+  with cohort_ops.cohort_batching(mode):
     got = cohort()
   jax.clear_caches()
   scale = float(jnp.max(jnp.abs(want)))

@@ -160,11 +160,79 @@ def _conv_dw_product(x: jax.Array, g: jax.Array, window: tuple[int, ...],
   return dw.reshape(window + (x.shape[-1], g.shape[-1]))
 
 
-# How per-client kernels are batched over the cohort: "auto" (one client at a
-# time on a CPU, "product" elsewhere), "map" (lax.map, one client at a time),
-# "vmap" (JAX's own batching rule: one grouped convolution) or "product"
-# (patches times kernels, one batched matrix product).
-BATCHINGS = ("auto", "map", "vmap", "product")
+# Name scope of the convolutions with a 0/1 kernel that gather receptive
+# fields (data movement, not products; benchmarks/lowered_traffic.py counts
+# them apart by it).
+PATCHES_SCOPE = "cohort_patches"
+
+
+def _patches_by_conv(x: jax.Array, window: tuple[int, ...], spec: ConvSpec) -> jax.Array:
+  """:func:`_patches` as one convolution with a 0/1 kernel: (B, *out, C * prod(window)).
+
+  The entries are ordered channel first, then window offset (as
+  ``lax.conv_general_dilated_patches`` orders them). At the highest
+  precision, so that every entry is a copy of one input (a TF32 or bf16
+  pass would round it): data movement, exact on every platform. Its
+  transpose, the receptive fields' sum back onto the input, is a transposed
+  convolution with the same kernel, not a sum of scattered slices.
+  """
+  with jax.named_scope(PATCHES_SCOPE):
+    return lax.conv_general_dilated_patches(
+        x, window, spec.strides, spec.padding, spec.lhs_dilation, spec.rhs_dilation,
+        dimension_numbers=canonical_dimension_numbers(x.ndim - 2),
+        precision=lax.Precision.HIGHEST)
+
+
+def _channel_major(w: jax.Array) -> jax.Array:
+  """A (*window, C, O) kernel as (C * prod(window), O), the rows in
+  :func:`_patches_by_conv`'s order."""
+  nd = w.ndim - 2
+  return w.transpose((nd,) + tuple(range(nd)) + (nd + 1,)).reshape(-1, w.shape[-1])
+
+
+def _conv_patches(x: jax.Array, w: jax.Array, spec: ConvSpec) -> jax.Array:
+  """:func:`_conv_raw` as a matrix product of :func:`_patches_by_conv` with the kernel."""
+  nd = x.ndim - 2
+  return jnp.einsum("...f,fo->...o", _patches_by_conv(x, w.shape[:nd], spec), _channel_major(w),
+                    precision=spec.precision)
+
+
+def _conv_dx_patches(g: jax.Array, w: jax.Array, in_spatial: tuple[int, ...],
+                     spec: ConvSpec) -> jax.Array:
+  """:func:`_conv_dx_raw` as the transpose of :func:`_conv_patches` in x: a
+  product, then the patch convolution's transpose."""
+  x = jax.ShapeDtypeStruct((g.shape[0],) + in_spatial + (w.shape[-2],), g.dtype)
+  return jax.linear_transpose(lambda x: _conv_patches(x, w, spec), x)(g)[0]
+
+
+def _conv_dw_patches(x: jax.Array, g: jax.Array, window: tuple[int, ...],
+                     spec: ConvSpec) -> jax.Array:
+  """:func:`_conv_dw_raw` as the product of :func:`_patches_by_conv` with g."""
+  cols = _patches_by_conv(x, window, spec)
+  dw = jnp.einsum("...f,...o->fo", cols.reshape(-1, cols.shape[-1]),
+                  g.reshape(-1, g.shape[-1]), precision=spec.precision)
+  nd = x.ndim - 2  # rows (C, *window) back to (*window, C)
+  dw = dw.reshape((x.shape[-1],) + window + (g.shape[-1],))
+  return dw.transpose(tuple(range(1, nd + 1)) + (0, nd + 1))
+
+
+# How per-client kernels are batched over the cohort:
+# * "map": lax.map, one client at a time (the CPU's way);
+# * "vmap": JAX's own batching rule, all three convolutions grouped (a group
+#   per client; the kernel gradient a grouped convolution whose window is
+#   the output gradient);
+# * "product": receptive fields gathered by a pad and one strided slice per
+#   window offset (concatenated), times each client's kernel: one batched
+#   matrix product; the gradients its transposes (a sum of shifted slices);
+# * "patches": as "product", the receptive fields gathered by one
+#   convolution with a 0/1 kernel (lax.conv_general_dilated_patches), the
+#   input gradient's sum back by its transposed convolution;
+# * "grouped": the forward pass and the input gradient grouped convolutions
+#   (as "vmap"), the kernel gradient products of "patches"' receptive fields.
+# "auto" is "map" on a CPU and GPU_BATCHING elsewhere, chosen when the
+# program is lowered.
+BATCHINGS = ("auto", "map", "vmap", "product", "patches", "grouped")
+GPU_BATCHING = "product"
 _batching = "auto"
 
 
@@ -193,10 +261,12 @@ def cohort_batching(mode: str):
     _batching = before
 
 
-def _per_client(raw, product, folds_batch: bool):
+def _per_client(raw, others: dict, folds_batch: bool):
   """``raw(a, b)`` whose ``vmap`` batches a per-client ``b`` as :data:`_batching` says.
 
-  ``product`` computes what ``raw`` computes as matrix products. With
+  ``others`` maps batchings to one client's computation of what ``raw``
+  computes, batched by ``vmap`` (e.g. "product": as matrix products); the
+  batchings it lacks ("vmap", the ones missing) batch ``raw`` itself. With
   ``folds_batch``, a batched ``a`` (the examples) and an unbatched ``b``
   (a shared kernel) fold the cohort into the batch axis: one large op.
   """
@@ -218,12 +288,13 @@ def _per_client(raw, product, folds_batch: bool):
         return lax.map(lambda ai: fn(ai, b), a)
       return lax.map(lambda bi: fn(a, bi), b)
 
-    modes = {"map": one_at_a_time, "vmap": jax.vmap(raw, axes),
-             "product": jax.vmap(product, axes)}
+    def batched(mode):
+      return one_at_a_time if mode == "map" else jax.vmap(others.get(mode, raw), axes)
+
     if _batching == "auto":
-      out = lax.platform_dependent(a, b, cpu=modes["map"], default=modes["product"])
+      out = lax.platform_dependent(a, b, cpu=batched("map"), default=batched(GPU_BATCHING))
     else:
-      out = modes[_batching](a, b)
+      out = batched(_batching)(a, b)
     return out, True
 
   return fn
@@ -233,12 +304,16 @@ def _per_client(raw, product, folds_batch: bool):
 def _conv_op(spec: ConvSpec, in_spatial: tuple[int, ...], window: tuple[int, ...],
              input_grad: bool):
   """The custom-VJP, custom-batched convolution for one static setting."""
-  fwd = _per_client(lambda x, w: _conv_raw(x, w, spec),
-                    lambda x, w: _conv_product(x, w, spec), folds_batch=True)
-  dx = _per_client(lambda g, w: _conv_dx_raw(g, w, in_spatial, spec),
-                   lambda g, w: _conv_dx_product(g, w, in_spatial, spec), folds_batch=True)
-  dw = _per_client(lambda x, g: _conv_dw_raw(x, g, window, spec),
-                   lambda x, g: _conv_dw_product(x, g, window, spec), folds_batch=False)
+  fwd = _per_client(lambda x, w: _conv_raw(x, w, spec), {
+      "product": lambda x, w: _conv_product(x, w, spec),
+      "patches": lambda x, w: _conv_patches(x, w, spec)}, folds_batch=True)
+  dx = _per_client(lambda g, w: _conv_dx_raw(g, w, in_spatial, spec), {
+      "product": lambda g, w: _conv_dx_product(g, w, in_spatial, spec),
+      "patches": lambda g, w: _conv_dx_patches(g, w, in_spatial, spec)}, folds_batch=True)
+  dw_patches = lambda x, g: _conv_dw_patches(x, g, window, spec)
+  dw = _per_client(lambda x, g: _conv_dw_raw(x, g, window, spec), {
+      "product": lambda x, g: _conv_dw_product(x, g, window, spec),
+      "patches": dw_patches, "grouped": dw_patches}, folds_batch=False)
 
   @jax.custom_vjp
   def op(x, w):
