@@ -1,5 +1,6 @@
 """The cohort ops and the rewritten forward pass compute what JAX's ops compute."""
 
+import json
 import re
 
 import flax.linen as nn
@@ -307,3 +308,26 @@ def test_a_forward_pass_traced_inside_shard_map_is_not_replayed_outside():
   outside = jax.jit(model.logits)(jax.device_put(w, replicated), jax.device_put(x, replicated))
   np.testing.assert_allclose(outside, inside, rtol=1e-6)
   np.testing.assert_allclose(outside, model.eval_logits(w, x), rtol=1e-5, atol=1e-6)
+
+
+def test_lowered_traffic_counts_each_batching(tmp_path):
+  """benchmarks/lowered_traffic.py as a user runs it: a bad flag is one line
+  and exit 2; the counts see the same products in every batching and the
+  receptive fields' concatenation only in "product"."""
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  root = pathlib.Path(__file__).resolve().parents[1]
+  run = lambda *args: subprocess.run([sys.executable, "benchmarks/lowered_traffic.py", *args],
+                                     cwd=root, capture_output=True, text=True, timeout=300)
+  bad = run("--batching", "product,loop")
+  assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown batching loop" in bad.stderr
+  out = tmp_path / "traffic.jsonl"
+  ok = run("--batching", "product,grouped", "--clients", "2", "--steps", "2", "--out", str(out))
+  assert ok.returncode == 0, ok.stderr
+  product, grouped = [json.loads(line) for line in out.read_text().splitlines()]
+  assert product["product_gflop"] == pytest.approx(grouped["product_gflop"], rel=1e-9)
+  assert product["product_gflop"] > 0 and product["unknown_loops"] == 0
+  assert product["movement_gb"]["concatenate"] > 5 * grouped["movement_gb"]["concatenate"]
+  assert product["patch_conv_gb"] == 0 < grouped["patch_conv_gb"]
+  assert "| grouped |" in ok.stdout

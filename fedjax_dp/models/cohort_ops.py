@@ -11,11 +11,18 @@ compute the same values but batch differently:
 * :func:`conv`: a ``custom_vmap`` rule folds a shared kernel's cohort into
   the batch, and batches per-client kernels as the platform does best
   (:func:`cohort_batching`): on a CPU one client at a time (``lax.map``),
-  elsewhere as one batched matrix product over the cohort (every output
-  position's receptive field gathered, then one product per client; JAX's
-  own rule, a grouped convolution, has a slow backward pass on CUDA,
-  jax-ml/jax#13800; ``benchmarks/gpu_suite.sh`` times all three on a GPU,
-  unmeasured so far). Its backward pass is
+  elsewhere (``GPU_BATCHING``) as one batched matrix product over the
+  cohort (every output position's receptive field gathered, then one
+  product per client; JAX's own rule, a grouped convolution, has a slow
+  backward pass on CUDA, jax-ml/jax#13800). Two more GPU ways
+  (``BATCHINGS``): "patches" gathers the receptive fields with one 0/1
+  convolution instead of a concatenation of slices, "grouped" runs the
+  forward pass and the input gradient as grouped convolutions and only the
+  kernel gradient as products. Lowered for CUDA they ask for the same
+  products and far less data movement than "product"
+  (``benchmarks/lowered_traffic.py``, before XLA's fusion); which runs
+  fastest is for ``benchmarks/gpu_suite.sh`` to measure, not measured on a
+  GPU so far. Its backward pass is
   two convolutions in the canonical NHWC / HWIO layout (the input gradient
   correlates with the flipped kernel, the kernel gradient is a convolution
   whose batch is the input channels), or, batched as products, the
