@@ -210,8 +210,8 @@ def _client():
   JAX exposes its key-value store only there (JAX 0.10), which is where a
   failing process leaves word for the others.
   """
-  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
-  return jax_distributed.global_state.client
+  from fedjax_dp import jax_internals  # pylint: disable=import-outside-toplevel
+  return jax_internals.distributed_client()
 
 
 class _Watchdog:

@@ -10,21 +10,15 @@ docs/performance.md, "What makes the round fast"), same bits, longer compiles.
 
 ``use_unrolled_threefry()`` registers that lowering for CPU, for every
 program compiled afterwards in the process (it uses JAX internals and
-returns False, changing nothing, where they are missing).
+returns False, changing nothing, where they are missing; the reads are in
+``fedjax_dp.jax_internals``).
 """
 
 from __future__ import annotations
 
+from fedjax_dp import jax_internals
+
 
 def use_unrolled_threefry() -> bool:
   """Lowers threefry2x32 unrolled on CPU from now on; True if it could."""
-  try:
-    # pylint: disable=import-outside-toplevel,protected-access
-    from jax._src.interpreters import mlir
-    from jax._src.random import threefry2x32
-    rule = threefry2x32._threefry2x32_lowering_rule
-    primitive = threefry2x32.threefry2x32_p
-  except (ImportError, AttributeError):
-    return False
-  mlir.register_lowering(primitive, rule, platform="cpu")
-  return True
+  return jax_internals.register_unrolled_threefry_for_cpu()

@@ -23,6 +23,13 @@ differ. Nested calls (``jit`` inside the model) are evaluated the same way;
 other higher-order primitives (``custom_jvp`` of ``relu``, ``while``,
 ``cond``) are bound unchanged, and so is every equation inside a loop's
 body but the products above.
+
+Every read of the jaxpr (primitive names, equation parameters) goes through
+:mod:`fedjax_dp.jax_internals`, which knows each supported JAX's layout. An
+equation it cannot read on the JAX at hand is bound unchanged; one that
+cannot even be bound makes :func:`fast_apply` run the model's own
+``apply_fn`` (and ``fast_train`` the plain training): one
+``jax_internals.FastPathWarning`` per primitive, never a crash.
 """
 
 from __future__ import annotations
@@ -34,11 +41,9 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jcore
 
+from fedjax_dp import jax_internals as jxi
 from fedjax_dp.models import cohort_ops, fast_scan
-
-_CALLS = ("jit", "pjit", "closed_call", "core_call")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +94,7 @@ def trace(apply_fn: Callable, shapes: Sequence[tuple[str, tuple[int, ...]]],
   mesh's manual axes: replayed outside it (a scheme's server training in
   the same process) it failed with "Mesh for all inputs should be equal".
   """
-  key = (apply_fn, tuple(shapes), tuple(x.shape), jnp.dtype(x.dtype),
-         jax.sharding.get_abstract_mesh())
+  key = (apply_fn, tuple(shapes), tuple(x.shape), jnp.dtype(x.dtype), jxi.abstract_mesh())
   if key in _TRACES:
     return _TRACES[key]
   names = tuple(name for name, _ in shapes)
@@ -99,12 +103,13 @@ def trace(apply_fn: Callable, shapes: Sequence[tuple[str, tuple[int, ...]]],
     return apply_fn(dict(zip(names, args[:-1])), args[-1])
 
   args = [jax.ShapeDtypeStruct(shape, jnp.float32) for _, shape in shapes]
-  jaxpr = jax.make_jaxpr(flat_apply)(*args, jax.ShapeDtypeStruct(x.shape, x.dtype))
-  if len(jaxpr.jaxpr.outvars) != 1:
+  jaxpr = jxi.make_jaxpr(flat_apply, *args, jax.ShapeDtypeStruct(x.shape, x.dtype))
+  body, consts = jxi.open_jaxpr(jaxpr)
+  if len(body.outvars) != 1:
     raise ValueError("the model's apply_fn must return one array of logits")
-  dependent = _depends_on_params(jaxpr.jaxpr, [True] * len(names) + [False])
+  dependent = _depends_on_params(body, [True] * len(names) + [False])
   traced = Traced(jaxpr, names, frozenset(dependent))
-  if not any(isinstance(c, jax.core.Tracer) for c in jaxpr.consts):
+  if not any(jxi.is_tracer(c) for c in consts):
     _TRACES[key] = traced
   return traced
 
@@ -116,28 +121,32 @@ def dense_sites(traced: Traced) -> tuple[DenseSite, ...]:
   input with axis 0 of a 2-D float32 parameter that no other equation (and
   not the output) uses: ``nn.Dense`` called once per forward pass.
   """
-  jaxpr = traced.jaxpr.jaxpr
+  jaxpr, _ = jxi.open_jaxpr(traced.jaxpr)
   params = dict(zip(jaxpr.invars[:len(traced.names)], traced.names))
   uses: dict[Any, int] = {}
   for eqn in jaxpr.eqns:
     for v in eqn.invars:
-      if isinstance(v, jcore.Var):
+      if jxi.is_var(v):
         uses[v] = uses.get(v, 0) + 1
   for v in jaxpr.outvars:
-    if isinstance(v, jcore.Var):
+    if jxi.is_var(v):
       uses[v] = uses.get(v, 0) + 1
   sites = []
   for i, eqn in enumerate(jaxpr.eqns):
-    if eqn.primitive.name != "dot_general" or len(eqn.invars) != 2:
+    if jxi.primitive_name(eqn) != "dot_general" or len(eqn.invars) != 2:
       continue
     lhs, rhs = eqn.invars
-    if not isinstance(rhs, jcore.Var) or rhs not in params or uses[rhs] != 1:
+    if not jxi.is_var(rhs) or rhs not in params or uses[rhs] != 1:
       continue
-    (contract, batch) = eqn.params["dimension_numbers"]
-    if (rhs.aval.ndim != 2 or rhs.aval.dtype != jnp.float32 or tuple(batch[0]) or
-        tuple(batch[1]) or tuple(contract[0]) != (lhs.aval.ndim - 1,) or
-        tuple(contract[1]) != (0,) or eqn.params.get("preferred_element_type") not in
-        (None, jnp.float32) or lhs.aval.dtype != jnp.float32):
+    try:
+      dims = jxi.dot_general(eqn)
+    except jxi.Unsupported as e:  # not a site: the kernel trains as the client's own
+      jxi.warn_fallback(e, "binding it unchanged")
+      continue
+    if (rhs.aval.ndim != 2 or rhs.aval.dtype != jnp.float32 or dims.batch != ((), ()) or
+        dims.contract != ((lhs.aval.ndim - 1,), (0,)) or
+        dims.preferred_element_type not in (None, jnp.float32) or
+        lhs.aval.dtype != jnp.float32):
       continue
     sites.append(DenseSite(i, params[rhs], tuple(rhs.aval.shape),
                            math.prod(lhs.aval.shape[:-1])))
@@ -148,7 +157,7 @@ def _depends_on_params(jaxpr, inputs: Sequence[bool]) -> set:
   """The top-level variables computed from the inputs flagged in ``inputs``."""
   dependent = {v for v, flag in zip(jaxpr.invars, inputs) if flag}
   for eqn in jaxpr.eqns:
-    if any(isinstance(v, jcore.Var) and v in dependent for v in eqn.invars):
+    if any(jxi.is_var(v) and v in dependent for v in eqn.invars):
       dependent.update(eqn.outvars)
   return dependent
 
@@ -166,35 +175,30 @@ def evaluate(traced: Traced, params: Mapping[str, jax.Array], x: jax.Array,
 
   Returns:
     The logits.
+
+  Raises:
+    jax_internals.Unsupported: An equation that cannot be bound on this JAX
+      (:func:`fast_apply` then runs the model's own ``apply_fn``).
   """
-  jaxpr = traced.jaxpr
+  jaxpr, consts = jxi.open_jaxpr(traced.jaxpr)
   args = [params[name] if name in params else None for name in traced.names] + [x]
-  return _eval(jaxpr.jaxpr, jaxpr.consts, args, traced.dependent, dense or {})[0]
-
-
-def _bind(eqn, invals):
-  params = eqn.primitive.get_bind_params(eqn.params)
-  subfuns = ()
-  if isinstance(params, tuple):  # jax < 0.7: (subfuns, params)
-    subfuns, params = params
-  out = eqn.primitive.bind(*subfuns, *invals, **params)
-  return out if eqn.primitive.multiple_results else [out]
+  return _eval(jaxpr, consts, args, traced.dependent, dense or {})[0]
 
 
 def _conv(eqn, lhs, rhs, input_grad: bool):
   """A conv_general_dilated equation through :func:`cohort_ops.conv`, or None."""
-  p = eqn.params
-  if (p["feature_group_count"] != 1 or p["batch_group_count"] != 1 or
-      p.get("preferred_element_type") not in (None, lhs.dtype) or lhs.dtype != rhs.dtype or
-      isinstance(p["padding"], str)):
+  p = jxi.conv(eqn)
+  if (p.feature_group_count != 1 or p.batch_group_count != 1 or
+      p.preferred_element_type not in (None, lhs.dtype) or lhs.dtype != rhs.dtype or
+      isinstance(p.padding, str)):
     return None
-  lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+  lhs_spec, rhs_spec, out_spec = p.specs
   # transpose(perm) puts a spec's axes in canonical order: perm[i] = spec axis at i
   to_nhwc = (lhs_spec[0],) + tuple(lhs_spec[2:]) + (lhs_spec[1],)
   to_hwio = tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0])
   out = cohort_ops.conv(_transpose(lhs, to_nhwc), _transpose(rhs, to_hwio),
-                        p["window_strides"], p["padding"], p["lhs_dilation"],
-                        p["rhs_dilation"], p["precision"], input_grad)
+                        p.window_strides, p.padding, p.lhs_dilation, p.rhs_dilation,
+                        p.precision, input_grad)
   # out is NHWC; out_spec names where N, C, spatial go
   from_nhwc = np.argsort((out_spec[0],) + tuple(out_spec[2:]) + (out_spec[1],))
   return _transpose(out, tuple(int(i) for i in from_nhwc))
@@ -208,42 +212,49 @@ def _eval(jaxpr, consts, args, dependent, dense) -> list:
   env: dict[Any, Any] = {}
 
   def read(v):
-    return v.val if isinstance(v, jcore.Literal) else env[v]
+    return jxi.read_atom(env, v)
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
   for i, eqn in enumerate(jaxpr.eqns):
-    name = eqn.primitive.name
-    out = None
-    if i in dense:
-      out = [dense[i](read(eqn.invars[0]))]
-    elif name == "conv_general_dilated":
-      lhs, rhs = (read(v) for v in eqn.invars)
-      grad_in = isinstance(eqn.invars[0], jcore.Var) and eqn.invars[0] in dependent
-      conv = _conv(eqn, lhs, rhs, grad_in)
-      out = None if conv is None else [conv]
-    elif name == "reduce_window_max":
-      (operand,) = (read(v) for v in eqn.invars)
-      p = eqn.params
-      if (all(d == 1 for d in p["base_dilation"]) and
-          all(d == 1 for d in p["window_dilation"]) and
-          cohort_ops.pool_fits(operand.shape, p["window_dimensions"], p["window_strides"],
-                               p["padding"])):
-        out = [cohort_ops.max_pool(operand, p["window_dimensions"])]
-    elif name == "scan":
-      out = fast_scan.scan(eqn, [read(v) for v in eqn.invars], _bind)
-    elif name in _CALLS and "jaxpr" in eqn.params:
-      inner = eqn.params["jaxpr"]
-      closed = isinstance(inner, jcore.ClosedJaxpr)
-      inner_jaxpr = inner.jaxpr if closed else inner
-      inner_consts = inner.consts if closed else ()
-      flags = [isinstance(v, jcore.Var) and v in dependent for v in eqn.invars]
-      out = _eval(inner_jaxpr, inner_consts, [read(v) for v in eqn.invars],
-                  _depends_on_params(inner_jaxpr, flags), {})
+    try:
+      out = _fast_eqn(i, eqn, read, dependent, dense)
+    except jxi.Unsupported as e:  # a layout this JAX changed: the plain primitive
+      jxi.warn_fallback(e, "binding it unchanged")
+      out = None
     if out is None:
-      out = _bind(eqn, [read(v) for v in eqn.invars])
+      out = jxi.bind(eqn, [read(v) for v in eqn.invars])
     env.update(zip(eqn.outvars, out))
   return [read(v) for v in jaxpr.outvars]
+
+
+def _fast_eqn(i, eqn, read, dependent, dense) -> list | None:
+  """One equation through the cohort ops, or None to bind it as it is."""
+  name = jxi.primitive_name(eqn)
+  if i in dense:
+    return [dense[i](read(eqn.invars[0]))]
+  if name == "conv_general_dilated":
+    lhs, rhs = (read(v) for v in eqn.invars)
+    grad_in = jxi.is_var(eqn.invars[0]) and eqn.invars[0] in dependent
+    conv = _conv(eqn, lhs, rhs, grad_in)
+    return None if conv is None else [conv]
+  if name == "reduce_window_max":
+    (operand,) = (read(v) for v in eqn.invars)
+    p = jxi.reduce_window(eqn)
+    if (all(d == 1 for d in p.base_dilation) and all(d == 1 for d in p.window_dilation) and
+        cohort_ops.pool_fits(operand.shape, p.window_dimensions, p.window_strides,
+                             p.padding)):
+      return [cohort_ops.max_pool(operand, p.window_dimensions)]
+    return None
+  if name == "scan":
+    return fast_scan.scan(eqn, [read(v) for v in eqn.invars], jxi.bind)
+  body = jxi.call_body(eqn)
+  if body is not None:
+    inner, inner_consts = body
+    flags = [jxi.is_var(v) and v in dependent for v in eqn.invars]
+    return _eval(inner, inner_consts, [read(v) for v in eqn.invars],
+                 _depends_on_params(inner, flags), {})
+  return None
 
 
 def fast_apply(apply_fn: Callable,
@@ -256,11 +267,17 @@ def fast_apply(apply_fn: Callable,
     shapes: The model's (name, shape) pairs.
 
   Returns:
-    ``fn(params, x)`` computing ``apply_fn(params, x)``.
+    ``fn(params, x)`` computing ``apply_fn(params, x)``; ``apply_fn`` itself
+    (after a ``jax_internals.FastPathWarning``) where an equation cannot be
+    replayed on the JAX at hand.
   """
   shapes = tuple(shapes)
 
   def fn(params, x):
-    return evaluate(trace(apply_fn, shapes, x), params, x)
+    try:
+      return evaluate(trace(apply_fn, shapes, x), params, x)
+    except jxi.Unsupported as e:  # an equation this JAX cannot replay: the plain model
+      jxi.warn_fallback(e, "running the model's own apply_fn")
+      return apply_fn(params, x)
 
   return fn

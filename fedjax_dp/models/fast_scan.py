@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jcore
+
+from fedjax_dp import jax_internals as jxi
 
 Bind = Callable[[Any, list], list]
 
@@ -35,17 +36,20 @@ def _sites(body, invariant: set) -> list[int]:
   contracted with W's first."""
   sites = []
   for i, eqn in enumerate(body.eqns):
-    if eqn.primitive.name != "dot_general" or len(eqn.invars) != 2:
+    if jxi.primitive_name(eqn) != "dot_general" or len(eqn.invars) != 2:
       continue
     lhs, rhs = eqn.invars
-    if not isinstance(rhs, jcore.Var) or rhs not in invariant or (
-        isinstance(lhs, jcore.Var) and lhs in invariant):
+    if not jxi.is_var(rhs) or rhs not in invariant or (jxi.is_var(lhs) and lhs in invariant):
       continue
-    contract, batch = eqn.params["dimension_numbers"]
+    try:
+      dims = jxi.dot_general(eqn)
+    except jxi.Unsupported as e:  # not a site: the product is bound as it is
+      jxi.warn_fallback(e, "binding it unchanged")
+      continue
     if (rhs.aval.ndim == 2 and rhs.aval.dtype == jnp.float32 and
-        lhs.aval.dtype == jnp.float32 and not tuple(batch[0]) and not tuple(batch[1]) and
-        tuple(contract[0]) == (lhs.aval.ndim - 1,) and tuple(contract[1]) == (0,) and
-        eqn.params.get("preferred_element_type") in (None, jnp.float32)):
+        lhs.aval.dtype == jnp.float32 and dims.batch == ((), ()) and
+        dims.contract == ((lhs.aval.ndim - 1,), (0,)) and
+        dims.preferred_element_type in (None, jnp.float32)):
       sites.append(i)
   return sites
 
@@ -54,21 +58,17 @@ def _invariant(body, num_consts: int) -> set:
   """Body variables computed from the loop's constants alone."""
   invariant = set(body.constvars) | set(body.invars[:num_consts])
   for eqn in body.eqns:
-    if not eqn.effects and all(not isinstance(v, jcore.Var) or v in invariant
-                               for v in eqn.invars):
+    if not jxi.has_effects(eqn) and all(not jxi.is_var(v) or v in invariant
+                                        for v in eqn.invars):
       invariant.update(eqn.outvars)
   return invariant
-
-
-def _read(env: dict, v):
-  return v.val if isinstance(v, jcore.Literal) else env[v]
 
 
 class _Loop:
   """A ``scan`` equation split into its loop-invariant part and its steps.
 
   Attributes:
-    eqn: The ``scan`` equation.
+    layout: The ``scan`` equation's body and operand counts.
     bind: Binds the body's equations.
     sites: Indices of the body's products with a loop-invariant kernel.
     hoisted: The body's loop-invariant equations, computed once.
@@ -76,14 +76,14 @@ class _Loop:
     probe_shapes: (steps, *output) of each site's probe.
   """
 
-  def __init__(self, eqn, bind: Bind, sites: list[int], invariant: set):
-    self.eqn, self.bind, self.sites = eqn, bind, sites
-    self.body = eqn.params["jaxpr"].jaxpr
-    self.num_consts, self.num_carry = eqn.params["num_consts"], eqn.params["num_carry"]
+  def __init__(self, layout: jxi.ScanLayout, bind: Bind, sites: list[int], invariant: set):
+    self.layout, self.bind, self.sites = layout, bind, sites
+    self.body = layout.body
+    self.num_consts, self.num_carry = layout.num_consts, layout.num_carry
     once = [bool(e.outvars) and all(v in invariant for v in e.outvars) for e in self.body.eqns]
     self.hoisted = [e for e, o in zip(self.body.eqns, once) if o]
     self.looped = [(i, e) for i, (e, o) in enumerate(zip(self.body.eqns, once)) if not o]
-    self.probe_shapes = [(eqn.params["length"],) + tuple(self.body.eqns[i].outvars[0].aval.shape)
+    self.probe_shapes = [(layout.length,) + tuple(self.body.eqns[i].outvars[0].aval.shape)
                          for i in sites]
 
   def split(self, values: list) -> tuple[list, list, list]:
@@ -93,10 +93,10 @@ class _Loop:
 
   def hoist(self, consts: list) -> dict:
     """The loop-invariant values, computed once from the constants."""
-    env = dict(zip(self.body.constvars, self.eqn.params["jaxpr"].consts))
+    env = dict(zip(self.body.constvars, self.layout.consts))
     env.update(zip(self.body.invars[:self.num_consts], consts))
     for e in self.hoisted:
-      env.update(zip(e.outvars, self.bind(e, [_read(env, v) for v in e.invars])))
+      env.update(zip(e.outvars, self.bind(e, [jxi.read_atom(env, v) for v in e.invars])))
     return env
 
   def weights(self, consts: list) -> list:
@@ -126,18 +126,18 @@ class _Loop:
       env.update(zip(x_vars, x_t))
       seen = []
       for i, e in self.looped:
-        args = [_read(env, v) for v in e.invars]
+        args = [jxi.read_atom(env, v) for v in e.invars]
         out = self.bind(e, args)
         if i in site_of:
           out = [out[0] + probe_t[site_of[i]]]
           seen.append(args[0])
         env.update(zip(e.outvars, out))
-      outs = [_read(env, v) for v in self.body.outvars]
+      outs = [jxi.read_atom(env, v) for v in self.body.outvars]
       return outs[:self.num_carry], (outs[self.num_carry:], seen)
 
-    p = self.eqn.params
-    carry, (ys, seen) = jax.lax.scan(step, init, (xs, probes), length=p["length"],
-                                     reverse=p["reverse"], unroll=p["unroll"])
+    p = self.layout
+    carry, (ys, seen) = jax.lax.scan(step, init, (xs, probes), length=p.length,
+                                     reverse=p.reverse, unroll=p.unroll)
     return list(carry) + list(ys), seen
 
 
@@ -152,13 +152,17 @@ def scan(eqn, invals: list, bind: Bind) -> list | None:
   Returns:
     The scan's outputs, or None when its body has no such product (the
     caller binds the equation as it is).
+
+  Raises:
+    jax_internals.Unsupported: The equation cannot be read on this JAX
+      (the caller binds it as it is).
   """
-  body, num_consts = eqn.params["jaxpr"].jaxpr, eqn.params["num_consts"]
-  invariant = _invariant(body, num_consts)
-  sites = _sites(body, invariant)
-  if not sites or eqn.params.get("_split_transpose", False):
+  layout = jxi.scan_layout(eqn)
+  invariant = _invariant(layout.body, layout.num_consts)
+  sites = _sites(layout.body, invariant)
+  if not sites or layout.split_transpose:
     return None
-  return _hoisted_gradients(_Loop(eqn, bind, sites, invariant), invals)
+  return _hoisted_gradients(_Loop(layout, bind, sites, invariant), invals)
 
 
 def _hoisted_gradients(loop: _Loop, invals: list) -> list:

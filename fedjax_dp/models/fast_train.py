@@ -27,7 +27,10 @@ masking), for any :class:`~fedjax_dp.models.flat.FlatModel` whose
   weights).
 
 The result equals the generic path's up to float32 round-off (the factored
-sums run in another order); ``tests/test_fast_train.py`` checks it.
+sums run in another order); ``tests/test_fast_train.py`` checks it. A model
+whose forward pass this JAX cannot replay (``jax_internals.Unsupported``)
+trains on the plain path instead, after one
+``jax_internals.FastPathWarning`` naming the primitive.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_dp import client
+from fedjax_dp import jax_internals as jxi
 from fedjax_dp.models import cohort_ops, fast_apply
 from fedjax_dp.models.flat import cross_entropy
 
@@ -129,11 +133,26 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
       ``train_apply_fn`` (dropout: trained by ``client.local_sgd``).
   """
   beta = _checked(model, grad_mask, grad_indices, only_indices, momentum, dense_form)
-  if optimizer != "sgd":
+
+  def plain():
     w_end = client.local_train(model.loss, w, x, y, key, steps=steps, batch_size=batch_size,
                                optimizer=client.optimizer(optimizer, lr, momentum),
                                grad_mask=grad_mask)
     return (w_end - w)[grad_indices] if only_indices else w_end - w
+
+  if optimizer != "sgd":
+    return plain()
+  try:
+    return _sgd_update(model, w, x, y, key, steps, batch_size, lr, grad_mask, grad_indices,
+                       only_indices, beta, dense_form)
+  except jxi.Unsupported as e:  # a construct this JAX changed: the plain path
+    jxi.warn_fallback(e, "training the model on the plain path")
+    return plain()
+
+
+def _sgd_update(model, w, x, y, key, steps, batch_size, lr,  # pylint: disable=too-many-arguments
+                grad_mask, grad_indices, only_indices, beta, dense_form) -> jax.Array:
+  """:func:`local_update`'s SGD through the rewritten forward pass."""
   num = x.shape[0]
   take = min(batch_size, num)
   count = client.num_examples(y)
