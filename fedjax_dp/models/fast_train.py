@@ -255,9 +255,12 @@ def _factored_update(c: _Client, params: dict, sites) -> dict:
 
   vel0 = {k: jnp.zeros_like(v) for k, v in small0.items()}
   small, vel, a_now, d_now = step(small0, vel0, None, 0, c.step_keys[0])
-  hists = {s.name: (jnp.zeros((steps * s.rows, s.shape[0]), jnp.float32).at[:s.rows].set(
-      a_now[s.name]), jnp.zeros((steps * s.rows, s.shape[1]), jnp.float32).at[:s.rows].set(
-          d_now[s.name])) for s in sites}
+  if steps == 1:  # the history is the step's own rows
+    hists = {s.name: (a_now[s.name], d_now[s.name]) for s in sites}
+  else:
+    hists = {s.name: (jnp.zeros((steps * s.rows, s.shape[0]), jnp.float32).at[:s.rows].set(
+        a_now[s.name]), jnp.zeros((steps * s.rows, s.shape[1]), jnp.float32).at[:s.rows].set(
+            d_now[s.name])) for s in sites}
   if steps > 1:
     rows = {s.name: s.rows for s in sites}
 
