@@ -9,7 +9,13 @@ Fashion-MNIST clients, the first 1,000 test images) of one scheme on the
 7,850-weight linear model, with and without secure aggregation where it
 applies, plus the round's other paths (dropouts, chunked cohorts, the fixed
 sampler, truncated Poisson with PLD) and two paper-CNN runs for the fast
-training path.
+training path (FL-TOP-DP for 3 rounds, FL-STD for 1).
+
+The records are written at XLA's default LLVM optimisation level (-O2, what
+users run), not the suite's -O0 (tests/conftest.py)::
+
+  XLA_FLAGS=--xla_backend_optimization_level=2 \
+      python -m pytest tests/test_golden.py --update-golden
 """
 
 from __future__ import annotations
@@ -75,7 +81,10 @@ def cases() -> list[Case]:
       Case("FL-TOP-DP+pld-truncated", "FL-TOP-DP",
            config=(("accountant", "pld"), ("max_cohort", 8))),
       Case("FL-TOP-DP+cnn", "FL-TOP-DP", model="cnn", config=(("ratio", 0.005),)),
-      Case("FL-STD+cnn", "FL-STD", model="cnn", config=(("rounds", 2),)),
+      # One round: non-private training from a random model amplifies float32
+      # round-off round after round (2 rounds: 1.9e-6 of the weights' absolute
+      # sum between two compilations of the same code, 1 round: 1.1e-8).
+      Case("FL-STD+cnn", "FL-STD", model="cnn", config=(("rounds", 1),)),
   ]
   return out
 
