@@ -10,10 +10,10 @@ import pytest
 from scipy import special, stats
 
 from fedjax_dp import sampling, simulation
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accounting, dg_table
 from fedjax_dp.privacy import secure_aggregation as sa
 from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
-from fedjax_dp.schemes.sign import random_tie_sign
+from fedjax_dp.schemes.sign import random_tie_sign, table_shares
 from tiny_model import tiny_linear
 
 FL_SIGN, FL_SIGN_DP, SIGN_SGD = (get_scheme(n) for n in ("fl-sign", "FL-SIGN-DP", "signsgd"))
@@ -149,10 +149,10 @@ def test_fl_sign_dp_shares_survive_l_failures_only_when_scaled(sampler):
   assert _var_pvalues(unscaled, n * sigma ** 2)[0] < 1e-3  # 30% too little
 
 
-def test_a_share_count_below_the_tables_is_drawn_on_the_host():
+def test_a_share_count_below_the_tables_is_drawn_by_the_rejection_sampler():
   """Fewer shares than any table row (a round the run did not plan): each
-  share is still DG(sign, sqrt(n) sigma / sqrt(shares)), drawn on the host
-  from that scale's table, so the K - 6 arriving shares carry n sigma^2."""
+  share is still DG(sign, sqrt(n) sigma / sqrt(shares)), drawn on the device
+  by the rejection sampler, so the K - 6 arriving shares carry n sigma^2."""
   noise, _ = _noise_sum(K - 6, 6, "tables", seed=3)
   lo, hi = _var_pvalues(noise, DIM * SIGMA ** 2)
   assert min(lo, hi) > 5e-4
@@ -161,6 +161,60 @@ def test_a_share_count_below_the_tables_is_drawn_on_the_host():
   with pytest.raises(ValueError, match="noise_multiplier 0.4 differs"):
     bound.privatize(jnp.ones((K, DIM), jnp.int8), jnp.ones((K,), bool),
                     jax.random.split(jax.random.PRNGKey(0), K), 1.0, 0.4, jnp.int32(K))
+
+
+def test_table_shares_are_each_slots_own_draw_either_way():
+  """All slots at once (a GPU's way) and one after the other (a CPU's) give
+  the same shares: slot s's is ``sign + sample_table(keys[s])``, ties
+  included (scale 2e4: about 70 of 300,000 elements), padding slots zero."""
+  table = dg_table.discrete_gaussian_table([1e4, 2e4])
+  slots, n = 8, 50_000
+  messages = jnp.where(jax.random.bernoulli(jax.random.PRNGKey(1), 0.5, (slots, n)),
+                       1, -1).astype(jnp.int8)
+  mask = jnp.arange(slots) < 6
+  keys = jax.random.split(jax.random.PRNGKey(2), slots)
+  row = jnp.int32(1)
+  draws = {v: np.asarray(jax.jit(lambda m, s, k, r, v=v: table_shares(
+      m, s, k, table, r, vectorised=v, max_ties=3))(messages, mask, keys, row))
+           for v in (True, False)}
+  own = jax.jit(jax.vmap(lambda k: dg_table.sample_table(k, table, (n,), row)))(keys)
+  expected = np.where(np.asarray(mask)[:, None], np.asarray(messages, np.int32)
+                      + np.asarray(own), 0)
+  values, ties = jax.vmap(lambda k: dg_table.draw_marked(k, table, n, row))(keys[:6])
+  assert 30 < int(ties.sum()) < 150
+  for v, draw in draws.items():
+    np.testing.assert_array_equal(draw, expected, err_msg=f"vectorised={v}")
+
+
+def _lowered(fn, args, platform):
+  return jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+
+
+def test_fl_sign_dp_round_lowers_without_host_callbacks_for_gpus(small_federation):
+  """The FL-SIGN-DP round (shares, the unplanned rounds' fallback, the
+  server's noise) lowered for CUDA and ROCm (here, without the device) is
+  device code only: no host callback. On a GPU the shares have one loop, the
+  ties' (no per-slot or per-chunk control flow); on a CPU they scan."""
+  data, _, public = small_federation
+  cfg = simulation.RunConfig.of(rounds=2, clients_per_round=6, noise_multiplier=0.5,
+                                dropout_rate=0.2, max_dropouts=2)
+  model = tiny_linear()
+  prep = simulation.prepare(model, FL_SIGN_DP, data, public, cfg)
+  round_fn = simulation.make_round_fn(model, prep.round_cfg)
+  args = (prep.state, data, prep.run_key, jnp.int32(1))
+  for platform in ("cuda", "rocm", "cpu"):
+    text = _lowered(round_fn, args, platform)
+    assert "custom_call" not in text or "callback" not in text, platform
+  # The check sees a host callback where there is one.
+  host = lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((3,), jnp.float32), x)
+  assert "callback" in _lowered(host, (jnp.ones(3),), "cpu")
+  table = prep.scheme.tables.shares
+  shares = lambda m, s, k, r: table_shares(m, s, k, table, r)
+  share_args = (jnp.ones((6, 100), jnp.int8), jnp.ones((6,), bool),
+                jax.random.split(jax.random.PRNGKey(0), 6), jnp.int32(0))
+  for platform in ("cuda", "rocm"):
+    assert _lowered(shares, share_args, platform).count("stablehlo.while") == 1
+  assert _lowered(shares, share_args, "cpu").count("stablehlo.while") >= 3
 
 
 def test_bound_tables_cover_the_run_share_counts():

@@ -30,10 +30,29 @@ Sampling (:func:`sample_table`): a 128-bit uniform u; its top k bits pick
 the slot, the other ``128 - k`` bits v are compared with t_i (keep iff
 ``v < t_i``). One 32-bit word decides the comparison unless v and t_i agree
 on their first ``32 - k`` bits (probability ``2^-(32-k)``, 2^-19 for the
-paper CNN's K = 2^13); those few elements draw three more words in a short
-loop and compare the remaining 96 bits. So a sample costs about one random
+paper CNN's K = 2^13); those few elements are ties, and draw three more
+words and compare the remaining 96 bits. So a sample costs about one random
 word, one table lookup (one uint32) and a few integer operations, and the
 comparison is exact to the table's last bit.
+
+All of it is device code, in two steps (thesis Alg. 9's shares drawn for a
+whole cohort chunk at once, issue 47):
+
+* :func:`draw_marked`: element j's first word is word j of
+  ``bits(split(key)[0])`` (laid out in chunks of :data:`CHUNK`); the
+  lookups are branch-free, and a tie is left marked (``TIE_MARK + i``, below
+  every sample) and counted per chunk. On a CPU the lookups run in a scan
+  over the chunks, elsewhere as one fusion (same values).
+* :func:`resolve_ties`: the ties of many vectors (a cohort chunk's shares)
+  in one ``lax.while_loop``, which visits up to ``max_ties`` chunks holding
+  ties per iteration (compacted from the small per-chunk counts) and
+  decides the first tie of each. Tie j of the vector drawn with ``key`` takes
+  its 96 bits from ``bits(fold_in(split(key)[1], j))``: a key per element,
+  used once, so the sample is a fixed map of the key's bits whatever the
+  order, the platform or ``max_ties``.
+
+No loop runs per element, chunk or client, so a GPU synchronises with the
+host a few times per call, not once per chunk (the loop's predicate).
 
 What the result is, exactly. Sampling reproduces the weights W exactly (the
 threefry words are taken as uniform). Against the true ``DG(mu, xi)``:
@@ -56,9 +75,8 @@ run's 3.3e10 samples add to delta as less than 1e-24.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -68,7 +86,11 @@ import numpy as np
 BITS = 128
 _TAIL_LOG2 = -128.0  # the cut tails' DG mass is below 2^_TAIL_LOG2
 _MAX_LOG2_SLOTS = 24  # at least 8 bits of a word stay for the threshold
-CHUNK = 1 << 15  # elements a scan step samples (see sample_table)
+CHUNK = 1 << 15  # elements a scan step samples (see draw_marked)
+# A tie still to decide is TIE_MARK + slot: below every sample (|x| <= 2^23 + 1).
+TIE_MARK = -(1 << 31)
+_MARKED_BELOW = TIE_MARK + (1 << _MAX_LOG2_SLOTS)
+_MAX_VISIT = 1 << 24  # elements an iteration of resolve_ties reads at most
 
 # Relative error of the Gaussian function's evaluation: x^2 is exact,
 # 1/(2 xi^2) is rounded up to 3 times and the product once (relative 4 eps
@@ -286,22 +308,214 @@ def table_pmf(table: DiscreteGaussianTable, row: int = 0) -> tuple[np.ndarray, n
   return np.arange(slots, dtype=np.int64) - slots // 2, weights
 
 
+def num_chunks(size: int) -> tuple[int, int]:
+  """``(chunks, chunk)``: how :func:`draw_marked` lays out a vector's words.
+
+  ``chunks * chunk >= size`` words of at most :data:`CHUNK` each; the
+  layout fixes which threefry word each element gets.
+  """
+  chunks = max(1, -(-size // CHUNK))
+  return chunks, -(-size // chunks)
+
+
+def is_marked(values: jax.Array) -> jax.Array:
+  """Whether each value of :func:`draw_marked` is a tie still to decide."""
+  return values < jnp.int32(_MARKED_BELOW)
+
+
+def _lookup(words, offset, primary, base, k, slots, decide):
+  """Branch-free table lookups of 32-bit words (thesis Alg. 9's noise, Walker's alias map).
+
+  The top k bits pick slot i, the next ``decide`` bits v are compared with
+  the threshold's top ``decide`` bits t: keep i if ``v < t``, take
+  ``alias_i`` if ``v > t``; on ``v == t`` the element is a tie, returned as
+  ``TIE_MARK + i``. Decided elements get ``offset`` added.
+  """
+  slot = (words >> (32 - k)).astype(jnp.int32)
+  entry = primary[base + slot]
+  shift = 32 - k - decide
+  v = (words & jnp.uint32((1 << (32 - k)) - 1)) >> shift
+  t = (entry >> k) >> shift
+  alias = (entry & jnp.uint32(slots - 1)).astype(jnp.int32)
+  value = jnp.where(v < t, slot, alias) + (offset.astype(jnp.int32) - slots // 2)
+  return jnp.where(v == t, jnp.int32(TIE_MARK) + slot, value)
+
+
+def draw_marked(key: jax.Array, table: DiscreteGaussianTable, size: int,
+                row: jax.Array | int = 0, offset: jax.Array | int = 0,
+                decide_bits: int | None = None, scan: bool | None = None
+                ) -> tuple[jax.Array, jax.Array]:
+  """The first-word part of :func:`sample_table`: values, with ties marked.
+
+  One threefry word per element from ``split(key)[0]``, laid out as
+  ``(chunks, chunk)`` (:func:`num_chunks`). Branch-free: no loop depends
+  on the data. Finish with :func:`resolve_ties`, whose words come from
+  ``split(key)[1]``.
+
+  Args:
+    key: PRNG key, used for nothing else.
+    table: The tables (constants of the program).
+    size: Elements (static).
+    row: Which scale (clipped to the table's rows).
+    offset: Added to every decided element: (size,) or a scalar (an integer
+      mean, e.g. FL-SIGN-DP's sign).
+    decide_bits: Tests only: threshold bits the first word decides on,
+      default (and at most) ``32 - k``; fewer make ties frequent without
+      changing the distribution (:func:`resolve_ties` draws the rest).
+    scan: Look the words up in a ``lax.scan`` over the chunks (the CPU's
+      way: otherwise XLA:CPU fuses the threefry hash into the lookups' loop,
+      which it does not vectorise; docs/performance.md), or all at once (a
+      GPU's way: one fusion, no loop); default: by the platform the program
+      is lowered for. The values are the same.
+
+  Returns:
+    ``(values, ties)``: (size,) int32, ``TIE_MARK + slot`` where the element
+    is a tie (:func:`is_marked`), and (chunks,) int32 the ties of each chunk.
+  """
+  k, slots = table.log2_slots, table.slots
+  decide = 32 - k if decide_bits is None else int(decide_bits)
+  if not 0 <= decide <= 32 - k:
+    raise ValueError(f"decide_bits must be in [0, {32 - k}], got {decide_bits}")
+  primary = jnp.asarray(table.primary.reshape(-1))
+  base = jnp.clip(jnp.asarray(row, jnp.int32), 0, table.rows - 1) * slots
+  chunks, chunk = num_chunks(size)
+  words = jax.random.bits(jax.random.split(key)[0], (chunks, chunk), jnp.uint32)
+  offset = jnp.asarray(offset)
+  lookup = lambda w, o: _lookup(w, o, primary, base, k, slots, decide)
+  # The last chunk's padding words (beyond size) are not counted.
+  inside = lambda c: c * chunk + jnp.arange(chunk) < size
+
+  def at_once(words, offset):
+    values = lookup(words.reshape(-1)[:size], offset)
+    marked = jnp.pad(is_marked(values), (0, chunks * chunk - size)).reshape(chunks, chunk)
+    return values, jnp.sum(marked, axis=1, dtype=jnp.int32)
+
+  def scanned(words, offset):
+    if offset.ndim:  # (size,): chunked like the words
+      offset = jnp.pad(offset, (0, chunks * chunk - size)).reshape(chunks, chunk)
+    else:
+      offset = jnp.broadcast_to(offset, (chunks, 1))
+
+    def step(_, xs):
+      w, o, c = xs
+      values = lookup(w, o)
+      return None, (values, jnp.sum(is_marked(values) & inside(c), dtype=jnp.int32))
+
+    values, ties = jax.lax.scan(step, None, (words, offset, jnp.arange(chunks)))[1]
+    return values.reshape(-1)[:size], ties
+
+  if scan is None:
+    return jax.lax.platform_dependent(words, offset, cpu=scanned, default=at_once)
+  return (scanned if scan else at_once)(words, offset)
+
+
+def default_max_ties(table: DiscreteGaussianTable, size: int) -> int:
+  """Chunks with ties :func:`resolve_ties` visits per iteration, for ``size`` elements.
+
+  A power of two above twice the expected number of ties,
+  ``size 2^-(32-k)``, plus 64, so one iteration almost always decides all;
+  at most the number of chunks.
+  """
+  expected = size * 2.0 ** -(32 - table.log2_slots)
+  return int(1 << math.ceil(math.log2(2 * expected + 64)))
+
+
+def resolve_ties(values: jax.Array, ties: jax.Array, keys: jax.Array,
+                 table: DiscreteGaussianTable, row: jax.Array | int = 0,
+                 offset: jax.Array | int = 0, decide_bits: int | None = None,
+                 max_ties: int | None = None) -> jax.Array:
+  """Decides the ties of :func:`draw_marked` on the threshold's other bits.
+
+  Tie j of vector b (slot i) draws ``jax.random.bits(fold_in(split(keys[b])[1],
+  j))``: 3 words (4 with fewer ``decide_bits``: the first word's unread bits
+  come first), compared as one number with the rest of t_i; keep i iff
+  below. A key per element, used once: the draw does not depend on the
+  order in which ties are decided, nor on ``max_ties``.
+
+  One ``lax.while_loop`` for all vectors. An iteration compacts up to
+  ``max_ties`` chunks that still hold ties (``jnp.nonzero`` of the small
+  (B, chunks) count array) and decides the first tie of each, so it reads
+  ``max_ties`` chunks, never the whole of ``values``; it runs until no tie
+  is left (once, almost always; as many times as one chunk has ties, and
+  more when more than ``max_ties`` chunks hold ties).
+
+  Args:
+    values: (B, L) int32 from :func:`draw_marked` (row b drawn with keys[b]).
+    ties: (B, chunks) int32 the ties per chunk (:func:`draw_marked`'s).
+    keys: (B,) PRNG keys (uint32[B, 2]), the keys of the rows' draws.
+    table, row, decide_bits: As for :func:`draw_marked`.
+    offset: As for :func:`draw_marked`: a scalar or (B, L).
+    max_ties: Chunks visited per iteration (static); default
+      :func:`default_max_ties` of all B L elements.
+
+  Returns:
+    (B, L) int32 samples (plus offset).
+  """
+  k, slots = table.log2_slots, table.slots
+  rest = 32 - k - (32 - k if decide_bits is None else int(decide_bits))
+  num_rows, length = values.shape
+  if num_rows * length == 0:
+    return values
+  chunks, chunk = num_chunks(length)
+  blocks = num_rows * chunks
+  m = default_max_ties(table, num_rows * length) if max_ties is None else int(max_ties)
+  m = max(1, min(m, blocks, _MAX_VISIT // chunk))
+  primary = jnp.asarray(table.primary.reshape(-1))
+  refine = jnp.asarray(table.refine.reshape(-1, 3))
+  base = jnp.clip(jnp.asarray(row, jnp.int32), 0, table.rows - 1) * slots
+  offset = jnp.asarray(offset)
+  refine_keys = jax.vmap(lambda key: jax.random.split(key)[1])(keys)
+
+  def body(carry):
+    values, ties = carry
+    block = jnp.nonzero(ties.reshape(-1) > 0, size=m, fill_value=blocks)[0]
+    b = jnp.minimum(block // chunks, num_rows - 1)
+    c = block % chunks
+    # The chunk's first tie (the last chunk's slice is clamped to end at L, so
+    # elements before the chunk are masked).
+    start = jnp.minimum(c * chunk, length - chunk)
+    seg = jax.vmap(lambda b, s: jax.lax.dynamic_slice(values, (b, s), (1, chunk))[0])(b, start)
+    pos = start[:, None] + jnp.arange(chunk)
+    j = start + jnp.argmax(is_marked(seg) & (pos >= (c * chunk)[:, None]), axis=1)
+    slot = values[b, j] - jnp.int32(TIE_MARK)
+    where = base + slot
+    r = jax.vmap(lambda key, j: jax.random.bits(jax.random.fold_in(key, j), (3 + (rest > 0),),
+                                                jnp.uint32))(refine_keys[b], j)
+    t = refine[where]
+    # keep iff (r_0 .. r_2) < (t_0 .. t_2) as 96-bit numbers (high word first).
+    keep = (r[:, -3] < t[:, 0]) | ((r[:, -3] == t[:, 0]) & (
+        (r[:, -2] < t[:, 1]) | ((r[:, -2] == t[:, 1]) & (r[:, -1] < t[:, 2]))))
+    if rest:  # first the first word's unread low bits against t's
+      low = jnp.uint32((1 << rest) - 1)
+      v, t0 = r[:, 0] & low, (primary[where] >> k) & low
+      keep = (v < t0) | ((v == t0) & keep)
+    alias = (primary[where] & jnp.uint32(slots - 1)).astype(jnp.int32)
+    add = (offset[b, j] if offset.ndim else offset).astype(jnp.int32)
+    decided = jnp.where(keep, slot, alias) + (add - slots // 2)
+    real = block < blocks  # compaction's fill entries change nothing
+    values = values.at[jnp.where(real, b, num_rows), j].set(decided, mode="drop")
+    return values, ties.reshape(-1).at[block].add(-1, mode="drop").reshape(ties.shape)
+
+  return jax.lax.while_loop(lambda c: jnp.any(c[1] > 0), body, (values, ties))[0]
+
+
 def sample_table(key: jax.Array, table: DiscreteGaussianTable, shape: tuple[int, ...],
-                 row: jax.Array | int = 0) -> jax.Array:
+                 row: jax.Array | int = 0, decide_bits: int | None = None,
+                 max_ties: int | None = None, scan: bool | None = None) -> jax.Array:
   """Samples ``DG(0, table.scales[row])`` from the alias table.
 
   Add an integer mean to the result for ``DG(mean, xi)``. Jittable
-  (``shape`` static, ``row`` traced) and vmappable. The words are drawn for
-  the whole vector first and the lookups run in a scan over chunks: XLA
-  would otherwise fuse the threefry hash into the lookups' loop, which it
-  does not vectorise (slower on this project's CPU: docs/performance.md,
-  "Figures behind the code's choices").
+  (``shape`` static, ``row`` traced) and vmappable; device code only.
+  :func:`draw_marked` then :func:`resolve_ties` (see there for the
+  arguments and the module docstring for the map from bits to samples).
 
   Args:
     key: PRNG key, used for nothing else.
     table: From :func:`discrete_gaussian_table` (constants of the program).
     shape: Output shape.
     row: Which scale (clipped to the table's rows).
+    decide_bits, max_ties, scan: Tests and platform choices (defaults: the
+      platform's way).
 
   Returns:
     int32 samples of ``shape``.
@@ -310,93 +524,7 @@ def sample_table(key: jax.Array, table: DiscreteGaussianTable, shape: tuple[int,
   size = int(np.prod(shape, dtype=np.int64))
   if size == 0:
     return jnp.zeros(shape, jnp.int32)
-  k, slots = table.log2_slots, table.slots
-  low_mask = jnp.uint32((1 << (32 - k)) - 1)
-  alias_mask = jnp.uint32(slots - 1)
-  primary = jnp.asarray(table.primary.reshape(-1))
-  refine = jnp.asarray(table.refine.reshape(-1, 3))
-  base = jnp.clip(jnp.asarray(row, jnp.int32), 0, table.rows - 1) * slots
-  num_chunks = -(-size // CHUNK)
-  chunk = -(-size // num_chunks)
-  draw_key, refine_key = jax.random.split(key)
-  words = jax.random.bits(draw_key, (num_chunks, chunk), jnp.uint32)
-
-  def refine_first(carry):
-    """Decides the chunk's first tied slot with 96 more bits."""
-    slot, tie, chunk_key, trip = carry
-    i = jnp.argmax(tie)
-    where = base + slot[i]
-    r = jax.random.bits(jax.random.fold_in(chunk_key, trip), (3,), jnp.uint32)
-    t = refine[where]
-    keep = (r[0] < t[0]) | ((r[0] == t[0]) & (
-        (r[1] < t[1]) | ((r[1] == t[1]) & (r[2] < t[2]))))
-    alias = (primary[where] & alias_mask).astype(jnp.int32)
-    return (slot.at[i].set(jnp.where(keep, slot[i], alias)), tie.at[i].set(False),
-            chunk_key, trip + 1)
-
-  def lookup(_, xs):
-    w, c = xs
-    slot = (w >> (32 - k)).astype(jnp.int32)
-    entry = primary[base + slot]
-    v, t = w & low_mask, entry >> k
-    alias = (entry & alias_mask).astype(jnp.int32)
-    tie = v == t  # undecided on 32 - k bits: about 2^-(32 - k) of the elements
-    slot = jnp.where(v <= t, slot, alias)
-    slot = jax.lax.while_loop(lambda c: jnp.any(c[1]), refine_first,
-                              (slot, tie, jax.random.fold_in(refine_key, c),
-                               jnp.int32(0)))[0]
-    return None, slot - slots // 2
-
-  _, value = jax.lax.scan(lookup, None, (words, jnp.arange(num_chunks)))
-  return value.reshape(-1)[:size].reshape(shape)
-
-
-@functools.lru_cache(maxsize=16)
-def _host_table(scale: float) -> DiscreteGaussianTable:
-  return discrete_gaussian_table(scale)
-
-
-def _host_sample(key: np.ndarray, scale: float, size: int) -> np.ndarray:
-  """``DG(0, scale)`` in numpy: the alias table's map of numpy's uniform words."""
-  table = _host_table(scale)
-  k, slots = table.log2_slots, table.slots
-  rng = np.random.default_rng(np.asarray(key, np.uint32).ravel().tolist())
-  words = rng.integers(0, 1 << 32, size, dtype=np.uint64)
-  slot = (words >> np.uint64(32 - k)).astype(np.int64)
-  entry = table.primary[0][slot].astype(np.uint64)
-  v, t = words & np.uint64((1 << (32 - k)) - 1), entry >> np.uint64(k)
-  alias = (entry & np.uint64(slots - 1)).astype(np.int64)
-  out = np.where(v <= t, slot, alias)
-  for i in np.nonzero(v == t)[0]:  # decide on the other 96 bits
-    rest = [int(x) for x in rng.integers(0, 1 << 32, 3, dtype=np.uint64)]
-    if not rest < [int(x) for x in table.refine[0, slot[i]]]:
-      out[i] = alias[i]
-  return (out - slots // 2).astype(np.int32)
-
-
-def sample_on_host(key: jax.Array, scale: Callable[[np.ndarray], float],
-                   shape: tuple[int, ...], arg: jax.Array) -> jax.Array:
-  """``DG(0, scale(arg))`` drawn on the host, for scales a program has no table for.
-
-  A ``jax.pure_callback``: costs nothing to compile and builds (and caches)
-  the scale's table when called, so a jitted round can cover rare scales
-  exactly without compiling the rejection sampler. The draw is the alias
-  table's map of numpy's PCG64 words seeded by ``key``, so the same key gives
-  the same draw.
-
-  Args:
-    key: PRNG key (uint32[2]), used for nothing else.
-    scale: Maps the concrete ``arg`` to xi (in float64 on the host).
-    shape: Output shape.
-    arg: What the scale is a function of (e.g. a share count), traced.
-
-  Returns:
-    int32 samples of ``shape``.
-  """
-  size = int(np.prod(shape, dtype=np.int64))
-
-  def host(key, arg):
-    return _host_sample(key, float(scale(np.asarray(arg))), size).reshape(shape)
-
-  return jax.pure_callback(host, jax.ShapeDtypeStruct(shape, jnp.int32), key, arg,
-                           vmap_method="sequential")
+  values, ties = draw_marked(key, table, size, row, decide_bits=decide_bits, scan=scan)
+  values = resolve_ties(values[None], ties[None], key[None], table, row, decide_bits=decide_bits,
+                        max_ties=max_ties)
+  return values.reshape(shape)

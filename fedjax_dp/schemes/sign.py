@@ -34,7 +34,7 @@ from fedjax_dp import client, options, presets
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.privacy.dg_table import (DiscreteGaussianTable, discrete_gaussian_table,
-                                        sample_on_host, sample_table)
+                                        draw_marked, resolve_ties, sample_table)
 from fedjax_dp.privacy.discrete_gaussian import sample_discrete_gaussian
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 
@@ -62,6 +62,79 @@ def random_tie_sign(delta: jax.Array, key: jax.Array) -> jax.Array:
   coin = jax.random.bernoulli(key, 0.5, delta.shape)
   tie = jnp.where(coin, 1, -1).astype(jnp.int8)
   return jnp.where(delta > 0, jnp.int8(1), jnp.where(delta < 0, jnp.int8(-1), tie))
+
+
+def _over_clients(fn, messages, slot_mask, keys):
+  """(slots, n) int32 ``fn(message, key)`` for every slot, zero for padding slots.
+
+  On a CPU one slot after the other (``lax.scan``: a padding slot computes
+  nothing, and memory stays one client's); elsewhere all at once (``vmap``,
+  padding masked by ``jnp.where``): no per-client control flow, which on a
+  GPU is a device-to-host synchronisation per client.
+  """
+  n = messages.shape[1]
+
+  def scanned(messages, slot_mask, keys):
+    def one(_, inputs):
+      message, key, real = inputs
+      return None, jax.lax.cond(real, lambda: fn(message, key),
+                                lambda: jnp.zeros((n,), jnp.int32))
+    return jax.lax.scan(one, None, (messages, keys, slot_mask))[1]
+
+  def vectorised(messages, slot_mask, keys):
+    return jnp.where(slot_mask[:, None], jax.vmap(fn)(messages, keys), 0)
+
+  return jax.lax.platform_dependent(messages, slot_mask, keys, cpu=scanned,
+                                    default=vectorised)
+
+
+def table_shares(messages: jax.Array, slot_mask: jax.Array, keys: jax.Array,
+                 table: DiscreteGaussianTable, row: jax.Array, vectorised: bool | None = None,
+                 max_ties: int | None = None) -> jax.Array:
+  """FL-SIGN-DP's shares ``message + DG(0, xi_row)`` from the alias tables (Alg. 9).
+
+  Every slot's values from one table lookup per element
+  (``dg_table.draw_marked``: branch-free), then the rare ties of all slots
+  decided in one loop (``dg_table.resolve_ties``). Slot s draws exactly
+  ``dg_table.sample_table(keys[s], table, (n,), row)``, whichever way.
+
+  Args:
+    messages: (slots, n) integer signs.
+    slot_mask: (slots,) real slots; the others are zero.
+    keys: (slots,) the slots' noise keys.
+    table: The share tables.
+    row: The row of the round's share count (traced).
+    vectorised: All slots at once (a GPU's way) or one after the other (a
+      CPU's); default: chosen by the platform the program is lowered for.
+    max_ties: Chunks with ties visited per iteration of the ties' loop
+      (``dg_table.resolve_ties``; tests).
+
+  Returns:
+    (slots, n) int32.
+  """
+  n = messages.shape[1]
+
+  one = lambda message, key, scan: draw_marked(key, table, n, row, offset=message, scan=scan)
+
+  def scanned(messages, slot_mask, keys):
+    def step(_, inputs):
+      message, key, real = inputs
+      return None, jax.lax.cond(real, lambda: one(message, key, True),
+                                lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                                     jax.eval_shape(lambda m, k: one(m, k, True),
+                                                                    message, key)))
+    return jax.lax.scan(step, None, (messages, keys, slot_mask))[1]
+
+  def all_at_once(messages, slot_mask, keys):
+    values, ties = jax.vmap(lambda m, k: one(m, k, False))(messages, keys)
+    return jnp.where(slot_mask[:, None], values, 0), jnp.where(slot_mask[:, None], ties, 0)
+
+  if vectorised is None:
+    values, ties = jax.lax.platform_dependent(messages, slot_mask, keys, cpu=scanned,
+                                              default=all_at_once)
+  else:
+    values, ties = (all_at_once if vectorised else scanned)(messages, slot_mask, keys)
+  return resolve_ties(values, ties, keys, table, row, offset=messages, max_ties=max_ties)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,38 +235,34 @@ class SignScheme(Scheme):
 
     ``clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
     Bound to a run, the shares come from the alias table of the round's
-    share count; a count outside the tables (a round the run did not plan,
-    with fewer clients than any planned one) draws its shares on the host
-    (``dg_table.sample_on_host``), and an unbound scheme uses the rejection
-    sampler. Clients are sampled one after the other (``lax.scan``) to bound
-    memory, and padding slots draw nothing.
+    share count (:func:`table_shares`); a count outside the tables (a round
+    the run did not plan, with fewer clients than any planned one) and an
+    unbound scheme use the rejection sampler. Padding slots are zero. All
+    device code (no host callback).
     """
     zero = jnp.zeros((), jnp.int32)
     if not self.private:
       return messages.astype(jnp.int32), zero
     n = messages.shape[1]
 
-    def each_client(noise):
-      def one(_, inputs):
-        message, key, real = inputs
-        return None, jax.lax.cond(real, lambda: message.astype(jnp.int32) + noise(key),
-                                  lambda: jnp.zeros((n,), jnp.int32))
-      return jax.lax.scan(one, None, (messages, noise_keys, slot_mask))[1]
+    def rejection(scale, max_levels=None):
+      return _over_clients(lambda m, key: m.astype(jnp.int32) + sample_discrete_gaussian(
+          key, 0.0, scale, (n,), max_levels), messages, slot_mask, noise_keys)
 
     if self.tables is None:
-      scale = self.share_scale(n, noise_multiplier, num_shares)
-      return each_client(lambda key: sample_discrete_gaussian(key, 0.0, scale, (n,))), zero
+      return rejection(self.share_scale(n, noise_multiplier, num_shares)), zero
     sigma = self.tables.noise_multiplier
     if isinstance(noise_multiplier, (int, float)) and noise_multiplier != sigma:
       raise ValueError(f"noise_multiplier {noise_multiplier} differs from the "
                        f"{sigma} the scheme was bound with")
     row = num_shares - self.tables.fewest_shares
     table = self.tables.shares
-    host_scale = lambda shares: math.sqrt(n) * sigma / math.sqrt(max(int(shares), 1))
     return jax.lax.cond(
         (row >= 0) & (row < table.rows),
-        lambda: each_client(lambda key: sample_table(key, table, (n,), row)),
-        lambda: each_client(lambda key: sample_on_host(key, host_scale, (n,), num_shares)),
+        lambda: table_shares(messages, slot_mask, noise_keys, table, row),
+        # Rare: 2 of the 5 buffer levels, about 8 s less CPU time to compile
+        # (docs/performance.md), a few more passes when it runs.
+        lambda: rejection(self.share_scale(n, sigma, num_shares), max_levels=2),
     ), zero
 
   def server_noise(self, key, shape, clip_norm, noise_multiplier):
