@@ -42,6 +42,13 @@ the Shakespeare LSTM, 0.13% for the IMDB model, whose convolution and
 pooling are counted as products, bias, ReLU and comparisons).
 ``x_paper_cnn`` is each model's seconds per cohort over paper-cnn's.
 
+A model that fails (an exception in its build, compile or run) prints its
+traceback and a record ``{"model", "architecture", "fast", "error"}``, and
+the others still run; the exit code is then 1. Interrupted (Ctrl-C, or the
+GPU suite's deadline: SIGINT), it stops after the records it has, writes
+them and exits with 130. ``--out`` is rewritten after every model, so a run
+killed outright leaves the records of the models it finished.
+
   python benchmarks/models.py --clients 100 --repeats 3
   python benchmarks/models.py --models paper-cnn,paper-cnn-flax --plain --json
   python benchmarks/models.py --out benchmarks/records/models.jsonl
@@ -54,6 +61,7 @@ import json
 import os
 import sys
 import time
+import traceback
 
 from fedjax_dp import host_devices  # imports no JAX
 
@@ -285,43 +293,74 @@ def main(argv: list[str] | None = None) -> int:
           f"on {machine()}")
     print(f"{'model':20s} {'weights':>10s} {'compile s':>9s} {'s/cohort':>9s} "
           f"{'clients/s':>10s} {'GFLOP/s':>8s} {'%matmul':>8s} {'x_paper_cnn':>7s}", flush=True)
-  records, paper_cnn_seconds = [], None
-  for name in args.models:
-    for fast in ((True, False) if args.plain and name != PAPER_CNN else (True,)):
+  records, paper_cnn_seconds, failed, interrupted = [], None, 0, False
+  cases = [(name, fast) for name in args.models
+           for fast in ((True, False) if args.plain and name != PAPER_CNN else (True,))]
+  for name, fast in cases:
+    try:
       if records:
         matmuls.append(matmul_gflops(mesh))
       rec = measure(name, fast, mesh, args, max(matmuls))
+    except KeyboardInterrupt:  # Ctrl-C or the GPU suite's deadline: keep what was measured
+      interrupted = True
+      print(f"benchmarks/models.py: interrupted in {name}; writing the "
+            f"{len(records)} record(s) measured", file=sys.stderr, flush=True)
+      break
+    except Exception as e:  # pylint: disable=broad-except  (one model's bug: run the others)
+      traceback.print_exc()
+      failed += 1
+      first_line = str(e).splitlines()[0] if str(e) else ""
+      rec = {"model": name if fast or name == PAPER_CNN else name + "-plain",
+             "architecture": name, "fast": fast, "error": f"{type(e).__name__}: {first_line}"}
+    if "error" not in rec:
       if name == PAPER_CNN:
         paper_cnn_seconds = rec["seconds_per_cohort"]
       rec["x_paper_cnn"] = (None if paper_cnn_seconds is None
                             else rec["seconds_per_cohort"] / paper_cnn_seconds)
-      rec["load_average"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
-      rec.update(command=" ".join(["python", "benchmarks/models.py"] + list(
-          sys.argv[1:] if argv is None else argv)), seed=args.seed, jax_version=jax.__version__,
-                 date_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
-      records.append(rec)
-      if not args.json:
-        print(_row(rec), flush=True)
-      jax.clear_caches()  # each model compiled afresh, its programs' memory freed
-  best = max(matmuls)
-  for rec in records:  # every share against the run's best matmul rate
-    rec["matmul_gflops_per_sec"] = best
-    rec["matmul_gflops_measured"] = [round(m, 1) for m in matmuls]
-    if rec["train_gflops_per_sec"] is not None:
-      rec["fraction_of_matmul"] = rec["train_gflops_per_sec"] / best
-    if args.json:
+    rec["load_average"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
+    rec.update(command=" ".join(["python", "benchmarks/models.py"] + list(
+        sys.argv[1:] if argv is None else argv)), seed=args.seed, jax_version=jax.__version__,
+               date_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
+    records.append(rec)
+    if not args.json:
+      print(_row(rec) if "error" not in rec else f"{rec['model']:20s} failed: {rec['error']}",
+            flush=True)
+    _settle(records, matmuls)
+    if args.out is not None:  # what a killed run leaves
+      _write(args.out, records)
+    jax.clear_caches()  # each model compiled afresh, its programs' memory freed
+  best = _settle(records, matmuls)
+  if args.json:
+    for rec in records:
       print(json.dumps(rec), flush=True)
-  if not args.json:
+  else:
     notes = sorted({f"{r['architecture']}: FLOPs {r['flops_source']}" for r in records
-                    if r["flops_source"] != "xla"})
+                    if r.get("flops_source", "xla") != "xla"})
     print(f"float32 matmul: best of {len(matmuls)} measurements, {best:.1f} GFLOP/s "
           f"(range {min(matmuls):.1f}-{best:.1f}); %matmul above is against the best so far\n"
           "GFLOP/s: 3 x forward FLOPs x steps x batch per client, over s/cohort; "
           "x_paper_cnn: s/cohort over paper-cnn's" + "".join(f"\n  {n}" for n in notes))
   if args.out is not None:
-    with atomic_file(args.out, "w") as f:
-      f.write("".join(json.dumps(r) + "\n" for r in records))
-  return 0
+    _write(args.out, records)
+  return 130 if interrupted else 1 if failed else 0
+
+
+def _settle(records: list[dict], matmuls: list[float]) -> float:
+  """Every share against the run's best matmul rate so far; returns that rate."""
+  best = max(matmuls)
+  for rec in records:
+    if "error" in rec:
+      continue
+    rec["matmul_gflops_per_sec"] = best
+    rec["matmul_gflops_measured"] = [round(m, 1) for m in matmuls]
+    if rec["train_gflops_per_sec"] is not None:
+      rec["fraction_of_matmul"] = rec["train_gflops_per_sec"] / best
+  return best
+
+
+def _write(path: str, records: list[dict]) -> None:
+  with atomic_file(path, "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in records))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,18 @@ after a warm-up call that compiles (its extra time is the compile time):
   rate of the same devices, and the round's training rate (3 x the forward
   FLOPs of every example of every local step, over the whole round's time);
 * peak memory (process RSS, and the compiled round's buffers);
-* a plain PyTorch per-client loop on the same clients (same model, batch,
-  steps and learning rate; weights copied from the global model each
-  client), timed in the same process, alternating with the JAX round.
+* PyTorch on the same card, timed in the same process, alternating with the
+  JAX round, doing the same work (the same model, clients, batch, steps and
+  learning rate; every client starts from the global weights and the
+  updates are summed): a plain per-client loop (what Flower/pfl-style
+  simulators do; ``--torch-loop-clients``, 50 by default: its pace does not
+  depend on the cohort) and ``torch.func`` (``functional_call`` + ``grad`` +
+  ``vmap`` over the clients, ``--torch-func`` chunks of clients at a time;
+  the strongest plain-PyTorch form), with TF32 allowed for float32 products
+  and convolutions on a GPU (JAX's default precision there). The record
+  names each mode, chunk, the TF32 setting and the device, and gives the
+  ratio of our clients/s to each (``ratio_to_torch_func``, to the best
+  chunk; ``ratio_to_torch``, to the loop).
 
 Timings are the best of ``--repeats`` runs (the least disturbed by other
 processes on a shared machine); the load average is printed with them.
@@ -38,10 +47,12 @@ evaluation) with FL-STD's of the same model, batching and cohort. Above
 ``--split-max-clients`` the stages are not timed apart (they would hold
 every client's update at once; the round sums them in chunks).
 ``--profile DIR`` writes a profiler trace of one more round of the last
-case. ``benchmarks/gpu_suite.sh`` runs the GPU suite of issue 41.
+case. ``benchmarks/gpu_suite.sh`` runs the GPU suite (issues 41, 47).
 
 PyTorch is optional (``pip install 'fedjax_dp[bench]'``); ``--no-torch``
-runs JAX alone. The round is set up exactly as ``simulation.run`` sets it up
+runs JAX alone. ``--no-eval`` skips the evaluation (its compile and FLOP
+count: a few seconds a case, which the GPU suite spends on other cases).
+The round is set up exactly as ``simulation.run`` sets it up
 (``simulation.prepare``: the scheme's setup on the public batch, its clip
 norm, capacity and bit widths), so every registered scheme runs here.
 """
@@ -147,15 +158,23 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
 def measure(model, scheme_name: str, data, test_x, public, *, clients: int, ratio: float,
             rounds_per_call: int = 1, repeats: int = 3, devices: int | None = None,
             torch: bool = False, split: bool = True, profile: str | None = None,
-            client_chunk: int | None = None) -> dict:
+            client_chunk: int | None = None, torch_func_chunks=(128, None),
+            torch_loop_clients: int | None = 50, evaluate: bool = True) -> dict:
   """Times one scheme's round, its stages, evaluation and (optionally) PyTorch.
 
   Args:
+    torch: Time PyTorch doing the same work on the same card: the per-client
+      loop and ``torch.func``.
     split: Also time the round's stages on their own (they hold every
       client's update at once, where the round sums them in chunks).
     profile: Write a profiler trace of one more round to this directory.
     client_chunk: Slots the round trains and sums at a time (None: the
       run's default, ``simulation.default_chunk``).
+    torch_func_chunks: Clients ``torch.func`` trains at a time, one timing
+      each (None: the whole cohort at once); empty: no ``torch.func``.
+    torch_loop_clients: Clients the per-client loop trains (its pace does
+      not depend on the cohort; None: the whole cohort); 0: no loop.
+    evaluate: Time the evaluation of the test images (and count its FLOPs).
 
   Returns:
     The benchmark record (see the module docstring).
@@ -182,18 +201,19 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
 
   training_s, privacy_s, decode_s = _stage_seconds(
       model, prep, state, data, run_key, t_next[0], repeats) if split else (None, None, None)
-  eval_s, eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats)
+  eval_s, eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats) if evaluate \
+      else (None, None)
   example_flops = None if eval_flops is None else eval_flops / test_x.shape[0]
   rss_jax_mb = _peak_rss_mb()
 
-  # The whole round and the PyTorch loop, alternating.
-  torch_run, agree = _torch_cohort_loop(model, cfg, state, data, run_key) if torch else (
-      None, None)
-  round_times, torch_times = [], []
+  # The whole round and PyTorch (the loop, each torch.func chunk), alternating.
+  anchor = _torch_anchor(model, cfg, state, data, run_key, torch_loop_clients,
+                         torch_func_chunks) if torch else None
+  round_times = []
   for _ in range(repeats):
     round_times.append(_best(call_round, 1) / rounds_per_call)
-    if torch_run is not None:
-      torch_times.append(_best(torch_run, 1))
+    if anchor is not None:
+      anchor.time_once()
   if profile is not None:
     with jax.profiler.trace(profile):
       call_round()
@@ -204,7 +224,9 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   train_flops = None if example_flops is None else \
       3 * example_flops * cfg.local_steps * cfg.batch_size * clients
   compile_s = max(first - per_round * rounds_per_call, 0.0)
-  torch_cps = clients / min(torch_times) if torch_times else None
+  torch_rec = anchor.record(clients / per_round, None if training_s is None else
+                            clients / training_s) if anchor is not None else _NO_TORCH
+  torch_cps = torch_rec["torch_loop_clients_per_sec"]
   return {
       "scheme": prep.scheme.name, "ratio": ratio, "clients_per_round": clients,
       "model": model.name, "cohort_batching": cohort_ops.batching(),
@@ -213,10 +235,7 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
       "rounds_per_sec": 1.0 / per_round,
       "clients_per_sec": clients / per_round,
       "train_clients_per_sec": None if training_s is None else clients / training_s,
-      "torch_loop_clients_per_sec": torch_cps,
-      "ratio_to_torch": None if torch_cps is None else clients / per_round / torch_cps,
-      "train_ratio_to_torch": None if torch_cps is None or training_s is None else
-                              clients / training_s / torch_cps,
+      **torch_rec,
       "seconds": {
           "round": per_round,
           "local_training": training_s,  # with the encoder C(.)
@@ -225,34 +244,120 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
           "evaluation": eval_s,
           "compile": compile_s,
           "first_call": first,
-          "torch_loop": None if not torch_times else min(torch_times),
+          "torch_loop": None if torch_cps is None else
+                        torch_rec["torch_loop_clients"] / torch_cps,
       },
       "evaluation_gflops_per_sec": None if eval_flops is None else eval_flops / eval_s / 1e9,
       # The whole round's time, so a lower bound on the training's rate.
       "round_training_gflops_per_sec": None if train_flops is None else
                                        train_flops / per_round / 1e9,
       "forward_flops_per_example": example_flops,
-      "evaluation_images": int(test_x.shape[0]),
+      "evaluation_images": int(test_x.shape[0]) if evaluate else None,
       "matmul_gflops_per_sec": matmul_gflops(mesh),
       "clip_norm": prep.clip_norm,
       "peak_rss_mb": rss_jax_mb,
       "device_peak_mb": _device_peak_mb(),
       "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
-      "torch_max_logit_diff": agree,
       "devices": sharding.mesh_size(mesh),
       "machine": machine(),
       "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
   }
 
 
-def _torch_cohort_loop(model, cfg, state, data, run_key):
-  """:func:`torch_loop` on round 1's cohort, warmed up once."""
-  ids = np.asarray(simulation.round_inputs(cfg, state, run_key, 1).cohort.indices)
+# The record's PyTorch fields where PyTorch does not run.
+_NO_TORCH = {"torch_loop_clients_per_sec": None, "ratio_to_torch": None,
+             "train_ratio_to_torch": None, "torch_loop_clients": None,
+             "torch_func_clients_per_sec": None, "ratio_to_torch_func": None,
+             "train_ratio_to_torch_func": None, "torch_func": None, "torch": None,
+             "torch_max_logit_diff": None}
+
+
+class _TorchAnchor:
+  """PyTorch doing the round's local training on round 1's cohort: the
+  per-client loop and ``torch.func`` at each chunk, warmed up once, then timed
+  once per :meth:`time_once` (beside each timed JAX round)."""
+
+  def __init__(self, runs: dict, loop_clients: int, clients: int, info: dict, agree: float):
+    self.runs, self.loop_clients, self.clients, self.info, self.agree = (
+        runs, loop_clients, clients, info, agree)
+    self.times = {name: [] for name in runs}
+    self.errors = {}
+    for name in list(self.runs):
+      self._call(name)  # warm-up
+
+  def _call(self, name):
+    try:
+      return _best(self.runs[name], 1)
+    except RuntimeError as e:  # torch.OutOfMemoryError (a RuntimeError) and CUDA errors
+      self.errors[name] = "out of memory" if "out of memory" in str(e).lower() else \
+          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+      del self.runs[name]
+      _torch_free()
+      return None
+
+  def time_once(self):
+    for name in list(self.runs):
+      seconds = self._call(name)
+      if seconds is not None:
+        self.times[name].append(seconds)
+
+  def record(self, round_cps: float, train_cps: float | None) -> dict:
+    """The record's PyTorch fields, against our round's (and training's) clients/s."""
+    ratio = lambda ours, theirs: None if ours is None or not theirs else ours / theirs
+    loop = self.times.get("loop")
+    loop_cps = self.loop_clients / min(loop) if loop else None
+    funcs = []
+    for name, times in self.times.items():
+      if name == "loop":
+        continue
+      chunk = int(name.split(":")[1])
+      row = {"mode": "torch.func vmap", "chunk": chunk, "clients": self.clients,
+             "clients_per_sec": self.clients / min(times) if times else None,
+             "seconds": min(times) if times else None}
+      if name in self.errors:
+        row["error"] = self.errors[name]
+      funcs.append(row)
+    rates = [f["clients_per_sec"] for f in funcs if f["clients_per_sec"]]
+    func_cps = max(rates) if rates else None
+    return {
+        "torch_loop_clients_per_sec": loop_cps,
+        "ratio_to_torch": ratio(round_cps, loop_cps),  # to the per-client loop
+        "train_ratio_to_torch": ratio(train_cps, loop_cps),
+        "torch_loop_clients": self.loop_clients if "loop" in self.times else None,
+        "torch_func_clients_per_sec": func_cps,  # the best chunk's
+        "ratio_to_torch_func": ratio(round_cps, func_cps),
+        "train_ratio_to_torch_func": ratio(train_cps, func_cps),
+        "torch_func": funcs,
+        "torch": dict(self.info, loop_error=self.errors.get("loop")),
+        "torch_max_logit_diff": self.agree,
+    }
+
+
+def _torch_free():
+  import torch  # pylint: disable=import-outside-toplevel
+  if torch.cuda.is_available():
+    torch.cuda.empty_cache()
+
+
+def _torch_anchor(model, cfg, state, data, run_key, loop_clients: int | None,
+                  func_chunks) -> _TorchAnchor:
+  """:func:`torch_loop` and :func:`torch_func` on round 1's cohort (its real
+  clients: not the slots that pad it)."""
+  cohort = simulation.round_inputs(cfg, state, run_key, 1).cohort
+  ids = np.asarray(cohort.indices)[np.asarray(cohort.mask, bool)]
   x = np.asarray(data.x)[ids].astype(np.float32) / 255.0
-  run, agree = torch_loop(model, state.weights, x, np.asarray(data.y)[ids], cfg.local_steps,
-                          cfg.batch_size, cfg.lr)
-  run()  # warm-up
-  return run, agree
+  y = np.asarray(data.y)[ids]
+  args = (model, state.weights, x, y, cfg.local_steps, cfg.batch_size, cfg.lr)
+  loop_clients = len(ids) if loop_clients is None else min(loop_clients, len(ids))
+  runs, info, agree = {}, None, None
+  if loop_clients:
+    runs["loop"], agree = torch_loop(*args, clients=loop_clients)
+  for chunk in sorted({len(ids) if c is None else min(c, len(ids)) for c in func_chunks}):
+    runs[f"func:{chunk}"], agree_func, info = torch_func(*args, chunk=chunk)
+    agree = agree_func if agree is None else agree
+  if info is None:
+    info = torch_settings()
+  return _TorchAnchor(runs, loop_clients, len(ids), info, agree)
 
 
 def _stage_seconds(model, prep, state, data, run_key, t: int,
@@ -280,16 +385,35 @@ def _evaluation(model, mesh, weights, test_x, repeats: int) -> tuple[float, floa
   return seconds, None if flops is None else flops * tx.shape[0] / batch.shape[0]
 
 
-def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
-  """A plain PyTorch per-client loop computing the same updates; returns run()."""
+def torch_settings() -> dict:
+  """PyTorch's device (the same card as JAX's where JAX runs on a GPU and PyTorch
+  sees one) and precision, set for every PyTorch timing of this process: TF32
+  allowed for float32 products and convolutions on a GPU, as JAX's default
+  precision there (off on a CPU, where it does not apply)."""
+  import torch  # pylint: disable=import-outside-toplevel
+
+  on_gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
+  torch.backends.cuda.matmul.allow_tf32 = on_gpu
+  torch.backends.cudnn.allow_tf32 = on_gpu
+  if not on_gpu:
+    torch.set_num_threads(os.cpu_count())
+  return {"version": torch.__version__, "device": "cuda" if on_gpu else "cpu",
+          "device_name": torch.cuda.get_device_name() if on_gpu else "cpu",
+          "tf32": on_gpu}
+
+
+def _torch_cnn(model, w0, x, y):
+  """The paper CNN in PyTorch with the global weights ``w0``, and the cohort on its device.
+
+  Returns ``(torch, device, net, global_weights, xs, ys, agree)``: the weights
+  as tensors in ``net.parameters()``'s order, the images as NCHW, and the
+  largest difference of the first client's logits from the JAX model's.
+  """
   import torch  # pylint: disable=import-outside-toplevel
   from torch import nn  # pylint: disable=import-outside-toplevel
   import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
 
-  torch.set_num_threads(os.cpu_count())
-  # The same card as JAX's where JAX runs on a GPU and PyTorch sees one.
-  on_gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
-  device = torch.device("cuda" if on_gpu else "cpu")
+  device = torch.device(torch_settings()["device"])
 
   class CNN(nn.Module):
     """conv5x5x32 - pool - conv5x5x64 - pool - dense512 - dense10 ('same' padding)."""
@@ -318,12 +442,41 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
   xs = torch.tensor(np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 1, 4, 2, 3)),
                     device=device)
   ys = torch.tensor(np.asarray(y, np.int64), device=device)
+  with torch.no_grad():  # same function as the JAX model
+    for param, g in zip(net.parameters(), global_weights):
+      param.copy_(g)
+    logits = net(xs[0]).cpu().numpy()
+  reference = np.asarray(model.logits(w0, jnp.asarray(x[0], jnp.float32)))
+  return torch, device, net, global_weights, xs, ys, float(np.abs(logits - reference).max())
+
+
+def _sync(torch, device):
+  if device.type == "cuda":
+    torch.cuda.synchronize()  # the work queued on the card is done
+
+
+def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float,
+               clients: int | None = None):
+  """A plain PyTorch per-client loop computing the same updates.
+
+  Each of the first ``clients`` clients (None: all) starts from ``w0`` and
+  takes ``steps`` SGD steps on batches of ``batch_size`` of its examples
+  drawn without replacement; the updates are summed.
+
+  Returns:
+    ``(run, agree)``: ``run()`` trains them and returns the summed updates (in
+    ``net.parameters()``'s order); ``agree``, the largest logit difference
+    from the JAX model.
+  """
+  torch, device, net, global_weights, xs, ys, agree = _torch_cnn(model, w0, x, y)
+  import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
+  n = xs.shape[0] if clients is None else min(clients, xs.shape[0])
   take = min(batch_size, xs.shape[1])
   generator = torch.Generator(device=device).manual_seed(0)
 
   def run():
     total = [torch.zeros_like(g) for g in global_weights]
-    for k in range(xs.shape[0]):
+    for k in range(n):
       with torch.no_grad():
         for param, g in zip(net.parameters(), global_weights):
           param.copy_(g)
@@ -338,17 +491,62 @@ def torch_loop(model, w0, x, y, steps: int, batch_size: int, lr: float):
       with torch.no_grad():
         for acc, param, g in zip(total, net.parameters(), global_weights):
           acc.add_(param - g)
-    if on_gpu:
-      torch.cuda.synchronize()  # the work queued on the card is done
+    _sync(torch, device)
     return total
 
-  with torch.no_grad():  # same function as the JAX model
-    for param, g in zip(net.parameters(), global_weights):
-      param.copy_(g)
-    logits = net(xs[0]).cpu().numpy()
-  reference = np.asarray(model.logits(w0, jnp.asarray(x[0], jnp.float32)))
-  agree = float(np.abs(logits - reference).max())
   return run, agree
+
+
+def torch_func(model, w0, x, y, steps: int, batch_size: int, lr: float, chunk: int):
+  """The same updates as :func:`torch_loop`, written with ``torch.func``.
+
+  One client's ``steps`` SGD steps are a function of its batches
+  (``functional_call`` of the CNN with the weights as a dict, ``grad`` of its
+  loss); ``vmap`` maps it over ``chunk`` clients at a time, and the chunks'
+  updates are summed. Each step's batch is drawn as in the loop (a random
+  permutation of the client's examples, its first ``batch_size``), for a
+  whole chunk at once before the ``vmap``.
+
+  Returns:
+    ``(run, agree, settings)``: ``run()`` trains every client and returns the
+    summed updates (in ``net.parameters()``'s order); ``agree``, the largest
+    logit difference from the JAX model; ``settings``, :func:`torch_settings`.
+  """
+  torch, device, net, global_weights, xs, ys, agree = _torch_cnn(model, w0, x, y)
+  from torch.func import functional_call, grad, vmap  # pylint: disable=import-outside-toplevel
+  import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
+  names = [name for name, _ in net.named_parameters()]
+  params = dict(zip(names, global_weights))
+  take = min(batch_size, xs.shape[1])
+  generator = torch.Generator(device=device).manual_seed(0)
+
+  def loss(p, xb, yb):
+    return F.cross_entropy(functional_call(net, p, (xb,)), yb)
+
+  def one_client(xc, yc):  # (steps, take, C, H, W), (steps, take)
+    p = params
+    for t in range(steps):
+      g = grad(loss)(p, xc[t], yc[t])
+      p = {k: p[k] - lr * g[k] for k in p}
+    return {k: p[k] - params[k] for k in p}
+
+  cohort_fn = vmap(one_client)
+
+  def run():
+    total = {k: torch.zeros_like(v) for k, v in params.items()}
+    for i in range(0, xs.shape[0], chunk):
+      xc, yc = xs[i:i + chunk], ys[i:i + chunk]
+      m = xc.shape[0]
+      idx = torch.rand(m, steps, xs.shape[1], generator=generator,
+                       device=device).argsort(-1)[..., :take]
+      rows = torch.arange(m, device=device)[:, None, None]
+      updates = cohort_fn(xc[rows, idx], yc[rows, idx])
+      for k in total:
+        total[k] += updates[k].sum(0)
+    _sync(torch, device)
+    return [total[k] for k in names]
+
+  return run, agree, torch_settings()
 
 
 def _print(rec: dict) -> None:
@@ -369,13 +567,25 @@ def _print(rec: dict) -> None:
     print(f"  split: local training + encoding {s['local_training']:.2f} s "
           f"({rec['train_clients_per_sec']:.1f} clients/s), privacy + sum "
           f"{s['privacy_sum']:.2f} s, server decode {s['server_decode']:.3f} s")
-  print(f"  evaluation ({rec['evaluation_images']:,} images) {s['evaluation']:.3f} s{rate}")
+  if s["evaluation"] is not None:
+    print(f"  evaluation ({rec['evaluation_images']:,} images) {s['evaluation']:.3f} s{rate}")
+  if rec.get("torch"):
+    t = rec["torch"]
+    print(f"  PyTorch {t['version']} on {t['device_name']}, TF32 {'on' if t['tf32'] else 'off'}, "
+          f"max logit difference {rec['torch_max_logit_diff']:.1e}")
+  training = lambda key: "" if rec.get(key) is None else f", {rec[key]:.2f}x (training)"
   if rec["torch_loop_clients_per_sec"] is not None:
-    training = "" if rec["train_ratio_to_torch"] is None else \
-        f", {rec['train_ratio_to_torch']:.2f}x (training)"
-    print(f"  PyTorch per-client loop: {rec['torch_loop_clients_per_sec']:.1f} clients/s; "
-          f"JAX/PyTorch {rec['ratio_to_torch']:.2f}x (round){training}; max logit "
-          f"difference {rec['torch_max_logit_diff']:.1e}")
+    print(f"  PyTorch per-client loop ({rec['torch_loop_clients']} clients): "
+          f"{rec['torch_loop_clients_per_sec']:.1f} clients/s; JAX/loop "
+          f"{rec['ratio_to_torch']:.2f}x (round){training('train_ratio_to_torch')}")
+  elif rec.get("torch") and rec["torch"].get("loop_error"):
+    print(f"  PyTorch per-client loop: {rec['torch']['loop_error']}")
+  for f in rec.get("torch_func") or []:
+    rate = f["error"] if f.get("error") else f"{f['clients_per_sec']:.1f} clients/s"
+    print(f"  PyTorch {f['mode']}, {f['chunk']} clients at a time: {rate}")
+  if rec.get("ratio_to_torch_func") is not None:
+    print(f"  JAX/torch.func (its best chunk) {rec['ratio_to_torch_func']:.2f}x (round)"
+          f"{training('train_ratio_to_torch_func')}")
   device_peak = "" if rec["device_peak_mb"] is None else \
       f", device peak {rec['device_peak_mb']:.0f} MB"
   print(f"  peak RSS {rec['peak_rss_mb']:.0f} MB{device_peak}; "
@@ -384,20 +594,24 @@ def _print(rec: dict) -> None:
 
 def _summary(records: list[dict]) -> None:
   """The per-case table: round time (without evaluation) against FL-STD's
-  round of the same model, cohort and batching."""
+  round of the same model, cohort and batching; our clients/s over
+  ``torch.func``'s (its best chunk) and over the per-client loop's."""
   def case(r):
     return r.get("model"), r["clients_per_round"], r.get("cohort_batching"), r.get("client_chunk")
 
   bases = {case(r): r for r in records if r["scheme"] == REFERENCE}
   print(f"\n{'scheme':16s} {'clients':>7s} {'round s':>8s} {'x ' + REFERENCE:>9s} "
-        f"{'clients/s':>10s} {'train s':>8s} {'privacy s':>9s} {'compile s':>9s}")
+        f"{'clients/s':>10s} {'train s':>8s} {'privacy s':>9s} {'compile s':>9s} "
+        f"{'x func':>7s} {'x loop':>7s}")
   num = lambda v, fmt: "" if v is None else format(v, fmt)
   for r in records:
     s, base = r["seconds"], bases.get(case(r))
     ratio = "" if base is None else f"{s['round'] / base['seconds']['round']:.2f}"
     print(f"{r['scheme']:16s} {r['clients_per_round']:7d} {s['round']:8.2f} {ratio:>9s} "
           f"{r['clients_per_sec']:10.1f} {num(s['local_training'], '8.2f'):>8s} "
-          f"{num(s['privacy_sum'], '9.2f'):>9s} {s['compile']:9.1f}")
+          f"{num(s['privacy_sum'], '9.2f'):>9s} {s['compile']:9.1f} "
+          f"{num(r.get('ratio_to_torch_func'), '7.2f'):>7s} "
+          f"{num(r.get('ratio_to_torch'), '7.2f'):>7s}")
 
 
 REFERENCE = "FL-STD"  # the round every scheme is compared with
@@ -425,6 +639,33 @@ def _cohorts(value: str) -> list[int]:
   if not sizes or min(sizes) < 1:
     raise argparse.ArgumentTypeError(f"expected positive integers, comma-separated: {value!r}")
   return sizes
+
+
+def _chunks(value: str) -> list[int | None]:
+  """--torch-func: positive integers or 'all' (None), comma-separated; 'none': []."""
+  if value.strip() == "none":
+    return []
+  try:
+    chunks = [None if n.strip() == "all" else int(n) for n in value.split(",")]
+  except ValueError:
+    chunks = []
+  if not chunks or any(c is not None and c < 1 for c in chunks):
+    raise argparse.ArgumentTypeError(
+        f"expected positive integers or 'all', comma-separated, or 'none': {value!r}")
+  return chunks
+
+
+def _count(value: str) -> int | None:
+  """--torch-loop-clients: a count >= 0, or 'all' (None)."""
+  if value.strip() == "all":
+    return None
+  try:
+    count = int(value)
+  except ValueError:
+    count = -1
+  if count < 0:
+    raise argparse.ArgumentTypeError(f"expected a count >= 0 or 'all': {value!r}")
+  return count
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -458,7 +699,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="XLA CPU devices to create (default: one per core, at most "
                       f"{host_devices.DEFAULT_MAX}; XLA_FLAGS="
                       f"{host_devices.FLAG} wins)")
-  p.add_argument("--no-torch", action="store_true", help="skip the PyTorch loop")
+  p.add_argument("--no-torch", action="store_true",
+                 help="skip PyTorch (the per-client loop and torch.func)")
+  p.add_argument("--torch-func", type=_chunks, default=[128, None],
+                 help="torch.func: clients vmapped at a time, one timing each, "
+                      "comma-separated ('all': the whole cohort at once; 'none': skip it; "
+                      "default 128,all)")
+  p.add_argument("--torch-loop-clients", type=_count, default=50,
+                 help="clients the PyTorch per-client loop trains (its pace does not depend "
+                      "on the cohort; 'all': the whole cohort; 0: skip it; default 50)")
+  p.add_argument("--no-eval", action="store_true",
+                 help="skip the evaluation of the test images (its compile and FLOP count)")
   p.add_argument("--profile", default=None,
                  help="write a profiler trace of one round of the last case to this directory")
   p.add_argument("--json", action="store_true", help="one JSON line per case")
@@ -499,7 +750,9 @@ def main(argv: list[str] | None = None) -> None:
                       devices=args.devices, torch=not args.no_torch,
                       split=clients <= args.split_max_clients,
                       profile=args.profile if i == len(cases) - 1 else None,
-                      client_chunk=args.client_chunk)
+                      client_chunk=args.client_chunk, torch_func_chunks=args.torch_func,
+                      torch_loop_clients=args.torch_loop_clients,
+                      evaluate=not args.no_eval)
     except ValueError as e:
       print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
       sys.exit(2)

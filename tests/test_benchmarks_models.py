@@ -99,3 +99,43 @@ def test_models_benchmark_bad_flags_exit_2_in_one_line(args, says, capsys):
   lines = capsys.readouterr().err.strip().splitlines()
   assert exit_.value.code == 2 and len(lines) == 1, (args, lines)
   assert lines[0].startswith("benchmarks/models.py: error:") and says in lines[0]
+
+
+def test_models_benchmark_keeps_going_past_a_failing_model_and_keeps_a_cut_run(
+    tmp_path, monkeypatch, capsys):
+  """The GPU suite's step: a model that crashes (as the LSTM did on jax 0.11)
+  leaves an error record and the others run (exit 1); interrupted (the suite's
+  deadline sends SIGINT), the run writes what it measured and exits 130; the
+  file is rewritten after every model."""
+  module = benchmark_modules.load("models")
+  monkeypatch.setattr(module, "matmul_gflops", lambda mesh: 100.0)
+  seen = []
+
+  def fake(name, fast, mesh, args, matmul):
+    seen.append(name)
+    if name == "lstm":
+      raise KeyError("num_consts")
+    if name == "imdb-cnn-lstm":
+      raise KeyboardInterrupt
+    if name == "emnist-cnn":
+      assert [json.loads(line)["model"] for line in open(out)] == [
+          "paper-cnn", "mlp", "lstm"]  # on disk before the next model
+    return {"model": name, "architecture": name, "seconds_per_cohort": 2.0 if name == "mlp"
+            else 1.0, "train_gflops_per_sec": 10.0, "flops_source": "xla", "num_params": 1,
+            "compile_seconds": 0.0, "clients_per_sec": 1.0, "fraction_of_matmul": None}
+
+  monkeypatch.setattr(module, "measure", fake)
+  out = tmp_path / "m.jsonl"
+  assert module.main(["--models", "paper-cnn,mlp,lstm,emnist-cnn", "--json",
+                      "--out", str(out)]) == 1
+  rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+  assert [r["model"] for r in rows] == ["paper-cnn", "mlp", "lstm", "emnist-cnn"]
+  assert rows[1]["x_paper_cnn"] == 2.0 and rows[1]["fraction_of_matmul"] == 0.1
+  assert rows[2]["error"] == "KeyError: 'num_consts'" and "x_paper_cnn" not in rows[2]
+  seen.clear()
+  assert module.main(["--models", "mlp,imdb-cnn-lstm,emnist-cnn", "--out", str(out)]) == 130
+  assert seen == ["mlp", "imdb-cnn-lstm"]
+  assert [json.loads(line)["model"] for line in out.read_text().splitlines()] == ["mlp"]
+  captured = capsys.readouterr()
+  assert "interrupted in imdb-cnn-lstm; writing the 1 record(s) measured" in captured.err

@@ -52,25 +52,120 @@ def test_throughput_measures_every_family(name, small_federation):
   assert all(v is None or v >= 0 for v in rec["seconds"].values())
 
 
-def test_throughput_alternates_the_round_with_the_torch_loop(small_federation, monkeypatch):
-  """The PyTorch comparison (torch is an optional extra, absent here): the
-  loop gets round 1's cohort in [0, 1], is warmed up, then timed once per
-  repeat beside the JAX round."""
-  data, (test_x, _), public = small_federation
-  module, calls = benchmark_modules.load("throughput"), []
+def _fake_torch(module, monkeypatch, calls, oom_chunk=None):
+  """torch_loop and torch_func replaced by counters (torch is an optional extra)."""
+  info = {"version": "fake", "device": "cpu", "device_name": "cpu", "tf32": False}
 
-  def fake_loop(model, w, x, y, steps, batch_size, lr):
-    assert x.shape[0] == y.shape[0] == 4 and 0.0 <= x.min() and x.max() <= 1.0
+  def fake_loop(model, w, x, y, steps, batch_size, lr, clients=None):
+    assert x.shape[0] == y.shape[0] and 0.0 <= x.min() and x.max() <= 1.0
     assert (steps, batch_size, lr) == (5, 10, 0.215)
-    return lambda: calls.append(1), 1e-6
+    return lambda: calls.append(("loop", clients)), 1e-6
+
+  def fake_func(model, w, x, y, steps, batch_size, lr, chunk):
+    def run():
+      if chunk == oom_chunk:
+        raise RuntimeError("CUDA out of memory. Tried to allocate 40.00 GiB")
+      calls.append(("func", chunk))
+    return run, 2e-6, info
 
   monkeypatch.setattr(module, "torch_loop", fake_loop)
+  monkeypatch.setattr(module, "torch_func", fake_func)
+  monkeypatch.setattr(module, "torch_settings", lambda: info)
+
+
+def test_throughput_alternates_the_round_with_pytorch(small_federation, monkeypatch):
+  """PyTorch beside the round: the loop (on its first clients) and torch.func at
+  each chunk get round 1's cohort in [0, 1], are warmed up, then timed once per
+  repeat; a chunk above the cohort is the cohort, duplicates run once; the
+  record gives our clients/s over each."""
+  data, (test_x, _), public = small_federation
+  module, calls = benchmark_modules.load("throughput"), []
+  _fake_torch(module, monkeypatch, calls)
   rec = module.measure(tiny_linear(), "FL-STD", data, test_x[:500], public, clients=4,
-                       ratio=1.0, repeats=2, devices=1, torch=True)
-  assert len(calls) == 3  # warm-up and two repeats
-  assert rec["torch_loop_clients_per_sec"] > 0 and rec["torch_max_logit_diff"] == 1e-6
+                       ratio=1.0, repeats=2, devices=1, torch=True,
+                       torch_func_chunks=(2, 128, None), torch_loop_clients=3)
+  assert calls == [("loop", 3), ("func", 2), ("func", 4)] * 3  # warm-up and two repeats
+  assert rec["torch_loop_clients"] == 3 and rec["torch_max_logit_diff"] == 1e-6
+  assert rec["torch_loop_clients_per_sec"] > 0
   assert rec["ratio_to_torch"] == pytest.approx(
       rec["clients_per_sec"] / rec["torch_loop_clients_per_sec"])
+  assert [(f["mode"], f["chunk"], f["clients"]) for f in rec["torch_func"]] == [
+      ("torch.func vmap", 2, 4), ("torch.func vmap", 4, 4)]
+  best = max(f["clients_per_sec"] for f in rec["torch_func"])
+  assert rec["torch_func_clients_per_sec"] == best
+  assert rec["ratio_to_torch_func"] == pytest.approx(rec["clients_per_sec"] / best)
+  assert rec["train_ratio_to_torch_func"] == pytest.approx(rec["train_clients_per_sec"] / best)
+  assert rec["torch"]["tf32"] is False and rec["torch"]["loop_error"] is None
+  assert rec["seconds"]["torch_loop"] == pytest.approx(3 / rec["torch_loop_clients_per_sec"])
+
+
+def test_throughput_records_a_torch_func_chunk_out_of_memory(small_federation, monkeypatch):
+  """A chunk PyTorch cannot hold is recorded as such; the rest is still timed."""
+  data, (test_x, _), public = small_federation
+  module, calls = benchmark_modules.load("throughput"), []
+  _fake_torch(module, monkeypatch, calls, oom_chunk=4)
+  rec = module.measure(tiny_linear(), "FL-STD", data, test_x[:500], public, clients=4,
+                       ratio=1.0, repeats=1, devices=1, torch=True,
+                       torch_func_chunks=(1, None), torch_loop_clients=0, evaluate=False)
+  assert calls == [("func", 1)] * 2
+  assert rec["torch_func"][1] == {"mode": "torch.func vmap", "chunk": 4, "clients": 4,
+                                  "clients_per_sec": None, "seconds": None,
+                                  "error": "out of memory"}
+  assert rec["torch_func_clients_per_sec"] == rec["torch_func"][0]["clients_per_sec"] > 0
+  assert rec["torch_loop_clients_per_sec"] is None and rec["ratio_to_torch"] is None
+  assert rec["seconds"]["evaluation"] is None and rec["evaluation_images"] is None
+
+
+def test_torch_func_computes_the_loops_updates(cnn, small_federation):
+  """torch.func (functional_call + grad + vmap, in chunks) sums the same updates as
+  the per-client loop: with a batch of all 10 examples every step's gradient is
+  the same whatever the order the two draw them in. The paper CNN, 3 real
+  clients, 2 steps, on the CPU. (The two differ by float32 rounding, which
+  can flip a max-pooling window whose two largest inputs nearly tie and so
+  move a convolution's gradient by a few percent: random uniform images do
+  that; the real ones, here, stay within 1e-4 of the largest update.)"""
+  pytest.importorskip("torch")
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  module = benchmark_modules.load("throughput")
+  data, _, _ = small_federation
+  x = np.asarray(data.x[:3], np.float32) / 255.0
+  y = np.asarray(data.y[:3])
+  w0 = cnn.init(jax.random.PRNGKey(0))
+  loop, agree = module.torch_loop(cnn, w0, x, y, 2, 10, 0.215)
+  expected = [t.numpy() for t in loop()]
+  assert agree < 1e-4 and len(expected) == 8
+  for chunk in (2, 3):
+    run, agree_func, settings = module.torch_func(cnn, w0, x, y, 2, 10, 0.215, chunk=chunk)
+    assert agree_func == agree and settings["device"] == "cpu" and not settings["tf32"]
+    for got, want in zip(run(), expected):
+      np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-4 * np.abs(want).max())
+  # One step of one client: the update is -lr x the gradient of its 10 examples.
+  one, _ = module.torch_loop(cnn, w0, x, y, 1, 10, 0.215, clients=1)
+  first, _, _ = module.torch_func(cnn, w0, x[:1], y[:1], 1, 10, 0.215, chunk=1)
+  for got, want in zip(one(), first()):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0,
+                               atol=1e-5 * np.abs(want.numpy()).max())
+
+
+def test_throughput_command_line_with_pytorch(tmp_path):
+  """The command the GPU suite's first step runs, tiny, on the CPU: the round
+  beside the loop and torch.func, the ratios in the words and the record."""
+  pytest.importorskip("torch")
+  out = tmp_path / "r.jsonl"
+  proc = _script("benchmarks/throughput.py", "--scheme", "FL-STD", "--clients-per-round", "2",
+                 "--repeats", "1", "--torch-func", "1,all", "--torch-loop-clients", "1",
+                 "--no-eval", "--split-max-clients", "0", "--out", out)
+  assert proc.returncode == 0, proc.stderr
+  assert "PyTorch torch.func vmap, 1 clients at a time:" in proc.stdout
+  assert "PyTorch per-client loop (1 clients)" in proc.stdout
+  assert "JAX/torch.func (its best chunk)" in proc.stdout and "TF32 off" in proc.stdout
+  rec = json.loads(out.read_text())
+  assert [(f["mode"], f["chunk"]) for f in rec["torch_func"]] == [
+      ("torch.func vmap", 1), ("torch.func vmap", 2)]
+  assert rec["ratio_to_torch_func"] > 0 and rec["torch_loop_clients"] == 1
+  assert rec["ratio_to_torch"] > 0 and rec["train_ratio_to_torch_func"] is None
+  assert rec["torch"]["device"] == "cpu" and rec["torch_max_logit_diff"] < 1e-4
 
 
 def test_throughput_command_line_on_the_paper_cnn():
@@ -132,7 +227,9 @@ def test_throughput_flops_are_counted_before_the_backend_compiles(cnn):
     (["--model", "resnet"], "unknown model resnet"),
     (["--clients-per-round", "100,0"], "expected positive integers"),
     (["--client-chunk", "0", "--no-torch", "--clients-per-round", "2"],
-     "client_chunk must be >= 1")])
+     "client_chunk must be >= 1"),
+    (["--torch-func", "128,0"], "expected positive integers or 'all'"),
+    (["--torch-loop-clients", "-1"], "expected a count >= 0 or 'all'")])
 def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
   with pytest.raises(SystemExit) as exit_:
     benchmark_modules.load("throughput").main(args)
@@ -141,24 +238,30 @@ def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
   assert len(lines) == 1 and says in lines[0], lines
 
 
-def test_gpu_suite_commands_parse():
+def test_gpu_suite_commands_parse(tmp_path):
   """benchmarks/gpu_suite.sh, dry run: every benchmark command it would run
-  on the device is a valid throughput.py command line, and the cases the
-  issue asks for are there."""
-  proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "run"], cwd=ROOT,
-                        env=dict(os.environ, GPU_SUITE_DRY_RUN="1"), capture_output=True,
-                        text=True, timeout=60)
+  on the device is a valid command line of its script, and the cases the
+  issues ask for are there (the suite itself: tests/test_benchmarks_gpu_suite.py)."""
+  env = dict(os.environ, GPU_SUITE_DRY_RUN="1", OUT=str(tmp_path))
+  proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "run"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr
-  commands = [line.split()[1:] for line in proc.stdout.splitlines()]
-  assert len(commands) == 6
+  commands = [line.split()[1:] for line in proc.stdout.splitlines()
+              if line.startswith("      ") and "benchmarks/throughput.py" in line]
+  commands = [c[c.index("benchmarks/throughput.py") + 1:] for c in commands]
+  assert len(commands) == 7
   module = benchmark_modules.load("throughput")
   runs = [module.parse_args(c) for c in commands]
   schemes = {n for r in runs for n in r.scheme.split(",")}
-  assert {"FL-TOP-DP", "FL-STD-DP", "FL-SIGN-DP", "FL-CS-DP"} <= schemes
-  assert {100, 1000, 10000} <= {c for r in runs for c in r.clients_per_round}
+  assert {"FL-STD", "FL-TOP-DP", "FL-STD-DP", "FL-SIGN-DP", "FL-CS-DP"} <= schemes
+  assert {1000, 10000} <= {c for r in runs for c in r.clients_per_round}
   assert {"map", "vmap", "product"} <= {b for r in runs for b in r.batching}
   assert any("paper-cnn-flax" in r.model for r in runs)
-  assert any(not r.no_torch for r in runs) and runs[-1].profile
+  first = runs[0]  # the most telling first: the round at 1,000 beside PyTorch, profiled
+  assert first.scheme == "FL-STD-DP,FL-TOP-DP" and first.clients_per_round == [1000]
+  assert not first.no_torch and first.torch_func == [128, None] and first.profile
+  assert first.torch_loop_clients == 50
+  assert all(r.no_torch for r in runs[1:]) and all(r.out == runs[0].out for r in runs)
   assert any(r.client_chunk == 1000 for r in runs)  # 1,000 clients in one piece
   usage = subprocess.run(["bash", "benchmarks/gpu_suite.sh"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)

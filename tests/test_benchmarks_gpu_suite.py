@@ -1,0 +1,292 @@
+"""The GPU suite (benchmarks/gpu_suite.py, .sh) and the trace reader
+(benchmarks/trace_summary.py), on the CPU: the plan fits one device call, a
+step past its deadline is cut and recorded and the suite goes on, what a cut
+benchmark measured is kept, and the H200 trace reads as its records say."""
+
+import gzip
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+import benchmark_modules
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+H200_TRACE = ROOT / "benchmarks/records/trace-fl-top-dp-1000clients-h200-2026-11-27.json.gz"
+
+
+@pytest.fixture(scope="module")
+def suite():
+  return benchmark_modules.load("gpu_suite")
+
+
+@pytest.fixture(scope="module")
+def traces():
+  return benchmark_modules.load("trace_summary")
+
+
+def _py(code: str) -> list[str]:
+  return [sys.executable, "-c", code]
+
+
+def test_plan_fits_one_device_call_most_telling_first(suite, tmp_path):
+  proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "plan"], cwd=ROOT,
+                        env=dict(os.environ, OUT=str(tmp_path)), capture_output=True,
+                        text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  total = sum(s.deadline for s in suite.steps(str(tmp_path)) if not s.background)
+  assert proc.stdout.splitlines()[-1].startswith(f"sequential steps: {total:.0f} s of 540 s")
+  plan = json.loads(subprocess.run([sys.executable, "benchmarks/gpu_suite.py", "plan", "--json"],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=60,
+                                   env=dict(os.environ, OUT=str(tmp_path))).stdout)
+  steps = plan["steps"]
+  assert [s["name"] for s in steps] == ["env", "pytest-cpu", "anchor", "trace", "sign",
+                                        "batching", "models", "pytest-gpu", "cs", "flax",
+                                        "chunk", "10k"]
+  sequential = sum(s["deadline"] for s in steps if not s["background"])
+  assert sequential == plan["sequential_s"] <= plan["steps_budget_s"] == 540
+  # The run ends inside the device tool's 600 s: the steps, a cut step's grace, the summary.
+  assert sequential + plan["kill_after_s"] <= plan["budget_s"] <= 575
+  background = [s for s in steps if s["background"]]
+  assert [s["name"] for s in background] == ["pytest-cpu"]
+  assert background[0]["env"] == {"JAX_PLATFORMS": "cpu"}
+  assert background[0]["deadline"] <= plan["budget_s"] - 60
+  # Every case the issue asks for is in a step (the commands parse: test_entry_points).
+  by_name = {s["name"]: " ".join(s["argv"]) for s in steps}
+  assert "--torch-func 128,all" in by_name["anchor"] and "--profile" in by_name["anchor"]
+  assert "FL-SIGN-DP" in by_name["sign"] and "models.py" in by_name["models"]
+  for test_file in suite.FAST_PATH_TESTS:
+    assert (ROOT / test_file).is_file() and test_file in by_name["pytest-gpu"]
+    assert test_file in by_name["pytest-cpu"]
+
+
+def test_every_batching_and_zoo_model_is_measured(suite, tmp_path):
+  """The batching step times each mode cohort_ops lists (its deadline grows with
+  them); the models step runs every zoo model and the paper CNN."""
+  from fedjax_dp.models import cohort_ops, zoo  # pylint: disable=import-outside-toplevel
+  modes = [m for m in cohort_ops.BATCHINGS if m != "auto"]
+  assert suite.batching_modes() == modes
+  step = {s.name: s for s in suite.steps(str(tmp_path))}
+  assert step["batching"].argv[step["batching"].argv.index("--batching") + 1] == ",".join(modes)
+  assert step["batching"].deadline == 20 + 13 * len(modes)
+  argv = step["models"].argv
+  models = argv[argv.index("--models") + 1].split(",")
+  assert set(models) == set(zoo.ZOO) | {"paper-cnn"}
+  args = benchmark_modules.load("models").parse_args(argv[argv.index("--models"):])
+  assert args.out == f"{tmp_path}/models.jsonl" and args.json
+  (tmp_path / "c.py").write_text("BATCHINGS = ('auto', 'map', 'tiled')\n")
+  assert suite.batching_modes(tmp_path / "c.py") == ["map", "tiled"]
+  (tmp_path / "d.py").write_text("BATCHINGS = tuple(m for m in MODES)\n")
+  assert suite.batching_modes(tmp_path / "d.py") == ["map", "vmap", "product"]
+
+
+def test_a_step_past_its_deadline_is_cut_and_the_suite_goes_on(suite, tmp_path):
+  """SIGINT at the deadline: the step keeps what it measured (as throughput.py's
+  records appended per case, models.py's file rewritten per model), a line
+  says it was cut, the next step runs; a step that fails or has no time left
+  is recorded too."""
+  s = suite.Suite(str(tmp_path), budget=60, kill_after=2)
+  measured = tmp_path / "records.jsonl"
+  slow = suite.Step("slow", "a case, then a long one", 1.5, _py(
+      "import time\n"
+      f"open({str(measured)!r}, 'a').write('{{\"case\": 1}}\\n')\n"
+      "print('first case done', flush=True)\n"
+      "try:\n  time.sleep(30)\n"
+      f"except KeyboardInterrupt:\n  open({str(measured)!r}, 'a').write('{{\"cut\": 2}}\\n')\n"
+      "  raise"))
+  t0 = time.time()
+  end = s.run(slow, later=1000)  # no time saved to give it
+  assert end["status"] == "cut" and time.time() - t0 < 10
+  assert [json.loads(line) for line in measured.read_text().splitlines()] == [
+      {"case": 1}, {"cut": 2}]
+  deaf = suite.Step("deaf", "ignores SIGINT", 1.0, _py(
+      "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)"))
+  assert s.run(deaf, later=1000)["status"] == "cut"  # SIGKILL after kill_after
+  assert s.run(suite.Step("ok", "prints", 20, _py("print('fine')")))["status"] == "ok"
+  failed = s.run(suite.Step("bad", "exits 3", 20, _py("import sys; sys.exit(3)")))
+  assert failed["status"] == "failed" and failed["rc"] == 3
+  s.start = time.time() - 55  # 5 s of the 60 left
+  skipped = s.run(suite.Step("late", "no time", 20, _py("print('never')")))
+  assert skipped["status"] == "skipped"
+  log = (tmp_path / "log.txt").read_text()
+  assert "first case done" in log and "slow: cut by its deadline after" in log
+  assert "fine" in log and "bad: failed (exit 3)" in log and "never" not in log
+  rows = [json.loads(line) for line in (tmp_path / "suite.jsonl").read_text().splitlines()]
+  ends = [(r["step"], r["status"]) for r in rows if r.get("event") != "start"]
+  assert ends == [("slow", "cut"), ("deaf", "cut"), ("ok", "ok"), ("bad", "failed"),
+                  ("late", "skipped")]
+  starts = [r for r in rows if r.get("event") == "start"]
+  assert starts[0]["step"] == "slow" and "command" in starts[0] and starts[0]["deadline_s"] == 1.5
+
+
+def test_time_saved_goes_to_the_next_step_never_a_later_steps_time(suite, tmp_path):
+  s = suite.Suite(str(tmp_path), budget=100, kill_after=2)
+  step = suite.Step("x", "", 20, [])
+  assert s.deadline(step, later=30) == pytest.approx(70, abs=0.5)  # 50 s saved so far
+  assert s.deadline(step, later=90) == 20  # behind plan: its own deadline still
+  s.start = time.time() - 90
+  assert s.deadline(step, later=0) == pytest.approx(8, abs=0.5)  # never past the budget
+
+
+def test_background_steps_run_beside_and_are_cut_at_their_deadline(suite, tmp_path):
+  s = suite.Suite(str(tmp_path), budget=60, kill_after=1)
+  s.start_background(suite.Step("quick", "", 20, _py("print('done')"), background=True,
+                                output="quick.txt"))
+  s.start_background(suite.Step("long", "", 1, _py("import time; time.sleep(30)"),
+                                background=True, output="long.txt"))
+  s.finish_background()
+  assert s.results["quick"]["status"] == "ok" and s.results["long"]["status"] == "cut"
+  assert "done" in (tmp_path / "quick.txt").read_text()
+  assert "cut by its deadline" in (tmp_path / "long.txt").read_text()
+
+
+def test_run_records_the_machine_first_and_reads_the_trace(suite, tmp_path, monkeypatch):
+  """The whole run on the CPU with stand-in benchmarks: the env step's line first
+  (versions, the source's digest), the anchor's trace copied and summarised,
+  the summary's table from the records."""
+  profile = tmp_path / "profile"
+  rec = {"scheme": "FL-TOP-DP", "model": "cnn", "cohort_batching": "auto", "client_chunk": 128,
+         "clients_per_round": 1000, "clients_per_sec": 5267.0, "train_clients_per_sec": 5340.0,
+         "seconds": {"compile": 7.4}, "ratio_to_torch_func": 2.46, "ratio_to_torch": 119.7,
+         "torch_loop_clients_per_sec": 44.0,
+         "torch": {"version": "2.11", "device_name": "NVIDIA H200", "tf32": True},
+         "torch_func": [{"chunk": 128, "clients_per_sec": 2140.0},
+                        {"chunk": 1000, "clients_per_sec": None, "error": "out of memory"}]}
+  anchor = _py(
+      "import os, shutil, json\n"
+      f"os.makedirs({str(profile / 'plugins/profile/run')!r}, exist_ok=True)\n"
+      f"shutil.copy({str(H200_TRACE)!r}, "
+      f"{str(profile / 'plugins/profile/run/h.trace.json.gz')!r})\n"
+      f"open({str(tmp_path / 'throughput.jsonl')!r}, 'a')"
+      f".write({json.dumps(json.dumps(rec))} + '\\n')")
+  models = _py(f"open({str(tmp_path / 'models.jsonl')!r}, 'w').write("
+               "'{\"model\": \"lstm\", \"error\": \"KeyError: num_consts\"}\\n')")
+  real = suite.steps(str(tmp_path))
+  fake = [real[0], suite.Step("anchor", "", 60, anchor), real[3],
+          suite.Step("models", "", 30, models)]
+  monkeypatch.setattr(suite, "steps", lambda out: fake)
+  monkeypatch.setattr(suite, "PROFILE_DIR", str(profile))
+  assert suite.run(str(tmp_path)) == 0
+  rows = [json.loads(line) for line in (tmp_path / "suite.jsonl").read_text().splitlines()]
+  env = rows[0]["env"]
+  assert rows[0]["step"] == "env" and env["jax"].startswith("0.") and env["cpus"] >= 1
+  assert len(env["source"]["digest"]) == 16 and "nvidia_smi" in env
+  assert [(r["step"], r["status"]) for r in rows if r.get("event") == "end"][1:] == [
+      ("anchor", "ok"), ("trace", "ok"), ("models", "ok")]
+  assert (tmp_path / "trace.json.gz").read_bytes() == H200_TRACE.read_bytes()
+  summary = json.loads((tmp_path / "trace-summary.json").read_text())
+  assert summary["busy_ms"] == pytest.approx(193.44, abs=0.01)
+  log = (tmp_path / "log.txt").read_text()
+  table = log[log.index("== summary"):]
+  assert "FL-TOP-DP" in table and "5267" in table and "2.46" in table and "119.70" in table
+  assert "chunk 128: 2140/s, chunk 1000: out of memory" in table and "TF32 on" in table
+  assert "models.py lstm" in table and "failed: KeyError: num_consts" in table
+  assert "products 36.6 ms = 18.9% of busy" in table
+
+
+def test_run_without_a_trace_skips_its_summary(suite, tmp_path, monkeypatch):
+  monkeypatch.setattr(suite, "PROFILE_DIR", str(tmp_path / "none"))
+  real = suite.steps(str(tmp_path))
+  monkeypatch.setattr(suite, "steps", lambda out: [
+      suite.Step("env", "", 5, _py("print('{}')")), real[3]])
+  suite.run(str(tmp_path))
+  rows = [json.loads(line) for line in (tmp_path / "suite.jsonl").read_text().splitlines()]
+  assert rows[-1]["step"] == "trace" and rows[-1]["status"] == "skipped"
+  assert "no trace" in rows[-1]["note"] and not (tmp_path / "trace-summary.json").exists()
+
+
+def test_prepare_identity_and_bad_arguments(suite, tmp_path):
+  ident = suite.prepare_identity(tmp_path / "source.json")
+  assert json.loads((tmp_path / "source.json").read_text()) == ident
+  assert ident["digest"] == suite.source_identity()["digest"] and len(ident["commit"]) == 40
+  for argv in (["plan", "--yaml"], ["launch"], []):
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_suite.py", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "usage" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- trace_summary
+
+
+def test_h200_trace_reads_as_its_records_say(traces):
+  """One FL-TOP-DP round of 1,000 clients on the H200 (jax 0.11.2): busy 193.4 ms
+  (the README's 193.5 is the plain sum of durations, which counts 0.07 ms of
+  kernels that overlap inside CUDA graphs twice) of a 199.2 ms span (the
+  README's 198.7 ms runs from the compute stream's first kernel; the span from
+  the arguments' copy to the device, 0.5 ms earlier); the products 36.6 ms."""
+  s = traces.summarize(traces.load(H200_TRACE), top=6)
+  assert s["gpus"] == 1 and s["events"] == 2299
+  assert s["busy_ms"] == pytest.approx(193.44, abs=0.01)
+  assert s["span_ms"] == pytest.approx(199.17, abs=0.01)
+  assert s["product_ms"] == pytest.approx(36.55, abs=0.01)
+  assert s["product_fraction"] == pytest.approx(0.189, abs=0.001)
+  assert len(s["product_kernels"]) == 11
+  assert all(k["count"] in (40, 80) for k in s["product_kernels"][:5])
+  assert [(t["name"], t["count"]) for t in s["top"][:4]] == [
+      ("input_reduce_fusion_1", 40), ("loop_concatenate_fusion", 40),
+      ("input_reduce_fusion", 40), ("loop_concatenate_fusion_1", 40)]
+  kinds = {k["kind"]: k["ms"] for k in s["kinds"]}
+  assert kinds["reduce"] == pytest.approx(62.3, abs=0.05)
+  assert kinds["concatenate"] == pytest.approx(57.52, abs=0.01)
+  assert kinds["scatter"] == pytest.approx(13.0, abs=0.05)
+  assert kinds["transpose"] == pytest.approx(6.93, abs=0.05)
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "product"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x256_16x4_nt_align4>", "product"),
+    ("gemm_fusion_dot_general_18", "product"),
+    ("sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32", "product"),
+    ("void cudnn::cnn::conv2d_grouped_direct_kernel<float>", "product"),
+    ("implicit_convolve_sgemm", "product"), ("loop_convert_fusion_3", "convert"),
+    ("loop_concatenate_fusion_1", "concatenate"), ("input_reduce_select_fusion", "reduce_select"),
+    ("MemcpyD2D", "MemcpyD2D")])
+def test_kernel_kinds(traces, name, kind):
+  assert traces.kind(name) == kind
+
+
+def _trace(events):
+  meta = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+          {"ph": "M", "pid": 9, "name": "process_name", "args": {"name": "/host:CPU"}}]
+  return {"traceEvents": meta + [dict(ph="X", **e) for e in events]}
+
+
+def test_busy_time_counts_overlapping_streams_once(traces):
+  s = traces.summarize(_trace([
+      {"pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "sm90_xmma_gemm_x"},
+      {"pid": 1, "tid": 2, "ts": 5, "dur": 10, "name": "loop_add_fusion"},  # overlaps 5
+      {"pid": 1, "tid": 1, "ts": 30, "dur": 10, "name": "loop_add_fusion_1"},
+      {"pid": 9, "tid": 3, "ts": 0, "dur": 1000, "name": "host work"}]))
+  assert (s["busy_ms"], s["span_ms"]) == (0.025, 0.04)
+  assert s["product_ms"] == 0.01 and s["product_fraction"] == 0.4
+  assert s["kinds"][0] == {"kind": "add", "ms": 0.02, "fraction": 0.8}
+  none = traces.summarize(_trace([{"pid": 9, "tid": 3, "ts": 0, "dur": 5, "name": "cpu"}]))
+  assert none["busy_ms"] is None and "no GPU events" in traces.report(none, "t")
+
+
+def test_trace_summary_command_line(tmp_path):
+  run = lambda *a: subprocess.run([sys.executable, "benchmarks/trace_summary.py", *map(str, a)],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=120)
+  folder = tmp_path / "plugins/profile/r"
+  folder.mkdir(parents=True)
+  (folder / "h.trace.json.gz").write_bytes(H200_TRACE.read_bytes())
+  proc = run(tmp_path, "--top", "3", "--out", tmp_path / "s.jsonl")  # the newest under a folder
+  assert proc.returncode == 0, proc.stderr
+  assert "GPU busy 193.4 ms of a 199.2 ms span (97.1%)" in proc.stdout
+  assert "matrix products and convolutions 36.6 ms = 18.9% of busy" in proc.stdout
+  assert "input_reduce_fusion_1" in proc.stdout
+  assert json.loads((tmp_path / "s.jsonl").read_text())["top"][0]["ms"] == 41.111
+  with gzip.open(tmp_path / "bad.json.gz", "wt") as f:
+    f.write("{\"nothing\": 1}")
+  for args, says in [((tmp_path / "nope.json.gz",), "no such file"),
+                     ((tmp_path / "bad.json.gz",), "not a Chrome trace"),
+                     ((tmp_path / "plugins/profile/r", "--top", "0"), "--top must be >= 1"),
+                     ((ROOT / "docs",), "no *.trace.json.gz under")]:
+    proc = run(*args)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
