@@ -255,7 +255,8 @@ def _factored_update(c: _Client, params: dict, sites) -> dict:
 
   vel0 = {k: jnp.zeros_like(v) for k, v in small0.items()}
   small, vel, a_now, d_now = step(small0, vel0, None, 0, c.step_keys[0])
-  if steps == 1:  # the history is the step's own rows
+  if steps == 1:  # the history is the step's own rows (jaxlib 0.11.2's XLA:CPU crashed
+    # compiling zeros wholly overwritten by .at[].set in a cohort sharded over CPU devices)
     hists = {s.name: (a_now[s.name], d_now[s.name]) for s in sites}
   else:
     hists = {s.name: (jnp.zeros((steps * s.rows, s.shape[0]), jnp.float32).at[:s.rows].set(
