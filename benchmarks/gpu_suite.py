@@ -59,8 +59,10 @@ STEPS_BUDGET_S = 540  # the sequential steps' deadlines add up to at most this
 KILL_AFTER_S = 10  # SIGINT at the deadline, SIGKILL this much later
 MIN_STEP_S = 10  # a step given less than this (or than its deadline) is skipped
 PROFILE_DIR = "/tmp/gpu-suite-profile"
-# The fast-path tests (pytest on the device's JAX, on the CPU and on the GPU): one line.
-FAST_PATH_TESTS = ["tests/test_fast_train.py", "tests/test_cohort_ops.py", "tests/test_zoo_models.py", "tests/test_fast_prng.py"]  # noqa: E501  pylint: disable=line-too-long
+# The fast-path tests (pytest on the device's JAX, on the CPU and on the GPU): the
+# files tests/fast_path_tests.txt lists (kept complete by tests/test_jax_internals.py).
+FAST_PATH_TESTS = [line.strip() for line in (ROOT / "tests/fast_path_tests.txt").read_text().splitlines()
+                   if line.strip() and not line.startswith("#")]
 # benchmarks/models.py's models: the paper CNN (for x_paper_cnn) and every zoo model.
 ZOO_MODELS = "paper-cnn,mlp,small-cnn,svhn-cnn,lstm,all-cnn-c,imdb-cnn-lstm,emnist-cnn"
 _FALLBACK_BATCHINGS = ("map", "vmap", "product")
