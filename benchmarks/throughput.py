@@ -334,8 +334,9 @@ class _TorchAnchor:
 
 
 def _torch_free():
-  import torch  # pylint: disable=import-outside-toplevel
-  if torch.cuda.is_available():
+  """Frees PyTorch's cached GPU memory, if PyTorch is in use."""
+  torch = sys.modules.get("torch")  # nothing to free where it was never imported
+  if torch is not None and torch.cuda.is_available():
     torch.cuda.empty_cache()
 
 
