@@ -255,10 +255,14 @@ class Suite:
 
   def _popen(self, step: Step, stdout) -> subprocess.Popen:
     env = dict(os.environ, **step.env)
-    # A session of its own: the deadline's signals reach its children (xdist workers).
+    # A session of its own: the deadline's signals reach its children (xdist
+    # workers). SIGINT's default restored: a suite started in the background by
+    # a non-interactive shell inherits it ignored, and a Python step would then
+    # never see its KeyboardInterrupt and write what it measured.
     return subprocess.Popen(  # pylint: disable=consider-using-with
         step.argv, cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
   def _stop(self, proc: subprocess.Popen) -> None:
     """SIGINT to the step's process group, SIGKILL ``kill_after`` later."""
