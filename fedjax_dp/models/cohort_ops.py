@@ -161,10 +161,15 @@ def _conv_dx_product(g: jax.Array, w: jax.Array, in_spatial: tuple[int, ...],
 def _conv_dw_product(x: jax.Array, g: jax.Array, window: tuple[int, ...],
                      spec: ConvSpec) -> jax.Array:
   """:func:`_conv_dw_raw` as the product of the patches with g (all positions summed)."""
-  cols = _patches(x, window, spec)
-  dw = jnp.einsum("...f,...o->fo", cols.reshape(-1, cols.shape[-1]),
-                  g.reshape(-1, g.shape[-1]), precision=spec.precision)
+  dw = _fields_times_grad(_patches(x, window, spec), g, spec)
   return dw.reshape(window + (x.shape[-1], g.shape[-1]))
+
+
+def _fields_times_grad(cols: jax.Array, g: jax.Array, spec: ConvSpec) -> jax.Array:
+  """(F, O): the receptive fields ``cols`` (..., F) times the output gradient
+  ``g`` (..., O), summed over every batch element and output position."""
+  return jnp.einsum("...f,...o->fo", cols.reshape(-1, cols.shape[-1]),
+                    g.reshape(-1, g.shape[-1]), precision=spec.precision)
 
 
 # Name scope of the convolutions with a 0/1 kernel that gather receptive
@@ -215,9 +220,7 @@ def _conv_dx_patches(g: jax.Array, w: jax.Array, in_spatial: tuple[int, ...],
 def _conv_dw_patches(x: jax.Array, g: jax.Array, window: tuple[int, ...],
                      spec: ConvSpec) -> jax.Array:
   """:func:`_conv_dw_raw` as the product of :func:`_patches_by_conv` with g."""
-  cols = _patches_by_conv(x, window, spec)
-  dw = jnp.einsum("...f,...o->fo", cols.reshape(-1, cols.shape[-1]),
-                  g.reshape(-1, g.shape[-1]), precision=spec.precision)
+  dw = _fields_times_grad(_patches_by_conv(x, window, spec), g, spec)
   nd = x.ndim - 2  # rows (C, *window) back to (*window, C)
   dw = dw.reshape((x.shape[-1],) + window + (g.shape[-1],))
   return dw.transpose(tuple(range(1, nd + 1)) + (0, nd + 1))
