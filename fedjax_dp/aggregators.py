@@ -78,7 +78,12 @@ class AggregatorConfig:
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-  """Mean of the rows of ``x`` where ``mask`` (0 when no row is present)."""
+  """Mean of the rows of ``x`` where ``mask`` (0 when no row is present).
+
+  >>> x = jnp.array([[1.0], [3.0], [100.0]])
+  >>> masked_mean(x, jnp.array([True, True, False])).tolist()
+  [2.0]
+  """
   count = jnp.sum(mask)
   total = jnp.sum(jnp.where(mask[:, None], x, 0), axis=0)
   return total / jnp.maximum(count, 1)
@@ -91,7 +96,12 @@ def _sorted_present(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array
 
 
 def masked_median(x: jax.Array, mask: jax.Array) -> jax.Array:
-  """Coordinate-wise median of the present rows (0 when none is present)."""
+  """Coordinate-wise median of the present rows (0 when none is present).
+
+  >>> x = jnp.array([[1.0, 0.0], [2.0, 5.0], [100.0, 6.0], [7.0, 7.0]])
+  >>> masked_median(x, jnp.array([True, True, True, False])).tolist()
+  [2.0, 5.0]
+  """
   ordered, count = _sorted_present(x, mask)
   lo = jnp.take(ordered, jnp.maximum(count - 1, 0) // 2, axis=0)
   hi = jnp.take(ordered, count // 2, axis=0)
@@ -100,7 +110,12 @@ def masked_median(x: jax.Array, mask: jax.Array) -> jax.Array:
 
 def trimmed_mean(x: jax.Array, mask: jax.Array, trim: float) -> jax.Array:
   """Coordinate-wise mean of the present rows without the floor(trim*count)
-  smallest and largest values."""
+  smallest and largest values.
+
+  >>> x = jnp.array([[-50.0], [1.0], [2.0], [3.0], [90.0]])
+  >>> trimmed_mean(x, jnp.ones(5, bool), 0.2).tolist()
+  [2.0]
+  """
   ordered, count = _sorted_present(x, mask)
   cut = jnp.floor(trim * count).astype(count.dtype)
   rank = jnp.arange(x.shape[0])[:, None]
@@ -115,6 +130,10 @@ def norm_bounded_mean(x: jax.Array, mask: jax.Array, bound: float) -> jax.Array:
   A row whose norm is not finite (NaN or inf entries: a diverged client, or
   an attacker sending them) counts as zeros, as DP clipping treats it
   (``clip_by_l2_norm``): one such row would otherwise make the mean NaN.
+
+  >>> x = jnp.array([[3.0, 4.0], [0.6, 0.8], [jnp.nan, 0.0]])
+  >>> [round(v, 4) for v in norm_bounded_mean(x, jnp.ones(3, bool), 1.0).tolist()]
+  [0.4, 0.5333]
   """
   bounded, _ = jax.vmap(clip_by_l2_norm, (0, None))(x, bound)
   return masked_mean(bounded, mask)
@@ -128,6 +147,15 @@ def aggregate(config: AggregatorConfig, x: jax.Array, mask: jax.Array) -> jax.Ar
     x: (slots, n) updates (cast to float32; integer messages such as signs
       are averaged as numbers).
     mask: (slots,) bool, the slots holding a present client.
+
+  One attacker's huge update moves the mean, not the median:
+
+  >>> x = jnp.array([[1.0], [2.0], [3.0], [1000.0]])
+  >>> mask = jnp.array([True, True, True, True])
+  >>> aggregate(AggregatorConfig("mean"), x, mask).tolist()
+  [251.5]
+  >>> aggregate(AggregatorConfig("median"), x, mask).tolist()
+  [2.5]
   """
   x = x.astype(jnp.float32)
   if config.name == "median":

@@ -23,6 +23,12 @@ def cost_kb(values: int, rounds: int, sampling_rate: float,
 
   Returns:
     ``values * bits * rounds * C / 8 / 1000``.
+
+  FL-TOP at r = 1% of the paper CNN's 1,663,370 weights (K = 16,634
+  values), best accuracy at round 200, C = 1%:
+
+  >>> round(cost_kb(16_634, 200, 0.01), 2)
+  133.07
   """
   if values < 0 or rounds < 0 or not 0.0 < sampling_rate <= 1.0:
     raise ValueError("values and rounds must be >= 0 and sampling_rate in (0, 1]")
@@ -31,5 +37,9 @@ def cost_kb(values: int, rounds: int, sampling_rate: float,
 
 def measured_cost_kb(values: int, participations: int, num_clients: int,
                      bits_per_value: int = BITS_PER_FLOAT) -> float:
-  """Kilobytes per client actually sent: total over all participations / N."""
+  """Kilobytes per client actually sent: total over all participations / N.
+
+  >>> measured_cost_kb(1000, participations=500, num_clients=100)
+  20.0
+  """
   return values * bits_per_value * participations / num_clients / 8 / 1000

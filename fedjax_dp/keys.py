@@ -45,17 +45,32 @@ LQ_TRAIN, LQ_DITHER = 0, 1
 
 
 def run_key(seed: int) -> jax.Array:
-  """The root key of a run."""
+  """The root key of a run.
+
+  >>> key = run_key(0)
+  >>> key.shape, str(key.dtype)
+  ((2,), 'uint32')
+  """
   return jax.random.PRNGKey(seed)
 
 
 def round_key(key: jax.Array, round_index: jax.Array | int) -> jax.Array:
-  """Key of round ``round_index`` (1-based, as the papers count rounds)."""
+  """Key of round ``round_index`` (1-based, as the papers count rounds).
+
+  >>> root = run_key(0)
+  >>> bool((round_key(root, 1) == round_key(root, 2)).all())
+  False
+  """
   return jax.random.fold_in(jax.random.fold_in(key, ROUNDS), round_index)
 
 
 def purpose(key: jax.Array, name: int) -> jax.Array:
-  """Sub-key of ``key`` for one purpose."""
+  """Sub-key of ``key`` for one purpose.
+
+  >>> root = run_key(0)
+  >>> bool((purpose(root, INIT) == purpose(root, SETUP)).all())
+  False
+  """
   return jax.random.fold_in(key, name)
 
 
@@ -71,7 +86,12 @@ class RoundKeys(NamedTuple):
 
 
 def round_keys(key: jax.Array, round_index: jax.Array | int) -> RoundKeys:
-  """Every shared key of round ``round_index``, by purpose."""
+  """Every shared key of round ``round_index``, by purpose.
+
+  >>> rk = round_keys(run_key(0), 1)
+  >>> bool((rk.sampling == purpose(round_key(run_key(0), 1), SAMPLING)).all())
+  True
+  """
   rkey = round_key(key, round_index)
   return RoundKeys(rkey, purpose(rkey, SAMPLING), purpose(rkey, MASK),
                    purpose(rkey, SERVER_NOISE), purpose(rkey, SECURE_AGG),
@@ -79,7 +99,18 @@ def round_keys(key: jax.Array, round_index: jax.Array | int) -> RoundKeys:
 
 
 def client_keys(rkey: jax.Array, client_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(train keys, noise keys) of the given clients in the round of ``rkey``."""
+  """(train keys, noise keys) of the given clients in the round of ``rkey``.
+
+  A client's keys depend on its id, not on its place in ``client_ids``:
+
+  >>> rkey = round_key(run_key(0), 1)
+  >>> train, noise = client_keys(rkey, jax.numpy.array([3, 7]))
+  >>> train.shape, noise.shape
+  ((2, 2), (2, 2))
+  >>> alone, _ = client_keys(rkey, jax.numpy.array([7]))
+  >>> bool((alone[0] == train[1]).all())
+  True
+  """
   base = purpose(rkey, CLIENTS)
   per_client = jax.vmap(lambda c: jax.random.fold_in(base, c))(client_ids)
   train = jax.vmap(lambda k: jax.random.fold_in(k, TRAIN))(per_client)

@@ -11,12 +11,22 @@ from scipy import stats
 
 
 def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
-  """Fraction of correct predictions."""
+  """Fraction of correct predictions.
+
+  >>> accuracy([0, 1, 1, 2], [0, 1, 2, 2])
+  0.75
+  """
   return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
 
 
 def balanced_accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
-  """Mean recall over the classes present in ``labels``."""
+  """Mean recall over the classes present in ``labels``.
+
+  Always predicting the majority class of an unbalanced task:
+
+  >>> balanced_accuracy([0, 0, 0, 1], [0, 0, 0, 0])
+  0.5
+  """
   labels, predictions = np.asarray(labels), np.asarray(predictions)
   recalls = [np.mean(predictions[labels == c] == c) for c in np.unique(labels)]
   return float(np.mean(recalls))
@@ -29,6 +39,11 @@ def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
 
   Raises:
     ValueError: If ``labels`` does not hold both classes 0 and 1.
+
+  >>> auroc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
+  0.75
+  >>> auroc([0, 1], [0.5, 0.5])
+  0.5
   """
   labels = np.asarray(labels).astype(bool)
   scores = np.asarray(scores, dtype=np.float64)

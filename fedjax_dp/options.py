@@ -20,7 +20,15 @@ from typing import Any, Callable
 
 def number(text: str) -> float:
   """A finite number: ``nan``, ``inf``, ``-inf``, ``infinity`` refused (a
-  non-finite hyper-parameter would train a non-finite model)."""
+  non-finite hyper-parameter would train a non-finite model).
+
+  >>> number("0.5")
+  0.5
+  >>> number("inf")
+  Traceback (most recent call last):
+  ...
+  ValueError: must be a finite number, got inf
+  """
   try:
     value = float(text)
   except ValueError:
@@ -31,7 +39,15 @@ def number(text: str) -> float:
 
 
 def positive(text: str) -> float:
-  """A finite number > 0."""
+  """A finite number > 0.
+
+  >>> positive("2")
+  2.0
+  >>> positive("0")
+  Traceback (most recent call last):
+  ...
+  ValueError: must be > 0, got 0
+  """
   value = number(text)
   if not value > 0:
     raise ValueError(f"must be > 0, got {text}")
@@ -39,7 +55,15 @@ def positive(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
-  """An int > 0."""
+  """An int > 0.
+
+  >>> positive_int("3")
+  3
+  >>> positive_int("1.5")
+  Traceback (most recent call last):
+  ...
+  ValueError: takes an int, got '1.5'
+  """
   try:
     value = int(text)
   except ValueError:
@@ -50,7 +74,15 @@ def positive_int(text: str) -> int:
 
 
 def unit_interval(text: str) -> float:
-  """A number in [0, 1)."""
+  """A number in [0, 1).
+
+  >>> unit_interval("0.25")
+  0.25
+  >>> unit_interval("1")
+  Traceback (most recent call last):
+  ...
+  ValueError: must be in [0, 1), got 1
+  """
   value = number(text)
   if not 0.0 <= value < 1.0:
     raise ValueError(f"must be in [0, 1), got {text}")
@@ -86,7 +118,11 @@ class Option:
 
   @property
   def flag(self) -> str:
-    """The command line's spelling: ``--lattice-step`` for ``lattice_step``."""
+    """The command line's spelling: ``--lattice-step`` for ``lattice_step``.
+
+    >>> Option("lattice_step", positive, 0.25, "the lattice's step").flag
+    '--lattice-step'
+    """
     return "--" + self.name.replace("_", "-")
 
   @property

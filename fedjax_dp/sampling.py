@@ -86,6 +86,12 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
 
   Returns:
     The :class:`Cohort`.
+
+  >>> cohort = sample_cohort(jax.random.PRNGKey(0), 10, 0.3, 4, sampler="fixed")
+  >>> int(cohort.num_sampled), cohort.mask.tolist()
+  (3, [True, True, True, False])
+  >>> len(set(cohort.indices.tolist()))
+  4
   """
   u = jax.random.uniform(key, (num_clients,))
   if malicious is not None:
@@ -106,6 +112,9 @@ def malicious_share(num_clients: int, rate: float, fraction: float) -> int:
 
   Rounding up keeps the honest clients' rate (|K| - m) / (N - M) at or below
   q = |K| / N when the pool is M = round(alpha N) (:func:`check_malicious`).
+
+  >>> malicious_share(100, 0.1, 0.2), malicious_share(100, 0.1, 0.25)
+  (2, 3)
   """
   size = fixed_cohort_size(num_clients, rate)
   return min(size, math.ceil(fraction * size - 1e-9))
@@ -162,7 +171,11 @@ def _with_malicious(u: jax.Array, rate: float, capacity: int, sampler: str,
 
 
 def fixed_cohort_size(num_clients: int, rate: float) -> int:
-  """|K| = round(C * N) for fixed-size sampling, at least 1."""
+  """|K| = round(C * N) for fixed-size sampling, at least 1.
+
+  >>> fixed_cohort_size(6000, 0.01), fixed_cohort_size(10, 0.01)
+  (60, 1)
+  """
   return max(1, int(round(rate * num_clients)))
 
 
@@ -194,13 +207,21 @@ def plan_capacity(round_keys: jax.Array, num_clients: int, rate: float,
 
   Returns:
     The capacity (never more than ``num_clients``).
+
+  >>> keys = jax.random.split(jax.random.PRNGKey(0), 5)
+  >>> plan_capacity(keys, 100, 0.5, sampler="fixed", multiple=8)
+  56
   """
   return capacity_for(planned_cohort_sizes(round_keys, num_clients, rate, sampler),
                       num_clients, multiple)
 
 
 def capacity_for(sizes: np.ndarray, num_clients: int, multiple: int = 4) -> int:
-  """The largest of ``sizes`` rounded up to ``multiple``, at most N."""
+  """The largest of ``sizes`` rounded up to ``multiple``, at most N.
+
+  >>> capacity_for(np.array([3, 7, 5]), 100), capacity_for(np.array([9]), 10)
+  (8, 10)
+  """
   largest = max(1, int(np.max(sizes)))
   return int(min(num_clients, -(-largest // multiple) * multiple))
 

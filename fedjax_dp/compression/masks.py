@@ -27,6 +27,9 @@ def num_kept(num_params: int, ratio: float) -> int:
 
   Raises:
     ValueError: If ratio is outside (0, 1].
+
+  >>> num_kept(1_663_370, 0.01), num_kept(50, 0.001)
+  (16634, 1)
   """
   if not 0.0 < ratio <= 1.0:
     raise ValueError(f"ratio must be in (0, 1], got {ratio}")
@@ -34,7 +37,11 @@ def num_kept(num_params: int, ratio: float) -> int:
 
 
 def topk_indices(scores: jax.Array, k: int) -> jax.Array:
-  """Sorted indices of the ``k`` largest scores (UAI 2021, Section 3.1)."""
+  """Sorted indices of the ``k`` largest scores (UAI 2021, Section 3.1).
+
+  >>> topk_indices(jnp.array([0.1, -3.0, 2.0, 0.5]), 2).tolist()
+  [2, 3]
+  """
   _, idx = jax.lax.top_k(scores, k)
   return jnp.sort(idx).astype(jnp.int32)
 
@@ -43,21 +50,37 @@ def random_indices(key: jax.Array, num_params: int, k: int) -> jax.Array:
   """A uniformly random k-subset of range(num_params), sorted.
 
   The k smallest of n i.i.d. uniforms index a uniformly random k-subset.
+
+  >>> idx = random_indices(jax.random.PRNGKey(0), 10, 3).tolist()
+  >>> len(set(idx)), idx == sorted(idx), all(0 <= i < 10 for i in idx)
+  (3, True, True)
   """
   u = jax.random.uniform(key, (num_params,))
   return topk_indices(-u, k)
 
 
 def compress(x: jax.Array, indices: jax.Array) -> jax.Array:
-  """C(x) = x[T]: the coordinates of ``x`` in the subset."""
+  """C(x) = x[T]: the coordinates of ``x`` in the subset.
+
+  >>> compress(jnp.array([5.0, 6.0, 7.0, 8.0]), jnp.array([1, 3])).tolist()
+  [6.0, 8.0]
+  """
   return x[indices]
 
 
 def decompress(values: jax.Array, indices: jax.Array, num_params: int) -> jax.Array:
-  """The adjoint C^T: a length-n vector with ``values`` on T, zeros elsewhere."""
+  """The adjoint C^T: a length-n vector with ``values`` on T, zeros elsewhere.
+
+  >>> decompress(jnp.array([6.0, 8.0]), jnp.array([1, 3]), 4).tolist()
+  [0.0, 6.0, 0.0, 8.0]
+  """
   return jnp.zeros((num_params,), values.dtype).at[indices].set(values)
 
 
 def indices_to_mask(indices: jax.Array, num_params: int) -> jax.Array:
-  """Boolean mask of length n, True on the subset."""
+  """Boolean mask of length n, True on the subset.
+
+  >>> indices_to_mask(jnp.array([1, 3]), 4).tolist()
+  [False, True, False, True]
+  """
   return jnp.zeros((num_params,), bool).at[indices].set(True)

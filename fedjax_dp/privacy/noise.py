@@ -37,6 +37,13 @@ def noise_share_std(clip_norm: float | jax.Array, noise_multiplier: float,
   Returns:
     The per-client share std; with ``num_participants == 0`` it is the full
     ``S sigma`` (nobody adds it then; see :func:`noisy_sum`).
+
+  Four shares of std S sigma / 2 sum to the Gaussian of std S sigma:
+
+  >>> round(float(noise_share_std(1.0, 1.1, jnp.int32(4))), 4)
+  0.55
+  >>> round(float(noise_share_std(1.0, 1.1, jnp.int32(0))), 4)
+  1.1
   """
   sigma_sum = l2_sensitivity(clip_norm) * noise_multiplier
   return sigma_sum / jnp.sqrt(jnp.maximum(num_participants, 1).astype(jnp.float32))
@@ -65,6 +72,15 @@ def privatize(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
     ``(contributions, num_clipped)``: (capacity, m) and the number of real
     clients whose update was longer than S, or not finite and so zeroed
     (``clip_by_l2_norm``).
+
+  Without noise a contribution is the clipped update:
+
+  >>> updates = jnp.array([[3.0, 4.0], [0.3, 0.4]])
+  >>> keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  >>> out, clipped = privatize(updates, jnp.array([True, True]), keys, 1.0, 0.0,
+  ...                          jnp.int32(2))
+  >>> [[round(float(v), 4) for v in row] for row in out], int(clipped)
+  ([[0.6, 0.8], [0.3, 0.4]], 1)
   """
   clipped, norms = jax.vmap(clip_by_l2_norm, in_axes=(0, None))(updates, clip_norm)
   share_std = noise_share_std(clip_norm, noise_multiplier, num_shares)
@@ -77,7 +93,12 @@ def privatize(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
 
 def server_noise(server_key: jax.Array, shape: tuple[int, ...], dtype,
                  clip_norm: float | jax.Array, noise_multiplier: float) -> jax.Array:
-  """``G(0, S^2 sigma^2)``: what the server adds when no client's share arrives."""
+  """``G(0, S^2 sigma^2)``: what the server adds when no client's share arrives.
+
+  >>> z = server_noise(jax.random.PRNGKey(0), (1000,), jnp.float32, 2.0, 1.5)
+  >>> 2.7 < float(jnp.std(z)) < 3.3
+  True
+  """
   return (l2_sensitivity(clip_norm) * noise_multiplier *
           jax.random.normal(server_key, shape, dtype))
 
@@ -103,6 +124,10 @@ def masked_sum(values: jax.Array, slot_mask: jax.Array) -> jax.Array:
 
   Returns:
     (m,) the sum of the masked rows.
+
+  >>> values = jnp.array([[1.0, 2.0], [30.0, 40.0], [5.0, 6.0]])
+  >>> masked_sum(values, jnp.array([True, False, True])).tolist()
+  [6.0, 8.0]
   """
   if values.shape[-1] < MATVEC_SUM_MIN:
     return jnp.sum(jnp.where(slot_mask[:, None], values, 0.0), axis=0)
@@ -131,6 +156,19 @@ def noisy_sum(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
   Returns:
     ``(noisy_sum, num_clipped)``: the (m,) aggregate and the number of real
     clients whose update was longer than S.
+
+  Two real clients (one clipped from norm 5 to S = 1) and a padding slot:
+
+  >>> updates = jnp.array([[3.0, 4.0], [0.3, 0.4], [9.0, 9.0]])
+  >>> mask = jnp.array([True, True, False])
+  >>> noise_keys = jax.random.split(jax.random.PRNGKey(0), 3)
+  >>> server_key = jax.random.PRNGKey(1)
+  >>> total, clipped = noisy_sum(updates, mask, noise_keys, server_key, 1.0, 0.0)
+  >>> [round(float(v), 4) for v in total], int(clipped)
+  ([0.9, 1.2], 1)
+  >>> total, _ = noisy_sum(updates, mask, noise_keys, server_key, 1.0, 1.1)
+  >>> total.shape
+  (2,)
   """
   num_real = jnp.sum(slot_mask)
   contributions, num_clipped = privatize(updates, slot_mask, noise_keys, clip_norm,

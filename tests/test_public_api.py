@@ -1,0 +1,187 @@
+"""The public API that research code relies on (issue 48).
+
+- docs/api.md's "Public API" section: every listed name imports, and every
+  listed module's ``__all__`` is listed whole;
+- the Python examples of docs/api.md and README.md run (a block after
+  ``<!-- not run -->`` is an illustrative fragment and is skipped);
+- the doctests of the public helpers pass;
+- ``fedjax_dp.__version__`` is pyproject's, and CHANGELOG.md has its section.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pathlib
+import re
+import tomllib
+import warnings
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+API_DOC = ROOT / "docs" / "api.md"
+EXAMPLE_DOCS = (API_DOC, ROOT / "README.md")
+NOT_RUN = "<!-- not run -->"
+# The text of fedjax_dp.deprecation.warn's warnings: the docs must not use
+# a deprecated spelling.
+DEPRECATED = r".* is deprecated; use .* \(removed in .*\)"
+
+# The modules whose docstrings carry runnable examples.
+DOCTEST_MODULES = (
+    "fedjax_dp.keys",
+    "fedjax_dp.options",
+    "fedjax_dp.bandwidth",
+    "fedjax_dp.metrics",
+    "fedjax_dp.privacy.accounting",
+    "fedjax_dp.privacy.noise",
+    "fedjax_dp.compression.masks",
+    "fedjax_dp.aggregators",
+    "fedjax_dp.sampling",
+    "fedjax_dp.deprecation",
+)
+
+_BULLET = re.compile(r"^- `(fedjax_dp(?:\.\w+)*)`: (.+)$")
+
+
+def public_api(text: str | None = None) -> dict[str, list[str]]:
+  """{module: [names]} from the "## Public API" section of docs/api.md.
+
+  One bullet a module (``- `fedjax_dp.x`: `a`, `b```), continued on
+  indented lines; the section ends at the next ``## `` heading.
+  """
+  text = API_DOC.read_text() if text is None else text
+  match = re.search(r"^## Public API\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+  if match is None:
+    raise AssertionError("docs/api.md has no '## Public API' section")
+  bullets: list[str] = []
+  for line in match.group(1).splitlines():
+    if line.startswith("- "):
+      bullets.append(line)
+    elif bullets and line.startswith("  ") and line.strip():
+      bullets[-1] += " " + line.strip()
+  api: dict[str, list[str]] = {}
+  for bullet in bullets:
+    found = _BULLET.match(bullet)
+    if found is None:
+      raise AssertionError(f"docs/api.md, Public API: cannot read bullet {bullet!r}")
+    module, rest = found.groups()
+    names = re.findall(r"`([^`]+)`", rest)
+    leftover = re.sub(r"`[^`]+`", "", rest).replace(",", "").strip()
+    if not names or leftover:
+      raise AssertionError(f"docs/api.md, Public API: {module}'s bullet should be "
+                           f"backquoted names separated by commas: {rest!r}")
+    if module in api:
+      raise AssertionError(f"docs/api.md, Public API: {module} has two bullets")
+    api[module] = names
+  return api
+
+
+def python_blocks(path: pathlib.Path) -> list[tuple[int, str]]:
+  """(first line number, code) of each ```python block not marked not run."""
+  lines = path.read_text().splitlines()
+  blocks, i = [], 0
+  while i < len(lines):
+    if lines[i].strip() == "```python":
+      start = i + 1
+      end = next(j for j in range(start, len(lines)) if lines[j].strip() == "```")
+      before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()),
+                    "")
+      if before != NOT_RUN:
+        blocks.append((start + 1, "\n".join(lines[start:end]) + "\n"))
+      i = end + 1
+    else:
+      i += 1
+  return blocks
+
+
+@pytest.fixture
+def deprecations_are_errors():
+  with warnings.catch_warnings():
+    warnings.filterwarnings("error", message=DEPRECATED, category=DeprecationWarning)
+    yield
+
+
+def test_the_section_reads():
+  api = public_api()
+  for wanted in ("fedjax_dp.simulation", "fedjax_dp.models", "fedjax_dp.schemes",
+                 "fedjax_dp.privacy", "fedjax_dp.keys", "fedjax_dp.options",
+                 "fedjax_dp.compression", "fedjax_dp.data", "fedjax_dp.features",
+                 "fedjax_dp.aggregators", "fedjax_dp.bandwidth", "fedjax_dp.metrics"):
+    assert wanted in api, f"docs/api.md, Public API: no bullet for {wanted}"
+  assert {"run", "RunConfig", "Training", "Privacy"} <= set(api["fedjax_dp.simulation"])
+  assert {"get_scheme", "Scheme", "Traits"} <= set(api["fedjax_dp.schemes"])
+
+
+def test_the_parser_and_the_marker():
+  text = ("# x\n\n## Public API\n\nwords\n\n- `fedjax_dp.a`: `b`, `C`\n"
+          "- `fedjax_dp.d.e`: `f`,\n  `G`\n\n## Next\n\n- `fedjax_dp.z`: `no`\n")
+  assert public_api(text) == {"fedjax_dp.a": ["b", "C"], "fedjax_dp.d.e": ["f", "G"]}
+  with pytest.raises(AssertionError, match="cannot read"):
+    public_api("## Public API\n- fedjax_dp.a: b\n")
+  with pytest.raises(AssertionError, match="backquoted"):
+    public_api("## Public API\n- `fedjax_dp.a`: `b` and c\n")
+
+
+def test_python_blocks_skip_the_marked_ones(tmp_path):
+  doc = tmp_path / "doc.md"
+  doc.write_text("a\n\n```python\nx = 1\n```\n\n<!-- not run -->\n\n```python\n"
+                 "undefined_name\n```\n\n```bash\nls\n```\n\n```python\ny = x\n```\n")
+  assert python_blocks(doc) == [(4, "x = 1\n"), (18, "y = x\n")]
+
+
+@pytest.mark.parametrize("module", sorted(public_api()))
+def test_every_listed_name_imports(module, deprecations_are_errors):
+  names = public_api()[module]
+  mod = importlib.import_module(module)  # a deprecated module raises here
+  missing = []
+  for name in names:
+    if hasattr(mod, name):
+      continue
+    try:  # a submodule not imported by its package
+      importlib.import_module(f"{module}.{name}")
+    except ImportError:
+      missing.append(name)
+  assert not missing, (f"docs/api.md lists {', '.join(missing)} in {module}, which "
+                       f"has no such name")
+  exported = getattr(mod, "__all__", None)
+  if exported is not None:
+    unlisted = sorted(set(exported) - set(names))
+    assert not unlisted, (f"{module}.__all__ exports {', '.join(unlisted)}, which "
+                          f"docs/api.md's Public API does not list")
+
+
+@pytest.mark.parametrize("path", EXAMPLE_DOCS, ids=lambda p: p.name)
+def test_the_examples_run(path, tmp_path, monkeypatch, deprecations_are_errors):
+  """The file's blocks run in order in one namespace, as a reader would."""
+  monkeypatch.chdir(tmp_path)
+  namespace: dict = {"__name__": "__docs__"}
+  for line, code in python_blocks(path):
+    where = f"{path.relative_to(ROOT)}:{line}"
+    exec(compile(code, where, "exec"), namespace)  # noqa: S102
+
+
+@pytest.mark.parametrize("name", DOCTEST_MODULES)
+def test_doctests(name):
+  module = importlib.import_module(name)
+  result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+                           verbose=False, report=True)
+  assert result.attempted > 0, f"{name} has no doctest"
+  assert result.failed == 0, f"{result.failed} of {name}'s {result.attempted} doctests failed"
+
+
+def _pyproject_version() -> str:
+  return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_version_is_pyprojects():
+  import fedjax_dp
+  assert fedjax_dp.__version__ == _pyproject_version()
+
+
+def test_changelog_has_the_versions_section():
+  version = _pyproject_version()
+  text = (ROOT / "CHANGELOG.md").read_text()
+  headings = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+  assert version in headings, f"CHANGELOG.md has no '## [{version}]' section"
+  assert "0.1.0" in headings
