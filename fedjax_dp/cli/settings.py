@@ -133,9 +133,9 @@ def run_config(args: argparse.Namespace, scheme: Scheme, ratio: float, setting: 
       selection_metric=datasets.get_dataset(args.dataset).selection_metric)
 
 
-# Flags whose default is the data set's setting.
-_DATASET_FLAGS = {"noise_multiplier": "noise_multiplier", "delta": "delta",
-                  "init_steps": "init_steps", "public_size": "public_batch"}
+# Flags whose default is the data set's setting (``Dataset.defaults``, read from the
+# setting its module declares).
+_DATASET_FLAGS = ("noise_multiplier", "delta", "init_steps", "public_size")
 
 
 def apply_dataset_defaults(args: argparse.Namespace) -> argparse.Namespace:
@@ -145,9 +145,10 @@ def apply_dataset_defaults(args: argparse.Namespace) -> argparse.Namespace:
     ValueError: A data flag that does not apply, one line naming it.
   """
   dataset = datasets.get_dataset(args.dataset)
-  for flag, key in _DATASET_FLAGS.items():
-    if getattr(args, flag) is None:
-      setattr(args, flag, dataset.setting[key])
+  values, defaults = vars(args), dataset.defaults()
+  for name in _DATASET_FLAGS:
+    if values[name] is None:
+      values[name] = defaults[name]
   if args.dirichlet_alpha is not None and args.partition != "dirichlet":
     raise ValueError("--dirichlet-alpha needs --partition dirichlet")
   if args.shards_per_client is not None and args.partition != "shards":
@@ -156,10 +157,9 @@ def apply_dataset_defaults(args: argparse.Namespace) -> argparse.Namespace:
     raise ValueError("--partition dirichlet needs --dirichlet-alpha")
   if args.partition == "shards" and args.shards_per_client is None:
     raise ValueError("--partition shards needs --shards-per-client")
-  if dataset.split_by != "partition" and args.partition != "iid":
-    how = "by role (LEAF)" if dataset.split_by == "role" else f"by {dataset.split_by}"
-    raise ValueError(f"--dataset {dataset.name} is split {how}; --partition "
-                     "applies to the image data sets")
+  if not dataset.partitioned and args.partition != "iid":
+    raise ValueError(f"--dataset {dataset.name} is split {dataset.split}; --partition "
+                     "applies to the data sets split by partition")
   if args.dropout and dataset.model not in DROPOUT_MODELS:
     raise ValueError(f"--dropout applies to the medical MLP (medical-synth) and All-CNN-C "
                      f"(cifar10); --dataset {dataset.name} uses the model "
