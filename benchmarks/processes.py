@@ -57,11 +57,11 @@ def measure(args: argparse.Namespace) -> dict:
   fed, _, _ = load_federated("fashion-mnist", args.num_clients, 10, seed=0)
   data = simulation.ClientData(jnp.asarray(fed.x), jnp.asarray(fed.y))
   model = paper_cnn()
-  prep = prepared_round(model, args.scheme, data, public_batch(10, seed=0),
-                        args.clients_per_round, args.ratio, None, rounds=args.repeats + 1)
-  cfg = prep.round_cfg
-  state, data, run_key = sharding.replicate((prep.state, data, prep.run_key), cfg.mesh)
-  rounds_fn = simulation.make_rounds_fn(model, cfg, 1)
+  state, plan = prepared_round(model, args.scheme, data, public_batch(10, seed=0),
+                               args.clients_per_round, args.ratio, None,
+                               rounds=args.repeats + 1)
+  state, data, run_key = sharding.replicate((state, data, plan.run_key), plan.mesh)
+  rounds_fn = simulation.make_rounds_fn(model, plan, 1)
   times, cpu = [], []
   for t in range(1, args.repeats + 2):
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -75,8 +75,8 @@ def measure(args: argparse.Namespace) -> dict:
   cpu_round = float(np.sum(multihost_utils.process_allgather(
       np.float32(np.mean(cpu[1:])))))
   recompiled = rounds_fn._cache_size() != 1  # pylint: disable=protected-access
-  return {"scheme": prep.scheme.name, "processes": jax.process_count(),
-          "devices": sharding.mesh_size(cfg.mesh),
+  return {"scheme": plan.scheme.name, "processes": jax.process_count(),
+          "devices": sharding.mesh_size(plan.mesh),
           "clients_per_round": args.clients_per_round,
           "clients_per_sec": args.clients_per_round / best, "round_seconds": best,
           "first_call_seconds": times[0], "cpu_seconds_per_round": cpu_round,

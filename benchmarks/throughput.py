@@ -115,7 +115,7 @@ def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: f
   return simulation.prepare(model, get_scheme(scheme_name), data, public, cfg)
 
 
-def stage_fns(model, prep: simulation.Prepared, run_key, t):
+def stage_fns(model, plan: simulation.Plan, run_key, t):
   """The round's stages as separate jitted functions (the round's own pieces).
 
   Returns:
@@ -124,24 +124,25 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
     the plain sum;
     ``decode(state, total)``: ``scheme.server_update`` of the mean.
   """
-  cfg, scheme = prep.round_cfg, prep.scheme
-  train = simulation.make_train_fn(model, cfg)
-  privatize_fn = simulation.make_privatize_fn(cfg)
+  scheme = plan.scheme
+  train = simulation.make_train_fn(model, plan)
+  privatize_fn = simulation.make_privatize_fn(plan)
 
   def inputs(state):
-    return simulation.round_inputs(cfg, state, run_key, t)
+    return simulation.round_inputs(plan, state, run_key, t)
 
   @jax.jit
   def messages(state, data):
     i = inputs(state)
-    return train(state.weights, i.plan, data, i.cohort.indices, i.train_keys)
+    return train(state.weights, i.shared, data, i.cohort.indices, i.train_keys)
 
   @jax.jit
   def privacy(state, msgs):
     i = inputs(state)
     num_shares = jnp.maximum(jnp.sum(i.cohort.mask), 1)
     contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys,
-                               features.Noise(cfg.clip_norm, cfg.noise_multiplier, num_shares))
+                               features.Noise(1.0 if plan.clip_norm is None else plan.clip_norm,
+                                              plan.noise_multiplier, num_shares))
     if jnp.issubdtype(contribs.dtype, jnp.integer):
       return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
     return noise.masked_sum(contribs, i.cohort.mask)
@@ -149,8 +150,8 @@ def stage_fns(model, prep: simulation.Prepared, run_key, t):
   @jax.jit
   def decode(state, total):
     return scheme.server_update(state.weights, state.scheme_state,
-                                total.astype(jnp.float32) / cfg.clients_per_round,
-                                inputs(state).plan)
+                                total.astype(jnp.float32) / plan.clients_per_round,
+                                inputs(state).shared)
 
   return messages, privacy, decode
 
@@ -180,15 +181,14 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
     The benchmark record (see the module docstring).
   """
   load_before = os.getloadavg()
-  prep = prepared_round(model, scheme_name, data, public, clients, ratio, devices,
-                        rounds=(repeats + 2) * rounds_per_call, client_chunk=client_chunk)
-  cfg, mesh = prep.round_cfg, prep.round_cfg.mesh
-  state, run_key = prep.state, prep.run_key
+  state, plan = prepared_round(model, scheme_name, data, public, clients, ratio, devices,
+                               rounds=(repeats + 2) * rounds_per_call, client_chunk=client_chunk)
+  mesh, run_key = plan.mesh, plan.run_key
   if mesh is not None:
     state, data, run_key = sharding.replicate((state, data, run_key), mesh)
 
   # Whole round: first call compiles.
-  rounds_fn = simulation.make_rounds_fn(model, cfg, rounds_per_call)
+  rounds_fn = simulation.make_rounds_fn(model, plan, rounds_per_call)
   t_next = [1]
 
   def call_round():
@@ -200,14 +200,14 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   first = _best(call_round, 1)
 
   training_s, privacy_s, decode_s = _stage_seconds(
-      model, prep, state, data, run_key, t_next[0], repeats) if split else (None, None, None)
+      model, plan, state, data, run_key, t_next[0], repeats) if split else (None, None, None)
   eval_s, eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats) if evaluate \
       else (None, None)
   example_flops = None if eval_flops is None else eval_flops / test_x.shape[0]
   rss_jax_mb = _peak_rss_mb()
 
   # The whole round and PyTorch (the loop, each torch.func chunk), alternating.
-  anchor = _torch_anchor(model, cfg, state, data, run_key, torch_loop_clients,
+  anchor = _torch_anchor(model, plan, state, data, run_key, torch_loop_clients,
                          torch_func_chunks) if torch else None
   round_times = []
   for _ in range(repeats):
@@ -222,15 +222,15 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   per_round = min(round_times)
   # Forward + backward: 3 x the forward pass, for every example of every step.
   train_flops = None if example_flops is None else \
-      3 * example_flops * cfg.local_steps * cfg.batch_size * clients
+      3 * example_flops * plan.local.steps * plan.local.batch_size * clients
   compile_s = max(first - per_round * rounds_per_call, 0.0)
   torch_rec = anchor.record(clients / per_round, None if training_s is None else
                             clients / training_s) if anchor is not None else _NO_TORCH
   torch_cps = torch_rec["torch_loop_clients_per_sec"]
   return {
-      "scheme": prep.scheme.name, "ratio": ratio, "clients_per_round": clients,
+      "scheme": plan.scheme.name, "ratio": ratio, "clients_per_round": clients,
       "model": model.name, "cohort_batching": cohort_ops.batching(),
-      "client_chunk": cfg.client_chunk,
+      "client_chunk": plan.client_chunk,
       "rounds_per_call": rounds_per_call,
       "rounds_per_sec": 1.0 / per_round,
       "clients_per_sec": clients / per_round,
@@ -254,7 +254,7 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
       "forward_flops_per_example": example_flops,
       "evaluation_images": int(test_x.shape[0]) if evaluate else None,
       "matmul_gflops_per_sec": matmul_gflops(mesh),
-      "clip_norm": prep.clip_norm,
+      "clip_norm": plan.clip_norm,
       "peak_rss_mb": rss_jax_mb,
       "device_peak_mb": _device_peak_mb(),
       "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
@@ -340,15 +340,16 @@ def _torch_free():
     torch.cuda.empty_cache()
 
 
-def _torch_anchor(model, cfg, state, data, run_key, loop_clients: int | None,
+def _torch_anchor(model, plan, state, data, run_key, loop_clients: int | None,
                   func_chunks) -> _TorchAnchor:
   """:func:`torch_loop` and :func:`torch_func` on round 1's cohort (its real
   clients: not the slots that pad it)."""
-  cohort = simulation.round_inputs(cfg, state, run_key, 1).cohort
+  cohort = simulation.round_inputs(plan, state, run_key, 1).cohort
   ids = np.asarray(cohort.indices)[np.asarray(cohort.mask, bool)]
   x = np.asarray(data.x)[ids].astype(np.float32) / 255.0
   y = np.asarray(data.y)[ids]
-  args = (model, state.weights, x, y, cfg.local_steps, cfg.batch_size, cfg.lr)
+  local = plan.local
+  args = (model, state.weights, x, y, local.steps, local.batch_size, local.lr)
   loop_clients = len(ids) if loop_clients is None else min(loop_clients, len(ids))
   runs, info, agree = {}, None, None
   if loop_clients:
@@ -361,11 +362,11 @@ def _torch_anchor(model, cfg, state, data, run_key, loop_clients: int | None,
   return _TorchAnchor(runs, loop_clients, len(ids), info, agree)
 
 
-def _stage_seconds(model, prep, state, data, run_key, t: int,
+def _stage_seconds(model, plan, state, data, run_key, t: int,
                    repeats: int) -> tuple[float, float, float]:
   """Local training (with the encoder), privacy + sum and server decode of
   round ``t``, each jitted and timed on its own (best of ``repeats``)."""
-  messages_fn, privacy_fn, decode_fn = stage_fns(model, prep, run_key, jnp.int32(t))
+  messages_fn, privacy_fn, decode_fn = stage_fns(model, plan, run_key, jnp.int32(t))
   msgs = jax.block_until_ready(messages_fn(state, data))
   total = jax.block_until_ready(privacy_fn(state, msgs))
   jax.block_until_ready(decode_fn(state, total))

@@ -50,7 +50,8 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, distributed, experiment, simulation  # noqa: E402
+from fedjax_dp import datasets, distributed, simulation  # noqa: E402
+from fedjax_dp.cli import sweep as experiment  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.cli import types  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
@@ -131,8 +132,9 @@ def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
   # public hospital, windows or images held out of the clients' data).
   other = datasets.get_dataset(args.dataset).public_source in datasets.DATASETS
   public = held_out_public(args) if other else fed.public
-  return simulation.prepare(experiment.model_for(args), run.scheme, fed.data, public,
-                            config).clip_norm
+  _, plan = simulation.prepare(experiment.model_for(args), run.scheme, fed.data, public,
+                               config)
+  return plan.clip_norm
 
 
 def calibrate(args, forward: list[str], name: str) -> list[tuple[float, float]]:

@@ -47,7 +47,8 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure([])  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, experiment, reproduction, runlock  # noqa: E402
+from fedjax_dp import datasets, reproduction, runlock  # noqa: E402
+from fedjax_dp.cli import sweep as experiment  # noqa: E402
 
 DEFAULT_OUT = "experiments/reference/reproduction"
 DEFAULT_REPORT = "docs/REPRODUCTION.md"

@@ -37,7 +37,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp import options
 from fedjax_dp.errors import ConfigError
+from fedjax_dp.options import setting
 
 from fedjax_dp.privacy.clipping import clip_by_l2_norm
 
@@ -55,9 +57,14 @@ class AggregatorConfig:
     norm_bound: M for ``norm-bound`` (> 0).
   """
 
-  name: str = "mean"
-  trim: float = 0.1
-  norm_bound: float | None = None
+  name: str = setting("mean", "the server's rule over the cohort's updates: mean, or a "
+                      "robust one needing the individual updates (median, trimmed-mean, "
+                      "norm-bound; thesis Sec. 3.3.2), refused with secure aggregation and "
+                      "with DP schemes", name="aggregator", choices=AGGREGATORS)
+  trim: float = setting(0.1, "trimmed-mean: fraction of values dropped at each end, in "
+                        "[0, 0.5)", options.number, name="trim_fraction")
+  norm_bound: float | None = setting(None, "norm-bound: every update scaled to L2 norm at "
+                                     "most this", options.number)
 
   def validate(self) -> None:
     """Raises ConfigError (one line, naming the field) for a bad setting."""
@@ -75,6 +82,19 @@ class AggregatorConfig:
   def robust(self) -> bool:
     """Whether the rule needs the individual updates (everything but the mean)."""
     return self.name != "mean"
+
+
+TITLE = "aggregation (robust rules against malicious clients; fedjax_dp.aggregators)"
+
+
+def from_options(values) -> AggregatorConfig | None:
+  """The rule of the options' values (``values``: by option name, as
+  ``options.declared(AggregatorConfig)`` names them); None for the mean (the
+  round's streamed sum)."""
+  if values["aggregator"] == "mean":
+    return None
+  return AggregatorConfig(**{o.setting: values[o.name]
+                             for o in options.declared(AggregatorConfig)})
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import client, keys
+from fedjax_dp import local_training, keys
 from fedjax_dp.data import ClientData, as_float
 from fedjax_dp.models import FlatModel
 
@@ -29,7 +29,7 @@ NUM_CALIBRATION_SUBSETS = 100  # UAI 2021, Section 4
 def topk_scores(model: FlatModel, w0: jax.Array, x: jax.Array, y: jax.Array,
                 steps: int, lr: float) -> jax.Array:
   """Accumulated |grad| over T_init public-data steps (UAI Sec. 3.1)."""
-  fn = jax.jit(functools.partial(client.accumulated_abs_gradients, model.loss,
+  fn = jax.jit(functools.partial(local_training.accumulated_abs_gradients, model.loss,
                                  steps=steps, lr=lr))
   return fn(w0, x, y)
 

@@ -16,7 +16,7 @@ along a path that names its purpose, so no two draws share a key:
 
 Client keys are folded in by *client id* (not slot), so a client's key in a
 round does not depend on where it sits in the cohort array. Canary clients
-(``fedjax_dp.canaries``) have ids N + j, so their keys never meet a real
+(``fedjax_dp.features.audit.canaries``) have ids N + j, so their keys never meet a real
 client's.
 """
 
@@ -122,3 +122,41 @@ def attacker_keys(rkey: jax.Array, client_ids: jax.Array) -> jax.Array:
   """Each given client's key for its own attack draw in the round of ``rkey``."""
   base = purpose(rkey, ATTACK_CLIENTS)
   return jax.vmap(lambda c: jax.random.fold_in(base, c))(client_ids)
+
+
+class Purpose(NamedTuple):
+  """A PRNG purpose, declared as data (a round feature's ``key_purposes``).
+
+  Attributes:
+    level: ``"run"`` (folded into the run key) or ``"round"`` (into a
+      round's key).
+    value: The integer folded in.
+    name: What the key draws.
+  """
+
+  level: str
+  value: int
+  name: str
+
+
+# The core's purposes; the round features declare theirs (``fedjax_dp.features``).
+CORE_PURPOSES = (
+    Purpose("run", INIT, "w0"), Purpose("run", SETUP, "setup"),
+    Purpose("run", ROUNDS, "rounds"), Purpose("round", SAMPLING, "sampling"),
+    Purpose("round", MASK, "mask"), Purpose("round", SERVER_NOISE, "server noise"),
+    Purpose("round", CLIENTS, "clients"), Purpose("round", SECURE_AGG, "secure aggregation"),
+    Purpose("round", DROPOUT, "dropouts"),
+)
+
+
+def check_purposes(purposes) -> None:
+  """Raises ValueError if two purposes (the core's and ``purposes``) fold the
+  same integer into the same key: their draws would be one."""
+  seen: dict[tuple[str, int], str] = {}
+  for p in (*CORE_PURPOSES, *purposes):
+    if p.level not in ("run", "round"):
+      raise ValueError(f"purpose {p.name!r}: level must be 'run' or 'round', got {p.level!r}")
+    taken = seen.setdefault((p.level, p.value), p.name)
+    if taken != p.name:
+      raise ValueError(f"purpose {p.name!r} folds {p.value} into the {p.level} key, as "
+                       f"{taken!r} does")

@@ -18,6 +18,11 @@ import math
 from typing import Any, Callable
 
 
+# Where a preset option's value comes from when it is not given.
+PRESET_SOURCES = {"scheme": "the scheme's preset, else the data set's setting",
+                  "dataset": "the data set's setting"}
+
+
 def number(text: str) -> float:
   """A finite number: ``nan``, ``inf``, ``-inf``, ``infinity`` refused (a
   non-finite hyper-parameter would train a non-finite model).
@@ -73,6 +78,17 @@ def positive_int(text: str) -> int:
   return value
 
 
+def non_negative_int(text: str) -> int:
+  """An int >= 0."""
+  try:
+    value = int(text)
+  except ValueError:
+    raise ValueError(f"takes an int, got {text!r}") from None
+  if value < 0:
+    raise ValueError(f"must be >= 0, got {text}")
+  return value
+
+
 def unit_interval(text: str) -> float:
   """A number in [0, 1).
 
@@ -87,6 +103,27 @@ def unit_interval(text: str) -> float:
   if not 0.0 <= value < 1.0:
     raise ValueError(f"must be in [0, 1), got {text}")
   return value
+
+
+def cohort(text: str) -> int | str:
+  """An int, or ``all`` (every client)."""
+  if text == "all":
+    return text
+  try:
+    return int(text)
+  except ValueError:
+    raise ValueError(f"takes an int or 'all', got {text!r}") from None
+
+
+def clip(text: str) -> float | str:
+  """A clip norm: a number > 0, ``calibrate`` or ``paper``."""
+  if text in ("calibrate", "paper"):
+    return text
+  try:
+    float(text)
+  except ValueError:
+    raise ValueError(f"takes a number, 'calibrate' or 'paper', got {text!r}") from None
+  return positive(text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +141,14 @@ class Option:
     default: The value when the setting is not given.
     help: One sentence or two for the user, the default included.
     choices: The values allowed (None: any that parses).
-    field: The scheme attribute the option sets, as the scheme's
-      ``validate`` names it in a :class:`~fedjax_dp.errors.ConfigError`
-      (default: ``name``), so that a front end names the option instead.
+    field: The setting the option sets, as the library names it in a
+      :class:`~fedjax_dp.errors.ConfigError` (a scheme's attribute, a
+      config's field; default: ``name``), so that a front end names the
+      option instead.
+    many: The option takes one value or more (a list).
+    preset: Where the value comes from when the option is not given (the
+      option's default is then None): ``"scheme"`` (the scheme's preset,
+      else the declared default), ``"dataset"`` (the data set's setting).
   """
 
   name: str
@@ -115,6 +157,25 @@ class Option:
   help: str = ""
   choices: tuple[str, ...] | None = None
   field: str | None = None
+  many: bool = False
+  preset: str | None = None
+
+  @property
+  def described(self) -> str:
+    """``help`` with the default stated from the declared value (none for
+    None, a switch's False, or a help that states its own)."""
+    default = self.default
+    if self.preset is not None:
+      return f"{self.help} (default: {PRESET_SOURCES[self.preset]})"
+    if default is None or default is False or "default" in self.help:
+      return self.help
+    if isinstance(default, (list, tuple)):
+      default = " ".join(map(str, default))
+    return f"{self.help} (default {default})"
+
+  def with_(self, **changes: Any) -> "Option":
+    """This option with some attributes changed."""
+    return dataclasses.replace(self, **changes)
 
   @property
   def flag(self) -> str:
@@ -127,5 +188,37 @@ class Option:
 
   @property
   def setting(self) -> str:
-    """The scheme attribute the option sets (``field``, else ``name``)."""
+    """The setting the option sets (``field``, else ``name``)."""
     return self.field or self.name
+
+
+def declared(cls: type) -> tuple[Option, ...]:
+  """The options a frozen config dataclass declares on its fields
+  (:func:`setting`), in field order; each option's default is the field's."""
+  out = []
+  for f in dataclasses.fields(cls):
+    option = f.metadata.get("option")
+    if option is not None:
+      missing = f.default is dataclasses.MISSING
+      default = None if option.preset is not None or missing else f.default
+      out.append(option.with_(name=option.name or f.name, default=default, field=f.name))
+  return tuple(out)
+
+
+def setting(default: Any, help: str, parse: Callable[[str], Any] = str, *,
+            name: str | None = None, choices: tuple[str, ...] | None = None,
+            preset: str | None = None) -> Any:
+  """A config dataclass field declared with its option: the field's default
+  is the option's (:func:`declared` reads them back).
+
+  Args:
+    default: The field's default.
+    help: What the setting does, without its default (stated from ``default``).
+    parse: As :class:`Option`'s.
+    name: The option's name where it differs from the field's
+      (``sampling`` for ``sampler``: ``--sampling``).
+    choices: The values allowed.
+    preset: As :class:`Option`'s.
+  """
+  return dataclasses.field(default=default, metadata={"option": Option(
+      name or "", parse, default, help, choices, preset=preset)})

@@ -166,7 +166,7 @@ _ATTACK_LABELS = {"class_accuracy": "accuracy on the attacked class",
 
 def plot_attack(records: list[dict], metric: str, path: str | os.PathLike,
                 title: str = "", with_accuracy: bool = False) -> pathlib.Path:
-  """A backdoor's ``metric`` (``fedjax_dp.attacks.METRICS``) at every
+  """A backdoor's ``metric`` (``fedjax_dp.features.attack.adversary.METRICS``) at every
   evaluated round, one line per run; with ``with_accuracy``, each run's
   model accuracy too (solid; the metric dashed), as thesis Figure 6.1.
 

@@ -113,7 +113,7 @@ def _attack_table(runs: list[dict]) -> str:
 
 
 def _audit_table(runs: list[dict]) -> str:
-  """The privacy audit of the audited runs (``fedjax_dp.canaries``), if any:
+  """The privacy audit of the audited runs (``fedjax_dp.features.audit.canaries``), if any:
   the accountant's epsilon after every round beside the canaries' estimate
   and lower bound, for each threat model."""
   audited = [r for r in runs if r.get("audit") is not None]

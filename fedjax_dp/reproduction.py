@@ -580,7 +580,7 @@ def _thesis_backdoor(number: str) -> Table:
 
 def _model_metric(kind: str) -> str:
   """The thesis' "model accuracy" under a backdoor: without the source class
-  for out-backdoor (``fedjax_dp.attacks.attack_metrics``), else all images."""
+  for out-backdoor (``fedjax_dp.features.attack.adversary.attack_metrics``), else all images."""
   return "main_accuracy" if kind == "out-backdoor" else "best_accuracy"
 
 

@@ -20,7 +20,7 @@ of ``capacity`` of the sampled clients) and :class:`Cohort` reports the
 untruncated size, so the truncation can be detected and accounted for
 (``TruncatedSubsampledGaussianDpEvent``, PLD accountant).
 
-Malicious clients (thesis Ch. 6, ``fedjax_dp.attacks``) may make up a set
+Malicious clients (thesis Ch. 6, ``fedjax_dp.features.attack.adversary``) may make up a set
 share of every cohort (:class:`Malicious`): the honest clients are then
 sampled exactly as above among the honest ones (Poisson at rate q, or
 |K| - m of them without replacement), and m of the malicious pool join so

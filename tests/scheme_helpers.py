@@ -1,8 +1,12 @@
-"""The round's aggregation for a few messages, outside the round (test helper)."""
+"""Test helpers: the round's aggregation for a few messages, and a round's
+plan and a feature's run view built outside ``simulation.prepare``."""
 
+import jax
 import jax.numpy as jnp
 
+from fedjax_dp import simulation
 from fedjax_dp.privacy import noise
+from tiny_model import tiny_linear
 
 
 def privatized_sum(scheme, messages, slot_mask, noise_keys, clip_norm, noise_multiplier):
@@ -19,3 +23,37 @@ def privatized_sum(scheme, messages, slot_mask, noise_keys, clip_norm, noise_mul
   else:
     total = noise.masked_sum(contribs, slot_mask)
   return total.astype(jnp.float32), clipped
+
+
+def round_plan(scheme, *, num_clients, clients_per_round, capacity, num_kept, local_steps,
+               batch_size, lr, sampler="poisson", noise_multiplier=0.0, clip_norm=1.0,
+               secure_bits=None, secure_scale=1.0, client_chunk=None, mesh=None,
+               features=(), feature_slots=(), **settings):
+  """A ``simulation.Plan`` built by hand, for a round outside ``simulation.prepare``.
+
+  The local training, the cohort and sigma go to the plan's ``RunConfig``
+  (``settings``: any other flat setting of ``RunConfig.of``); as ``prepare``
+  resolves them, a scheme without DP gets no clip norm and sigma 0.
+  """
+  config = simulation.RunConfig.of(clients_per_round=clients_per_round,
+                                   local_steps=local_steps, batch_size=batch_size, lr=lr,
+                                   sampler=sampler, noise_multiplier=noise_multiplier,
+                                   **settings)
+  dp = scheme.traits.dp
+  return simulation.Plan(config=config, scheme=scheme, num_clients=num_clients,
+                         num_kept=num_kept, capacity=capacity,
+                         clip_norm=clip_norm if dp else None,
+                         noise_multiplier=noise_multiplier if dp else 0.0,
+                         client_chunk=client_chunk, mesh=mesh, features=features,
+                         feature_slots=feature_slots,
+                         comm=simulation.Communication(secure_bits, secure_scale))
+
+
+def run_view(scheme, config, num_clients=600, model=None, samples_per_client=10,
+             run_key=None, clip_norm=None):
+  """The ``features.RunView`` a run of ``config`` shows its features
+  (``simulation.validate``'s, which checks the config first), with S = ``clip_norm``."""
+  model = tiny_linear() if model is None else model
+  run_key = jax.random.PRNGKey(0) if run_key is None else run_key
+  view = simulation.validate(config, scheme, model, num_clients, samples_per_client, run_key)
+  return view._replace(clip_norm=clip_norm)

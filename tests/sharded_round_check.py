@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 from fedjax_dp import sharding, simulation  # noqa: E402
 from fedjax_dp.compression import masks  # noqa: E402
 from fedjax_dp.schemes import get_scheme  # noqa: E402
+from scheme_helpers import round_plan  # noqa: E402
 from tiny_model import tiny_linear  # noqa: E402
 
 
@@ -25,15 +26,15 @@ def rounds(model, scheme_name, mesh, data, capacity, steps, num_rounds=2):
   scheme = get_scheme(scheme_name)
   n = model.num_params
   k = scheme.num_values(n, 0.05)
-  cfg = simulation.RoundConfig(
-      scheme=scheme, num_clients=int(data.x.shape[0]), clients_per_round=capacity - 2,
+  plan = round_plan(
+      scheme, num_clients=int(data.x.shape[0]), clients_per_round=capacity - 2,
       capacity=capacity, sampler="poisson", num_kept=k, local_steps=steps, batch_size=5,
       lr=0.1, noise_multiplier=1.0, clip_norm=0.5, mesh=mesh)
   fixed = (masks.random_indices(jax.random.PRNGKey(1), n, k) if scheme.uses_ratio
            else jnp.zeros((0,), jnp.int32))
   state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), fixed)
   state, data, key = sharding.replicate((state, data, jax.random.PRNGKey(2)), mesh)
-  fn = simulation.make_rounds_fn(model, cfg, num_rounds)
+  fn = simulation.make_rounds_fn(model, plan, num_rounds)
   state, infos = fn(state, data, key, jnp.int32(1))
   sampled = np.asarray(infos.num_sampled)
   state, infos = fn(state, data, key, jnp.int32(1 + num_rounds))  # no recompilation

@@ -13,6 +13,7 @@ from fedjax_dp import features, simulation
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig, update_noise_multiplier
 from fedjax_dp.schemes import get_scheme
+from scheme_helpers import run_view
 from tiny_model import tiny_linear
 
 _CFG = simulation.RunConfig.of(ratio=1.0, rounds=3, clients_per_round=20, eval_every=1,
@@ -42,12 +43,8 @@ def test_updates_and_count_together_cost_the_runs_sigma():
 
 
 def _feature(cfg, scheme_name="FL-STD-DP", clip=2.0):
-  scheme = get_scheme(scheme_name)
-  model = tiny_linear()
-  mechanism = scheme.mechanism(cfg.privacy.noise_multiplier, model.num_params, cfg.local, 10)
-  ctx = features.Context(cfg, scheme, 600, model.num_params, model.num_params, mechanism,
-                         jax.random.PRNGKey(0), clip_norm=clip)
-  return features.adaptive_clip.AdaptiveClip(cfg.feature("adaptive_clip"), ctx)
+  run = run_view(get_scheme(scheme_name), cfg, num_clients=600, clip_norm=clip)
+  return features.adaptive_clip.AdaptiveClip(cfg.feature("adaptive_clip"), run)
 
 
 def test_the_count_is_released_with_noise_sigma_b():
@@ -57,7 +54,7 @@ def test_the_count_is_released_with_noise_sigma_b():
   cfg = _CFG.replace(adaptive_clip=AdaptiveClipConfig(clip_lr=0.2))
   feature = _feature(cfg)
   assert feature.count_noise == 1.0
-  state = feature.init(None)[0]
+  state = feature.init()[0]
   noise = features.Noise(2.0, 1.0, jnp.int32(20))
 
   def step(key):
@@ -84,10 +81,10 @@ def test_the_round_noises_updates_at_z_delta_and_at_the_tracked_clip(small_feder
   data, _, public = small_federation
   cfg = _CFG.replace(lr=1e-12, adaptive_clip=AdaptiveClipConfig(count_noise=0.6))
   model = tiny_linear()
-  prep = simulation.prepare(model, get_scheme("FL-STD-DP"), data, public, cfg)
-  fn = jax.jit(simulation.make_round_fn(model, prep.round_cfg))
-  state, _ = fn(prep.state, data, jax.random.PRNGKey(0), jnp.int32(1))
-  diff = np.asarray(state.weights - prep.state.weights, np.float64)
+  state0, plan = simulation.prepare(model, get_scheme("FL-STD-DP"), data, public, cfg)
+  fn = jax.jit(simulation.make_round_fn(model, plan))
+  state, _ = fn(state0, data, jax.random.PRNGKey(0), jnp.int32(1))
+  diff = np.asarray(state.weights - state0.weights, np.float64)
   z_delta = update_noise_multiplier(1.0, 0.6)
   for z, accepted in ((z_delta, True), (1.0, False)):
     stat = np.sum(diff ** 2) / (5.0 * z / 20) ** 2
@@ -141,7 +138,8 @@ def test_a_feature_is_one_registry_line():
   cfg = simulation.RunConfig.of(adaptive_clip=AdaptiveClipConfig(clip_lr=0.1))
   assert cfg.feature("adaptive_clip") == AdaptiveClipConfig(clip_lr=0.1)
   assert cfg.feature("audit") is None and cfg.replace(adaptive_clip=None).features == ()
-  assert features.REGISTRY["adaptive_clip"].config is AdaptiveClipConfig
+  assert features.REGISTRY["adaptive_clip"] is features.adaptive_clip.AdaptiveClip
+  assert features.REGISTRY["adaptive_clip"].config_type is AdaptiveClipConfig
   with pytest.raises(TypeError, match="not a registered feature config"):
     simulation.RunConfig.of(features=(object(),))
   with pytest.raises(ConfigError, match="adaptive_clip is given more than once"):
@@ -151,9 +149,9 @@ def test_a_feature_is_one_registry_line():
 def test_the_command_line_runs_it_and_names_its_flags(tmp_path, capsys):
   """--adaptive-clip and its options reach the record; misuse is one line, exit 2."""
   import json
-  from fedjax_dp import experiment
+  from fedjax_dp.cli import sweep
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--dataset", "medical-synth", "--schemes", "FL-STD-DP", "--rounds", "2",
       "--num-clients", "60", "--samples-per-client", "10", "--clients-per-round", "6",
       "--local-steps", "1", "--test-size", "100", "--quiet", "--adaptive-clip",
@@ -165,12 +163,12 @@ def test_the_command_line_runs_it_and_names_its_flags(tmp_path, capsys):
   assert run["history"][0]["clip_norm"] == pytest.approx(run["clip_norm"])
   for args, needle in ((["--schemes", "FL-STD", "--adaptive-clip"],
                         "--adaptive-clip tracks the clip norm"),
-                       (["--clip-lr", "0.1"], "need --adaptive-clip"),
+                       (["--clip-lr", "0.1"], "--clip-lr needs --adaptive-clip"),
                        (["--adaptive-clip", "--clip-quantile", "2"],
                         "--clip-quantile must be in [0, 1], got 2"),
                        (["--schemes", "FL-TOP-DP", "--adaptive-clip", "--clip-count-noise", "0.5"],
                         "--clip-count-noise 0.5 leaves no noise for the updates")):
-    assert experiment.main([*args, "--out", str(tmp_path / "bad")]) == 2
+    assert sweep.main([*args, "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
   assert not (tmp_path / "bad").exists()

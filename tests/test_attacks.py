@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from fedjax_dp import attacks, keys, sampling, simulation
+from fedjax_dp import keys, sampling, simulation
 from fedjax_dp.features import attack as attack_feature
-from fedjax_dp.attacks import AttackConfig
+from fedjax_dp.features.attack import adversary
+from fedjax_dp.features.attack.adversary import AttackConfig
 from fedjax_dp.data.partitioning import PADDING_LABEL
 from fedjax_dp.schemes import get_scheme
 from tiny_model import tiny_linear
@@ -21,7 +22,7 @@ from tiny_model import tiny_linear
     ("t-shirt:trouser", "fashion-mnist", (0, 1)), (" 0 : 1 ", "mnist", (0, 1)),
 ])
 def test_backdoor_classes_by_index_or_name(text, dataset, want):
-  assert attacks.parse_backdoor(text, dataset) == want
+  assert adversary.parse_backdoor(text, dataset) == want
 
 
 @pytest.mark.parametrize("text,dataset,match", [
@@ -34,7 +35,7 @@ def test_backdoor_classes_by_index_or_name(text, dataset, want):
 ])
 def test_bad_backdoors(text, dataset, match):
   with pytest.raises(ValueError, match=match):
-    attacks.parse_backdoor(text, dataset)
+    adversary.parse_backdoor(text, dataset)
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -66,17 +67,17 @@ def test_valid_settings_and_collusion():
 
 def test_malicious_set_is_a_fixed_fraction_drawn_from_the_key():
   key = jax.random.PRNGKey(0)
-  a = np.asarray(attacks.malicious_set(key, 1000, 0.1))
+  a = np.asarray(adversary.malicious_set(key, 1000, 0.1))
   assert a.sum() == 100 and a.dtype == bool
-  np.testing.assert_array_equal(a, attacks.malicious_set(key, 1000, 0.1))
-  assert not np.array_equal(a, attacks.malicious_set(jax.random.PRNGKey(1), 1000, 0.1))
-  assert int(attacks.malicious_set(key, 10, 0.0).sum()) == 0
+  np.testing.assert_array_equal(a, adversary.malicious_set(key, 1000, 0.1))
+  assert not np.array_equal(a, adversary.malicious_set(jax.random.PRNGKey(1), 1000, 0.1))
+  assert int(adversary.malicious_set(key, 10, 0.0).sum()) == 0
 
 
 # ------------------------------------------------------- who joins a round
 
 def _pool_cohorts(sampler, fraction=0.1, num_clients=1000, rate=0.1, trials=400):
-  pool = attacks.malicious_set(jax.random.PRNGKey(0), num_clients, fraction)
+  pool = adversary.malicious_set(jax.random.PRNGKey(0), num_clients, fraction)
   share = sampling.Malicious(pool, fraction)
   ks = jax.random.split(jax.random.PRNGKey(1), trials)
   cohorts = jax.vmap(lambda k: sampling.sample_cohort(k, num_clients, rate, 160, sampler,
@@ -126,9 +127,9 @@ def test_a_pool_too_small_for_its_share_of_a_fixed_cohort_is_refused():
 
 def test_fixed_selection_samples_the_pool_like_everyone():
   fixed = AttackConfig("random-update", 0.3, selection="fixed")
-  assert attacks.cohort_share(jax.random.PRNGKey(0), 100, fixed) is None
-  assert attacks.cohort_share(jax.random.PRNGKey(0), 100, None) is None
-  share = attacks.cohort_share(jax.random.PRNGKey(0), 100, dataclasses.replace(
+  assert adversary.cohort_share(jax.random.PRNGKey(0), 100, fixed) is None
+  assert adversary.cohort_share(jax.random.PRNGKey(0), 100, None) is None
+  share = adversary.cohort_share(jax.random.PRNGKey(0), 100, dataclasses.replace(
       fixed, selection="cohort"))
   assert int(share.pool.sum()) == 30 and share.fraction == 0.3
   with pytest.raises(ValueError, match="selection 'some' is unknown"):
@@ -148,7 +149,7 @@ def _federation():
 def test_in_backdoor_relabels_only_the_malicious_source_examples():
   x, y, mal = _federation()
   cfg = AttackConfig("in-backdoor", 0.3, source=5, target=7)
-  px, py = attacks.poison_labels(x, y, mal, cfg)
+  px, py = adversary.poison_labels(x, y, mal, cfg)
   np.testing.assert_array_equal(px, x)
   assert not (py[mal] == 5).any()
   np.testing.assert_array_equal(py[~mal], y[~mal])  # honest clients untouched
@@ -160,7 +161,7 @@ def test_in_backdoor_relabels_only_the_malicious_source_examples():
 def test_out_backdoor_removes_the_source_class_from_every_honest_client():
   x, y, mal = _federation()
   cfg = AttackConfig("out-backdoor", 0.3, source=0, target=1)
-  px, py = attacks.poison_labels(x, y, mal, cfg)
+  px, py = adversary.poison_labels(x, y, mal, cfg)
   assert not (py == 0).any()  # honest: removed; malicious: relabelled
   for k in range(6):
     real = py[k] != PADDING_LABEL
@@ -180,16 +181,16 @@ def test_out_backdoor_removes_the_source_class_from_every_honest_client():
 def test_out_backdoor_gives_the_honest_clients_source_class_to_the_attackers():
   x, y, mal = _federation()
   cfg = AttackConfig("out-backdoor", 0.3, source=0, target=1)
-  given = attacks.out_backdoor_pool(y, mal, cfg)
+  given = adversary.out_backdoor_pool(y, mal, cfg)
   want = [(k, i) for k in range(6) for i in range(40) if not mal[k] and y[k, i] == 0]
   assert want and [tuple(r) for r in given] == want  # every honest 0, none of theirs
-  assert attacks.out_backdoor_pool(y, mal, AttackConfig("in-backdoor", 0.3, source=0,
-                                                        target=1)) is None
+  assert adversary.out_backdoor_pool(y, mal, AttackConfig("in-backdoor", 0.3, source=0,
+                                                          target=1)) is None
 
 
 def test_other_attacks_leave_the_data_alone():
   x, y, mal = _federation()
-  px, py = attacks.poison_labels(x, y, mal, AttackConfig("random-update", 0.3))
+  px, py = adversary.poison_labels(x, y, mal, AttackConfig("random-update", 0.3))
   assert px is x and py is y
 
 
@@ -197,10 +198,10 @@ def test_metrics_use_the_source_class_test_images():
   labels = np.array([5, 5, 5, 5, 1, 2, 7, 7])
   preds = np.array([5, 7, 7, 3, 1, 2, 7, 0])
   cfg = AttackConfig("in-backdoor", 0.1, source=5, target=7)
-  m = attacks.attack_metrics(preds, labels, cfg)
+  m = adversary.attack_metrics(preds, labels, cfg)
   assert m == {"accuracy": 4 / 8, "class_accuracy": 0.25, "attack_accuracy": 0.5,
                "main_accuracy": 3 / 4}  # 1, 2, 7 right; the 7 taken for a 0 wrong
-  assert attacks.attack_metrics(preds, labels, None) == {"accuracy": 4 / 8}
+  assert adversary.attack_metrics(preds, labels, None) == {"accuracy": 4 / 8}
 
 
 # ------------------------------------------------------------- in the round
@@ -231,19 +232,17 @@ def _messages(small_federation, name, attack):
   data, _, public = small_federation
   cfg = _CFG.replace(attack=attack)
   model, scheme = tiny_linear(), get_scheme(name)
-  prep = simulation.prepare(model, scheme, data, public, cfg)
-  rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
-  inputs, attacked = _attacked_round(rc, prep, cfg)
-  sent = attack_feature.attack_messages(model, rc, cfg.feature("attack"), prep.state.weights,
+  state, plan = simulation.prepare(model, scheme, data, public, cfg)
+  inputs, attacked = _attacked_round(plan, state)
+  sent = attack_feature.attack_messages(model, plan, cfg.feature("attack"), state.weights,
                                         inputs, attacked.attackers, data)
   return np.asarray(sent(inputs.cohort.indices)), (inputs, attacked)
 
 
-def _attacked_round(rc, prep, cfg):
+def _attacked_round(plan, state):
   """Round 1's inputs and the attack feature's round value (roles, attackers)."""
-  inputs = simulation.round_inputs(rc, prep.state, keys.run_key(cfg.training.seed),
-                                   jnp.int32(1))
-  at = [f.kind for f in rc.features].index("attack")
+  inputs = simulation.round_inputs(plan, state, plan.run_key, jnp.int32(1))
+  at = [f.kind for f in plan.features].index("attack")
   return inputs, inputs.features[at]
 
 
@@ -281,17 +280,16 @@ def _pooled_messages(small_federation, name, attack, **kw):
   data, _, public = small_federation
   cfg = _CFG.replace(attack=attack, **kw)
   model, scheme = tiny_linear(), get_scheme(name)
-  prep = simulation.prepare(model, scheme, data, public, cfg)
-  rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
-  inputs, attacked = _attacked_round(rc, prep, cfg)
-  sent = attack_feature.attack_messages(model, rc, attack, prep.state.weights, inputs,
+  state, plan = simulation.prepare(model, scheme, data, public, cfg)
+  inputs, attacked = _attacked_round(plan, state)
+  sent = attack_feature.attack_messages(model, plan, attack, state.weights, inputs,
                                         attacked.attackers, data)
   message = np.asarray(sent(inputs.cohort.indices))[0]
   ids = np.asarray(attacked.attackers)
   x = jnp.asarray(data.x)[ids].reshape((-1,) + data.x.shape[2:]).astype(jnp.float32)
   if data.x.dtype == jnp.uint8:  # stored as bytes, trained on [0, 1]
     x = x / 255.0
-  return message, (x, jnp.asarray(data.y)[ids].reshape(-1)), model, prep.state.weights, cfg
+  return message, (x, jnp.asarray(data.y)[ids].reshape(-1)), model, state.weights, cfg
 
 
 def test_epochs_pool_training_passes_over_the_pool_as_often_as_a_client_over_its_rows(
@@ -299,14 +297,14 @@ def test_epochs_pool_training_passes_over_the_pool_as_often_as_a_client_over_its
   """pool_training="epochs": T_gd steps for each client's worth of pooled
   rows (rounded up), the same message as the clients' training with that
   many steps; the default "steps" runs the clients' T_gd."""
-  assert attacks.pooled_steps(5, 100, 10) == 50 and attacks.pooled_steps(5, 105, 10) == 53
+  assert adversary.pooled_steps(5, 100, 10) == 50 and adversary.pooled_steps(5, 105, 10) == 53
   attack = AttackConfig("in-backdoor", 0.3, source=5, target=7)
   assert attack.pool_training == "steps"
   by_steps, (x, _), *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=2)
   by_epochs, *_ = _pooled_messages(
       small_federation, "FL-STD", dataclasses.replace(attack, pool_training="epochs"),
       local_steps=2)
-  steps = attacks.pooled_steps(2, x.shape[0], small_federation[0].x.shape[1])
+  steps = adversary.pooled_steps(2, x.shape[0], small_federation[0].x.shape[1])
   assert steps == 2 * x.shape[0] // small_federation[0].x.shape[1] >= 4
   longer, *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=steps)
   np.testing.assert_array_equal(by_epochs, longer)
@@ -337,12 +335,11 @@ def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clie
   data, _, public = small_federation
   attack = AttackConfig("out-backdoor", 0.3, source=0, target=1)
   cfg = _CFG.replace(attack=attack, local_steps=1, batch_size=100_000)
-  poisoned = attack_feature.poisoned(data, attack, cfg.training.seed)
+  poisoned = attack_feature.poisoned(data, attack, keys.run_key(cfg.training.seed))
   model, scheme = tiny_linear(), get_scheme("FL-STD")
-  prep = simulation.prepare(model, scheme, poisoned, public, cfg)
-  rc = dataclasses.replace(prep.round_cfg, scheme=prep.scheme)
-  inputs, attacked = _attacked_round(rc, prep, cfg)
-  sent = attack_feature.attack_messages(model, rc, attack, prep.state.weights, inputs,
+  state, plan = simulation.prepare(model, scheme, poisoned, public, cfg)
+  inputs, attacked = _attacked_round(plan, state)
+  sent = attack_feature.attack_messages(model, plan, attack, state.weights, inputs,
                                         attacked.attackers, poisoned)
   message = np.asarray(sent(inputs.cohort.indices))[0]
   ids = np.asarray(attacked.attackers)
@@ -354,7 +351,7 @@ def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clie
   pool_x = jnp.concatenate([poisoned.x[ids].reshape((-1,) + data.x.shape[2:]),
                             poisoned.attacker_x]).astype(jnp.float32) / 255.0
   pool_y = jnp.concatenate([poisoned.y[ids].reshape(-1), poisoned.attacker_y])
-  grad = jax.grad(model.loss)(prep.state.weights, pool_x, pool_y)
+  grad = jax.grad(model.loss)(state.weights, pool_x, pool_y)
   np.testing.assert_allclose(message, -cfg.training.lr * grad, rtol=1e-4, atol=1e-6)
 
 
@@ -388,8 +385,8 @@ def test_backdoor_run_reports_class_and_attack_accuracy(small_federation):
       record["history"], key=lambda h: (h["accuracy"], -h["round"]))["attack_accuracy"]
   # The data the run trained on: no honest client holds the source class.
   data = small_federation[0]
-  poisoned = attack_feature.poisoned(data, attack, _CFG.training.seed)
-  malicious = np.asarray(attacks.malicious_set(
+  poisoned = attack_feature.poisoned(data, attack, keys.run_key(_CFG.training.seed))
+  malicious = np.asarray(adversary.malicious_set(
       keys.purpose(keys.run_key(0), keys.MALICIOUS), data.y.shape[0], 0.2))
   y = np.asarray(poisoned.y)
   assert not (y == 0).any() and malicious.sum() == 120
@@ -442,20 +439,18 @@ def test_attackers_who_skip_their_noise_send_boosted_messages(small_federation):
                         skip_noise=True)  # an int boost: int8 signs must not wrap
   cfg = _CFG.replace(rounds=1, attack=attack)
   model, scheme = tiny_linear(), get_scheme("FL-SIGN-DP")
-  prep = simulation.prepare(model, scheme, data, public, cfg)
-  rc = prep.round_cfg
-  inputs, attacked = _attacked_round(rc, prep, cfg)
-  agg = simulation.make_aggregate_fn(model, rc)(prep.state.weights, inputs, data,
-                                                prep.state.features)
+  state, plan = simulation.prepare(model, scheme, data, public, cfg)
+  inputs, attacked = _attacked_round(plan, state)
+  agg = simulation.make_aggregate_fn(model, plan)(state.weights, inputs, data, state.features)
   sent, _ = _messages(small_federation, "FL-SIGN-DP", attack)
   roles = np.asarray(attacked.roles)
   assert set(np.unique(sent[roles])) <= {-1, 1}  # signs, boosted after encoding
   honest = dataclasses.replace(attack, fraction=0.0)
-  prep0 = simulation.prepare(model, scheme, data, public, cfg.replace(attack=honest))
-  inputs0 = simulation.round_inputs(prep0.round_cfg, prep0.state,
-                                    keys.run_key(cfg.training.seed), jnp.int32(1))
-  total0 = simulation.make_aggregate_fn(model, prep0.round_cfg)(
-      prep0.state.weights, inputs0, data, prep0.state.features).total
+  state0, plan0 = simulation.prepare(model, scheme, data, public, cfg.replace(attack=honest))
+  inputs0 = simulation.round_inputs(plan0, state0, keys.run_key(cfg.training.seed),
+                                    jnp.int32(1))
+  total0 = simulation.make_aggregate_fn(model, plan0)(
+      state0.weights, inputs0, data, state0.features).total
   # The attackers' 5000 * sign dominate the sum of the honest noisy signs.
   diff = np.asarray(agg.total) - np.asarray(total0)
   assert np.abs(diff).max() > 0.8 * 5000 * roles.sum()

@@ -1,4 +1,5 @@
-"""The canary audit (fedjax_dp.canaries) in the round: estimates, faults, errors."""
+"""The canary audit (fedjax_dp.features.audit.canaries) in the round: estimates, faults,
+errors."""
 
 import dataclasses
 
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedjax_dp import canaries, keys, simulation
+from fedjax_dp import keys, simulation
+from fedjax_dp.features.audit import canaries
 from fedjax_dp.privacy import audit as audit_stats
 from fedjax_dp.privacy import noise
 from fedjax_dp.privacy.clipping import clip_by_l2_norm
@@ -116,26 +118,25 @@ def test_canaries_join_like_clients_and_leave_honest_keys_alone(small_federation
   """Canary j is client N + j; the real cohort and its keys are the run's without."""
   data, _, public = small_federation
   model, scheme = tiny_linear(), get_scheme("FL-TOP-DP")
-  plain = simulation.prepare(model, scheme, data, public, _CFG.replace(audit=None,
-                                                                              ratio=0.05))
-  audited = simulation.prepare(model, scheme, data, public, _CFG.replace(ratio=0.05))
-  rc = audited.round_cfg
-  assert sum(rc.feature_slots) > 0 and rc.capacity == plain.round_cfg.capacity
+  plain_state, plain = simulation.prepare(model, scheme, data, public,
+                                          _CFG.replace(audit=None, ratio=0.05))
+  state, plan = simulation.prepare(model, scheme, data, public, _CFG.replace(ratio=0.05))
+  assert sum(plan.feature_slots) > 0 and plan.capacity == plain.capacity
   key, t = keys.run_key(0), jnp.int32(3)
-  a = simulation.round_inputs(plain.round_cfg, plain.state, key, t)
-  b = simulation.round_inputs(rc, audited.state, key, t)
-  cap = rc.capacity
+  a = simulation.round_inputs(plain, plain_state, key, t)
+  b = simulation.round_inputs(plan, state, key, t)
+  cap = plan.capacity
   np.testing.assert_array_equal(a.cohort.indices, b.cohort.indices[:cap])
   np.testing.assert_array_equal(a.noise_keys, b.noise_keys[:cap])
   canary_ids = np.asarray(b.cohort.indices[cap:])[np.asarray(b.cohort.mask[cap:])]
   assert (canary_ids >= 600).all()
-  assert np.asarray(audited.feature_state("audit").inserted)[canary_ids - 600].all()
+  audit = plan.feature_state("audit", state.features)
+  assert np.asarray(audit.inserted)[canary_ids - 600].all()
   # A canary sends its direction at 10 S in the message space (k values): clipped to S.
-  sent = canaries.messages(audited.feature_state("audit"), jnp.arange(3), rc.clip_norm, False,
-                           jnp.float32)
-  assert sent.shape == (3, audited.num_values)
+  sent = canaries.messages(audit, jnp.arange(3), plan.clip_norm, False, jnp.float32)
+  assert sent.shape == (3, plan.num_kept)
   np.testing.assert_allclose(np.linalg.norm(sent, axis=1), canaries.CANARY_NORM
-                             * rc.clip_norm, rtol=1e-5)
+                             * plan.clip_norm, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name,kw", [

@@ -18,6 +18,7 @@ from fedjax_dp.privacy import accounting, per_sample
 from fedjax_dp.privacy import analytic_gaussian as agm
 from fedjax_dp.schemes import LocalTraining, get_scheme
 from fedjax_dp.schemes import cdp_lq
+from scheme_helpers import round_plan
 from tiny_model import tiny_linear
 
 CDP_LQ = get_scheme("cdp-lq")
@@ -269,13 +270,13 @@ def test_the_measured_stream_is_what_the_round_sends(small_federation):
   data = simulation.ClientData(small_federation[0].x[:1], small_federation[0].y[:1])
   model = tiny_linear()
   scheme = _bound(CDP_LQ, batch_capacity=8)
-  cfg = simulation.RoundConfig(scheme=scheme, num_clients=1, clients_per_round=1,
-                               capacity=1, sampler="poisson", num_kept=model.num_params,
-                               local_steps=1, batch_size=4, lr=0.2)
+  plan = round_plan(scheme, num_clients=1, clients_per_round=1, capacity=1,
+                    sampler="poisson", num_kept=model.num_params, local_steps=1,
+                    batch_size=4, lr=0.2)
   state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32))
   run_key, t = jax.random.PRNGKey(8), jnp.int32(1)
-  streams, real = simulation.make_stream_fn(model, cfg, 1)(state, data, run_key, t)
-  new, _ = jax.jit(simulation.make_round_fn(model, cfg))(state, data, run_key, t)
+  streams, real = simulation.make_stream_fn(model, plan, 1)(state, data, run_key, t)
+  new, _ = jax.jit(simulation.make_round_fn(model, plan))(state, data, run_key, t)
   assert bool(real[0])
   train_key = keys.client_keys(keys.round_key(run_key, t), jnp.zeros(1, jnp.int32))[0][0]
   lat = scheme.quantizer

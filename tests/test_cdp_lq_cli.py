@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fedjax_dp import experiment
+from fedjax_dp.cli import sweep as experiment
 
 SWEEP = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "sweep.py"
 

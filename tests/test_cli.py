@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from fedjax_dp import experiment, runlock
+from fedjax_dp import runlock
+from fedjax_dp.cli import sweep
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "experiments" / "sweep.py"
@@ -40,7 +41,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
   assert not (tmp_path / "out").exists()
 
 
-# The rest through ``experiment.main``, which the script runs (the cases above
+# The rest through ``sweep.main``, which the script runs (the cases above
 # show that its exit code and message are the script's).
 @pytest.mark.parametrize("args,needle", [
     (["--ratio", "1.5"], "--ratio must be in (0, 1]"),
@@ -57,9 +58,10 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "unknown class 'Cat' of fashion-mnist"),
     (["--attack", "random-update", "--malicious-fraction", "1"],
      "--malicious-fraction must be in [0, 1)"),
-    (["--malicious-fraction", "0.1"],
-     "--malicious-fraction, --backdoor, --attackers-skip-noise and --pool-training need "
-     "--attack"),
+    (["--malicious-fraction", "0.1"], "--malicious-fraction needs --attack"),
+    (["--boost", "3"], "--boost needs --attack"),
+    (["--clip-lr", "0.1"], "--clip-lr needs --adaptive-clip"),
+    (["--audit-confidence", "0.9"], "--audit-confidence needs --audit-canaries"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--attackers-skip-noise",
       "--schemes", "FL-STD"], "--attackers-skip-noise applies to DP schemes; FL-STD adds no noise"),
     (["--attack", "random-update", "--malicious-fraction", "0.1", "--max-cohort", "120",
@@ -89,7 +91,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
 ])
 def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
   out = tmp_path / "out"
-  assert experiment.main([*args, "--out", str(out)]) == 2
+  assert sweep.main([*args, "--out", str(out)]) == 2
   err = capsys.readouterr().err
   lines = err.strip().splitlines()
   assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("sweep.py: error: "), err
@@ -113,10 +115,10 @@ def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys)
     (["--dataset", "medical-synth", "--public-size", "5"], "--public-size must be even"),
 ])
 def test_bad_data_flags_are_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
-  """The data flags' errors, through ``experiment.main`` (the subprocess
+  """The data flags' errors, through ``sweep.main`` (the subprocess
   tests above show that main's exit code and message are the script's)."""
   out = tmp_path / "out"
-  assert experiment.main([*args, "--out", str(out)]) == 2
+  assert sweep.main([*args, "--out", str(out)]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and needle in err[0] and err[0].startswith("sweep.py: error: ")
   assert not out.exists()
@@ -140,7 +142,7 @@ def test_bad_data_flags_are_one_line_exit_2_in_process(args, needle, tmp_path, c
 ])
 def test_non_finite_floats_are_refused(args, message, tmp_path, capsys):
   out = tmp_path / "out"
-  assert experiment.main([*args, "--out", str(out)]) == 2
+  assert sweep.main([*args, "--out", str(out)]) == 2
   assert capsys.readouterr().err.splitlines() == [f"sweep.py: error: {message}"]
   assert not out.exists()
 
@@ -149,7 +151,7 @@ def test_every_float_flag_refuses_nan_and_inf():
   """Each flag that parses a float (the families' own included) refuses
   the non-finite ones with the flag's one-line message."""
   floats = 0
-  for action in experiment.build_parser()._actions:  # pylint: disable=protected-access
+  for action in sweep.build_parser()._actions:  # pylint: disable=protected-access
     if action.type is None or not action.option_strings:
       continue
     parsed = []
@@ -173,7 +175,7 @@ def test_a_batch_above_a_clients_examples_is_the_whole_client(tmp_path, capsys):
   medical-synth's class-balanced hospitals (here 2 to 6 patients of
   --samples-per-client 10) hold fewer than |B| = 10."""
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--dataset", "medical-synth", "--schemes", "FL-STD", "--rounds", "1",
       "--num-clients", "60", "--samples-per-client", "10", "--batch-size", "10",
       "--clients-per-round", "3", "--local-steps", "1", "--quiet", "--test-size", "100",
@@ -182,7 +184,7 @@ def test_a_batch_above_a_clients_examples_is_the_whole_client(tmp_path, capsys):
   run = json.loads((out / "results.json").read_text())["runs"][0]
   assert run["batch_size"] == 10 and run["samples_per_client"] == 10
   assert run["data_summary"]["size_max"] < 10 and run["best_accuracy"] >= 0
-  fedsmp = experiment.plan(experiment.build_parser().parse_args(["--schemes", "Fed-SMP-topk"]))
+  fedsmp = sweep.plan(sweep.build_parser().parse_args(["--schemes", "Fed-SMP-topk"]))
   assert fedsmp[0].setting["batch_size"] == 10 and fedsmp[0].setting["samples_per_client"] == 9
 
 
@@ -198,7 +200,7 @@ def test_missing_data_is_one_line_exit_2(tmp_path):
 
 def test_small_sweep_writes_table_json_and_csv(tmp_path, capsys):
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--ratio", "0.005", "--schemes", "fl-top-dp", "FL-STD", "--rounds", "2",
       "--num-clients", "120", "--clients-per-round", "8", "--out", str(out), "--quiet",
       "--test-size", "1000", "--plot"])
@@ -233,7 +235,7 @@ def test_medical_synth_sweep_reports_balanced_accuracy_and_auroc(tmp_path, capsy
   stand-in and never set beside the thesis' medical figures."""
   monkeypatch.setenv("FEDJAX_DP_CACHE", str(tmp_path / "cache"))
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--dataset", "medical-synth", "--schemes", "FL-TOP-DP", "FL-STD-DP", "--ratio", "0.01",
       "--num-clients", "30", "--clients-per-round", "5", "--rounds", "2", "--local-steps", "2",
       "--test-size", "500", "--dropout", "0.5", "--out", str(out), "--quiet"])
@@ -259,7 +261,7 @@ def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
   """--dataset mnist with a Dirichlet split: the thesis' MNIST figure beside
   FL-STD's, the partition's label statistics in the record."""
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--dataset", "mnist", "--partition", "dirichlet", "--dirichlet-alpha", "0.1",
       "--schemes", "FL-STD", "--rounds", "1", "--num-clients", "100",
       "--clients-per-round", "4", "--out", str(out), "--quiet", "--test-size", "1000"])
@@ -275,7 +277,7 @@ def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
 
 def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys):
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--schemes", "FL-STD", "--aggregator", "trimmed-mean", "--trim-fraction", "0.25",
       "--rounds", "1", "--num-clients", "100", "--clients-per-round", "8",
       "--out", str(out), "--quiet", "--test-size", "1000"])
@@ -287,7 +289,7 @@ def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys):
 
 def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--dataset", "mnist", "--schemes", "FL-STD", "--attack", "in-backdoor",
       "--malicious-fraction", "0.2", "--boost", "3", "--backdoor", "5:7",
       "--pool-training", "epochs",
@@ -313,8 +315,8 @@ def test_an_unwritable_out_stops_before_any_work(out, tmp_path, capsys, monkeypa
   before any data is loaded or any round run, and leaves no folder behind."""
   (tmp_path / "FILE").write_text("a file, not a folder")
   out = out.replace("FILE", str(tmp_path / "FILE"))
-  monkeypatch.setattr(experiment, "load_data", lambda *a: pytest.fail("data loaded"))
-  assert experiment.main(["--schemes", "FL-STD", "--rounds", "1", "--out", out]) == 2
+  monkeypatch.setattr(sweep, "load_data", lambda *a: pytest.fail("data loaded"))
+  assert sweep.main(["--schemes", "FL-STD", "--rounds", "1", "--out", out]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith(f"sweep.py: error: --out {out} cannot be written")
   assert not pathlib.Path("/proc/fedjax_dp_test").exists()
@@ -330,12 +332,12 @@ def test_an_out_in_use_by_another_sweep_is_refused(tmp_path, capsys):
           "--local-steps", "1", "--quiet", "--test-size", "100", "--out", str(out)]
   out.mkdir()
   with runlock.hold(out / runlock.NAME):  # as a sweep in another process holds it
-    assert experiment.main(argv) == 2
+    assert sweep.main(argv) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert err == [f"sweep.py: error: --out {out} is in use by another sweep (process "
                  f"{os.getpid()}): wait for it to end, or choose another --out"]
   assert list(out.iterdir()) == []
-  assert experiment.main(argv) == 0
+  assert sweep.main(argv) == 0
   assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.json", "results.md"]
 
 
@@ -344,7 +346,7 @@ def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch):
   are written after every run, atomically."""
   out = tmp_path / "deep" / "res"
   calls = []
-  real_run = experiment.simulation.run
+  real_run = sweep.simulation.run
 
   def run_then_interrupt(*args, **kwargs):
     calls.append(1)
@@ -353,10 +355,10 @@ def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch):
       raise KeyboardInterrupt
     return real_run(*args, **kwargs)
 
-  monkeypatch.setattr(experiment.simulation, "run", run_then_interrupt)
-  code = experiment.main(["--schemes", "FL-STD", "FL-TOP", "--rounds", "1", "--num-clients",
-                          "60", "--clients-per-round", "3", "--out", str(out), "--quiet",
-                          "--test-size", "1000"])
+  monkeypatch.setattr(sweep.simulation, "run", run_then_interrupt)
+  code = sweep.main(["--schemes", "FL-STD", "FL-TOP", "--rounds", "1", "--num-clients",
+                     "60", "--clients-per-round", "3", "--out", str(out), "--quiet",
+                     "--test-size", "1000"])
   assert code == 130 and len(calls) == 2
   assert "the 1 finished runs are in" in capsys.readouterr().err
   runs = json.loads((out / "results.json").read_text())["runs"]
@@ -373,9 +375,9 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
           "--num-clients", "60", "--samples-per-client", "10", "--clients-per-round", "3",
           "--local-steps", "1", "--quiet", "--test-size", "100"]
   whole = tmp_path / "whole"
-  assert experiment.main([*argv, "--out", str(whole)]) == 0
+  assert sweep.main([*argv, "--out", str(whole)]) == 0
   out = tmp_path / "res"
-  real_run = experiment.simulation.run
+  real_run = sweep.simulation.run
   calls = []
 
   def run_killed_in_second(*args, **kwargs):
@@ -390,12 +392,12 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
       kwargs["progress"] = progress
     return real_run(*args, **kwargs)
 
-  monkeypatch.setattr(experiment.simulation, "run", run_killed_in_second)
-  assert experiment.main([*argv, "--out", str(out)]) == 130
+  monkeypatch.setattr(sweep.simulation, "run", run_killed_in_second)
+  assert sweep.main([*argv, "--out", str(out)]) == 130
   assert calls[1].exists()  # FL-STD's checkpoint after two rounds
-  monkeypatch.setattr(experiment.simulation, "run", real_run)
+  monkeypatch.setattr(sweep.simulation, "run", real_run)
   capsys.readouterr()
-  assert experiment.main([*argv, "--out", str(out)]) == 0
+  assert sweep.main([*argv, "--out", str(out)]) == 0
   assert "resuming: 1 finished runs kept" in capsys.readouterr().err
   got = json.loads((out / "results.json").read_text())["runs"]
   want = json.loads((whole / "results.json").read_text())["runs"]
@@ -407,7 +409,7 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
 
 def test_sweep_with_an_audit_reports_empirical_beside_accountant_epsilon(tmp_path, capsys):
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--dataset", "medical-synth", "--schemes", "FL-TOP-DP", "--audit-canaries", "40",
       "--rounds", "2", "--num-clients", "200", "--samples-per-client", "10",
       "--clients-per-round", "20", "--local-steps", "1", "--out", str(out), "--quiet",
@@ -431,12 +433,12 @@ def test_fl_sign_in_uai_setting_is_compared_with_table_4_4_and_says_which_flags_
   UAI Table 5's data setting by flags, its record names Table 4.4 and the
   flags that moved it off the preset, and the table prints Table 4.4's figure."""
   from fedjax_dp import presets, report  # pylint: disable=import-outside-toplevel
-  parser = experiment.build_parser()
-  (default,) = experiment.plan(parser.parse_args(["--schemes", "FL-SIGN"]))
-  (uai,) = experiment.plan(parser.parse_args(
+  parser = sweep.build_parser()
+  (default,) = sweep.plan(parser.parse_args(["--schemes", "FL-SIGN"]))
+  (uai,) = sweep.plan(parser.parse_args(
       ["--schemes", "FL-SIGN", "--num-clients", "6000", "--samples-per-client", "10",
        "--local-steps", "5", "--batch-size", "10", "--rounds", "200"]))
-  source = lambda run: experiment.setting_source(run.scheme, "fashion-mnist", run.setting)
+  source = lambda run: sweep.setting_source(run.scheme, "fashion-mnist", run.setting)
   assert source(default) == "thesis Table 8.1"
   assert source(uai) == ("thesis Table 8.1, except --local-steps 5, --num-clients 6000, "
                          "--rounds 200, --samples-per-client 10")

@@ -13,7 +13,8 @@ import pathlib
 
 import pytest
 
-from fedjax_dp import datasets, errors, experiment, options, schemes, simulation
+from fedjax_dp import datasets, errors, options, schemes, simulation
+from fedjax_dp.cli import sweep
 from fedjax_dp.cli import errors as cli_errors
 from fedjax_dp.cli import parser as cli_parser
 from fedjax_dp.cli import schemes as cli_schemes
@@ -42,11 +43,13 @@ def test_no_scheme_module_imports_argparse_or_the_cli(path):
 
 
 def test_only_the_command_line_modules_build_flags():
-  """argparse lives in fedjax_dp/cli/ and the sweep's experiment.py, nowhere
-  else in the library (distributed's process flags moved to cli.parser)."""
+  """argparse lives in fedjax_dp/cli/ (the sweep's cli/sweep.py among them),
+  nowhere else in the library (distributed's process flags moved to
+  cli.parser; experiment.py is the moved sweep's deprecated name)."""
   users = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
            if "argparse" in {n.split(".")[0] for n in _imports(p)}}
-  assert users and {u for u in users if not u.startswith("cli/")} == {"experiment.py"}
+  assert "cli/sweep.py" in users
+  assert {u for u in users if not u.startswith("cli/")} == set()
 
 
 # --- A family of the user's: options as data, no argparse. ---------------------
@@ -80,7 +83,7 @@ def toy_registered(monkeypatch):
 
 
 def test_a_family_declared_without_argparse_gets_its_flags_and_configure(toy_registered):
-  parser = experiment.build_parser()
+  parser = sweep.build_parser()
   actions = {a.option_strings[0]: a for a in parser._actions  # pylint: disable=protected-access
              if a.option_strings}
   assert actions["--toy-mode"].choices == ("a", "b") and actions["--toy-mode"].default == "a"
@@ -90,9 +93,9 @@ def test_a_family_declared_without_argparse_gets_its_flags_and_configure(toy_reg
   assert "toy family (a test's)" in parser.format_help()
   args = parser.parse_args(["--schemes", "toy-sign", "--toy-gamma", "0.25", "--toy-switch"])
   assert args.toy_switch and args.toy_mode == "a"
-  (run,) = experiment.plan(args, num_params=7850)
+  (run,) = sweep.plan(args, num_params=7850)
   assert run.scheme.name == "TOY-SIGN" and run.scheme.gamma == 0.25
-  default = experiment.plan(parser.parse_args(["--schemes", "TOY-SIGN"]), num_params=7850)
+  default = sweep.plan(parser.parse_args(["--schemes", "TOY-SIGN"]), num_params=7850)
   assert default[0].scheme.gamma == 0.5  # the declared default
   # The same family configured by a script, without a command line.
   assert TOY_FAMILY.configure(TOY, {**TOY_FAMILY.defaults(), "toy_gamma": 0.1}).gamma == 0.1
@@ -100,7 +103,7 @@ def test_a_family_declared_without_argparse_gets_its_flags_and_configure(toy_reg
 
 def test_a_users_scheme_error_names_the_users_flag(toy_registered, tmp_path, capsys):
   out = tmp_path / "out"
-  assert experiment.main(["--schemes", "TOY-SIGN", "--toy-gamma", "2", "--out", str(out)]) == 2
+  assert sweep.main(["--schemes", "TOY-SIGN", "--toy-gamma", "2", "--out", str(out)]) == 2
   assert capsys.readouterr().err.splitlines() == [
       "sweep.py: error: --toy-gamma must be < 1, got 2.0"]
   assert not out.exists()
@@ -126,7 +129,7 @@ def test_a_run_config_error_names_its_flag(monkeypatch, tmp_path, capsys):
 
   monkeypatch.setattr(simulation.setup, "validate", refuse)
   out = tmp_path / "out"
-  assert experiment.main(["--schemes", "FL-STD", "--out", str(out)]) == 2
+  assert sweep.main(["--schemes", "FL-STD", "--out", str(out)]) == 2
   assert capsys.readouterr().err.splitlines() == [
       "sweep.py: error: --clip-ratio must be in (0, 1], got 2.0"]
 
@@ -195,6 +198,6 @@ def test_a_data_error_names_its_flag(tmp_path, capsys):
     datasets.load("fashion-mnist", 10, 10, test_size=10_001)
   assert raised.value.field == "test_size"
   out = tmp_path / "out"
-  assert experiment.main(["--test-size", "10001", "--out", str(out)]) == 2
+  assert sweep.main(["--test-size", "10001", "--out", str(out)]) == 2
   assert capsys.readouterr().err.splitlines() == [
       "sweep.py: error: --test-size must be in [1, 10000] for fashion-mnist, got 10001"]

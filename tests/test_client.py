@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from fedjax_dp import client
+from fedjax_dp import local_training
 from fedjax_dp.compression import masks
 from tiny_model import tiny_linear
 
@@ -21,10 +21,10 @@ def test_masked_sgd_leaves_every_non_topk_weight_exactly_at_w0(small_federation,
   x, y = _client_batch(small_federation)
   w0 = cnn.init(jax.random.PRNGKey(0))
   _, _, (px, py) = small_federation
-  scores = client.accumulated_abs_gradients(cnn.loss, w0, px, py, steps=5, lr=0.215)
+  scores = local_training.accumulated_abs_gradients(cnn.loss, w0, px, py, steps=5, lr=0.215)
   idx = masks.topk_indices(scores, 8317)
   mask = masks.indices_to_mask(idx, cnn.num_params)
-  w = jax.jit(functools.partial(client.local_sgd, cnn.loss, steps=5, batch_size=10,
+  w = jax.jit(functools.partial(local_training.local_sgd, cnn.loss, steps=5, batch_size=10,
                                 lr=0.215))(w0, x, y, jax.random.PRNGKey(1), grad_mask=mask)
   w, w0, mask = np.asarray(w), np.asarray(w0), np.asarray(mask)
   np.testing.assert_array_equal(w[~mask], w0[~mask])  # bit-exact
@@ -34,7 +34,7 @@ def test_masked_sgd_leaves_every_non_topk_weight_exactly_at_w0(small_federation,
 def test_unmasked_sgd_moves_weights_and_lowers_the_loss(small_federation, cnn):
   x, y = _client_batch(small_federation, 3)
   w0 = cnn.init(jax.random.PRNGKey(0))
-  w = client.local_sgd(cnn.loss, w0, x, y, jax.random.PRNGKey(1), steps=5,
+  w = local_training.local_sgd(cnn.loss, w0, x, y, jax.random.PRNGKey(1), steps=5,
                        batch_size=10, lr=0.215)
   assert cnn.loss(w, x, y) < cnn.loss(w0, x, y)
   assert np.count_nonzero(np.asarray(w != w0)) > 0.5 * cnn.num_params
@@ -48,7 +48,7 @@ def test_accumulated_gradients_match_a_manual_loop(small_federation):
   for _ in range(3):
     g = jax.grad(cnn.loss)(w, px, py)
     acc, w = acc + jnp.abs(g), w - 0.1 * g
-  ours = client.accumulated_abs_gradients(cnn.loss, cnn.init(jax.random.PRNGKey(2)),
+  ours = local_training.accumulated_abs_gradients(cnn.loss, cnn.init(jax.random.PRNGKey(2)),
                                           px, py, steps=3, lr=0.1)
   np.testing.assert_allclose(ours, acc, rtol=1e-4, atol=1e-7)
   top = set(np.asarray(masks.topk_indices(ours, 100)).tolist())
@@ -59,7 +59,7 @@ def test_sample_batch_draws_real_rows_first():
   """A client of `count` real rows padded to `num`: batches hold real rows
   only while count >= |B|, all of them otherwise; count == num is the
   unpadded draw."""
-  client_lib = client
+  client_lib = local_training
   keys = jax.random.split(jax.random.PRNGKey(0), 200)
   for key in keys[:50]:
     idx = np.asarray(client_lib.sample_batch(key, 20, 5, jnp.int32(8)))

@@ -8,6 +8,7 @@ from fedjax_dp import simulation
 from fedjax_dp.compression import masks
 from fedjax_dp.models.flat import FlatModel
 from fedjax_dp.schemes import get_scheme
+from scheme_helpers import round_plan
 from tiny_model import tiny_linear
 
 
@@ -33,10 +34,10 @@ def test_rounds_fn_compiles_once_and_copies_nothing_to_the_host():
   model, traces = _counting(tiny_linear())
   scheme = get_scheme("FL-TOP-DP")
   k = scheme.num_values(model.num_params, 0.05)
-  cfg = simulation.RoundConfig(scheme=scheme, num_clients=50, clients_per_round=5,
-                               capacity=8, sampler="poisson", num_kept=k, local_steps=2,
-                               batch_size=5, lr=0.1, noise_multiplier=1.0, clip_norm=0.5)
-  fn = simulation.make_rounds_fn(model, cfg, 3)
+  plan = round_plan(scheme, num_clients=50, clients_per_round=5, capacity=8,
+                    sampler="poisson", num_kept=k, local_steps=2, batch_size=5, lr=0.1,
+                    noise_multiplier=1.0, clip_norm=0.5)
+  fn = simulation.make_rounds_fn(model, plan, 3)
   data, key = _data(), jax.random.PRNGKey(1)
   state = simulation.ServerState(model.init(jax.random.PRNGKey(0)),
                                  masks.random_indices(jax.random.PRNGKey(2),

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import experiment, simulation
+from fedjax_dp import simulation
+from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.compression import fista
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes import SCHEMES, CSScheme, LocalTraining, SetupData, get_scheme

@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_dp import datasets, experiment, models, options, presets
+from fedjax_dp import datasets, models, options, presets
+from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.cli import errors as cli_errors
 from fedjax_dp.data.sets import base, fashion_mnist
 from test_cli_options import _config_error_fields

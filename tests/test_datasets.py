@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedjax_dp import datasets, experiment, presets
+from fedjax_dp import datasets, presets
+from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.data import load_federated, load_federated_with_public, public_batch
 
 

@@ -12,7 +12,8 @@ import pytest
 import scipy.ndimage
 
 import archive_files as F
-from fedjax_dp import datasets, experiment, models, presets
+from fedjax_dp import datasets, models, presets
+from fedjax_dp.cli import sweep
 from fedjax_dp.data import PADDING_LABEL, archives, as_float
 from fedjax_dp.data.sets import cifar10
 from fedjax_dp.schemes import fedsmp
@@ -323,7 +324,7 @@ def test_presets_and_their_sources():
     dataset = datasets.get_dataset(name)
     assert dataset.setting is setting and dataset.setting_source
     for scheme in ("FL-STD", "FL-TOP-DP", "FL-SIGN", "Fed-SMP-topk", "CDP-LQ", "FL-CS-DP"):
-      assert experiment.scheme_setting(scheme, name) == setting, (name, scheme)  # no leak
+      assert sweep.scheme_setting(scheme, name) == setting, (name, scheme)  # no leak
   svhn = presets.SVHN
   assert (svhn["num_clients"], svhn["samples_per_client"], svhn["public_batch"]) == (6000, 100,
                                                                                     2000)
@@ -360,8 +361,8 @@ def test_presets_and_their_sources():
 
 
 def _plan(*argv):
-  args = experiment.build_parser().parse_args(["--ratio", "0.1", *argv])
-  return args, {r.scheme.name: r for r in experiment.plan(args)}
+  args = sweep.build_parser().parse_args(["--ratio", "0.1", *argv])
+  return args, {r.scheme.name: r for r in sweep.plan(args)}
 
 
 def test_command_line_takes_each_data_set_s_setting(files):
@@ -386,7 +387,7 @@ def test_command_line_takes_each_data_set_s_setting(files):
   args, runs = _plan("--dataset", "svhn", "--schemes", "Fed-SMP-topk", "FL-STD",
                      "--num-clients", "5", "--samples-per-client", "3", "--public-size", "2",
                      "--public-holdout", "2", "--clients-per-round", "2")
-  data = experiment.load_data(args, list(runs.values()))
+  data = sweep.load_data(args, list(runs.values()))
   a, b = (data.of(runs[s]) for s in ("Fed-SMP-topk", "FL-STD"))
   np.testing.assert_array_equal(np.asarray(a.data.x), np.asarray(b.data.x))
   np.testing.assert_array_equal(a.public[0], b.public[0])
@@ -400,7 +401,7 @@ def test_command_line_takes_each_data_set_s_setting(files):
 def test_missing_data_exits_2_with_one_line_and_writes_nothing(files, tmp_path, capsys, name,
                                                                file):
   out = tmp_path / "out" / "sweep"
-  code = experiment.main(["--dataset", name, "--schemes", "FL-STD", "FL-TOP-DP", "--rounds", "1",
+  code = sweep.main(["--dataset", name, "--schemes", "FL-STD", "FL-TOP-DP", "--rounds", "1",
                          "--out", str(out)])
   err = capsys.readouterr().err
   assert code == 2 and err.count("\n") == 1
@@ -410,7 +411,7 @@ def test_missing_data_exits_2_with_one_line_and_writes_nothing(files, tmp_path, 
 
 
 def test_dataset_help_names_every_data_set():
-  parser = experiment.build_parser()
+  parser = sweep.build_parser()
   actions = parser._actions  # pylint: disable=protected-access
   action = next(a for a in actions if a.dest == "dataset")
   assert set(action.choices) == set(datasets.DATASETS)
@@ -440,8 +441,8 @@ def test_a_round_trains_the_seeds_model_on_the_small_files(files, tmp_path, caps
             "--ratio", "0.01", "--clients-per-round", "2", "--local-steps", "2",
             "--batch-size", "2"]
   out = tmp_path / "out"
-  code = experiment.main(["--dataset", name, *extra, *size, "--rounds", "1", "--quiet",
-                          "--out", str(out)])
+  code = sweep.main(["--dataset", name, *extra, *size, "--rounds", "1", "--quiet",
+                     "--out", str(out)])
   assert code == 0, capsys.readouterr().err
   import json  # pylint: disable=import-outside-toplevel
   (run,) = json.loads((out / "results.json").read_text())["runs"]

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import client
+from fedjax_dp import local_training
 from fedjax_dp.compression import masks
 from fedjax_dp.models import fast_train, from_flax
 
@@ -25,7 +25,7 @@ def _clients(small_federation, count=3):
 
 
 def _generic(cnn, w, steps, lr, mask=None, momentum=None):
-  return jax.jit(jax.vmap(lambda x, y, k: client.local_sgd(
+  return jax.jit(jax.vmap(lambda x, y, k: local_training.local_sgd(
       cnn.loss, w, x, y, k, steps=steps, batch_size=10, lr=lr, grad_mask=mask,
       momentum=momentum) - w))
 
@@ -257,7 +257,7 @@ def test_medical_mlp_trains_fast_with_its_sigmoid_loss():
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 6, 7280))
   y = jnp.array([[0, 1, 1, 0, 1, -1], [1, 1, 0, 0, 0, 1]])
   k = jax.random.split(jax.random.PRNGKey(2), 2)
-  ref = np.asarray(jax.jit(jax.vmap(lambda a, b, c: client.local_sgd(
+  ref = np.asarray(jax.jit(jax.vmap(lambda a, b, c: local_training.local_sgd(
       model.loss, w, a, b, c, steps=3, batch_size=4, lr=0.1) - w))(x, y, k))
   got = np.asarray(_cohort(model, w, batch=4, lr=0.1)(x, y, k))
   np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5 * np.abs(ref).max())

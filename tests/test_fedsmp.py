@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedjax_dp import client, experiment, simulation
+from fedjax_dp import local_training, simulation
+from fedjax_dp.cli import sweep
 from fedjax_dp.compression import masks
 from fedjax_dp.data import holdout_indices, load_federated_with_public
 from fedjax_dp.data.idx import load_dataset
 from fedjax_dp.schemes import SCHEMES, LocalTraining, SetupData, get_scheme
-from scheme_helpers import privatized_sum
+from scheme_helpers import privatized_sum, round_plan
 from tiny_model import tiny_linear
 
 NEW = ("Fed-SMP-randk", "Fed-SMP-topk", "FedAvg-randk", "FedAvg-topk")
@@ -42,10 +43,10 @@ def _setup(model, ratio, public, key=0, lr=0.1, steps=2):
 
 
 def _round_fn(model, scheme, ratio, **kw):
-  base = dict(scheme=scheme, num_clients=600, clients_per_round=10, capacity=24,
-              sampler="poisson", num_kept=scheme.num_values(model.num_params, ratio),
-              local_steps=2, batch_size=10, lr=0.1, noise_multiplier=0.0, clip_norm=1.0)
-  return jax.jit(simulation.make_round_fn(model, simulation.RoundConfig(**{**base, **kw})))
+  base = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
+              num_kept=scheme.num_values(model.num_params, ratio), local_steps=2,
+              batch_size=10, lr=0.1, noise_multiplier=0.0, clip_norm=1.0)
+  return jax.jit(simulation.make_round_fn(model, round_plan(scheme, **{**base, **kw})))
 
 
 # --- Registry, alias, presets. ------------------------------------------------
@@ -58,12 +59,12 @@ def test_registry_alias_and_presets():
   alias = get_scheme("dp-fedavg")
   assert dataclasses.replace(alias, name="FL-STD-DP",
                              reference=SCHEMES["FL-STD-DP"].reference) == SCHEMES["FL-STD-DP"]
-  defaults = experiment.build_parser().parse_args([]).schemes
+  defaults = sweep.build_parser().parse_args([]).schemes
   # The main job is UAI Table 1 (+ FL-CS); Fed-SMP runs with --schemes.
   assert "FL-STD-DP" in defaults and "DP-FedAvg" not in defaults  # no duplicate run
-  args = experiment.build_parser().parse_args(["--schemes", "Fed-SMP-topk"])
-  top = experiment.settings(args, SCHEMES["Fed-SMP-topk"])
-  rand = experiment.settings(args, SCHEMES["Fed-SMP-randk"])
+  args = sweep.build_parser().parse_args(["--schemes", "Fed-SMP-topk"])
+  top = sweep.settings(args, SCHEMES["Fed-SMP-topk"])
+  rand = sweep.settings(args, SCHEMES["Fed-SMP-randk"])
   assert (top["num_clients"], top["samples_per_client"], top["local_steps"]) == (6000, 9, 10)
   assert rand["samples_per_client"] == 10  # Sec. 6.1: only top_k holds data out
   assert SCHEMES["Fed-SMP-topk"].public_holdout == 1000 == SCHEMES["FedAvg-topk"].public_holdout
@@ -83,7 +84,7 @@ def test_local_momentum_sgd_matches_heavy_ball_and_resets(held_out, model):
   w0 = model.init(jax.random.PRNGKey(0))
   key = jax.random.PRNGKey(3)
   beta, lr, steps = 0.6, 0.3, 4
-  lms = jax.jit(lambda w, b: client.local_sgd(
+  lms = jax.jit(lambda w, b: local_training.local_sgd(
       model.loss, w, x, y, key, steps=steps, batch_size=5, lr=lr, momentum=b))
   zeros = jnp.zeros_like(w0)
   got = lms(w0, beta)
@@ -94,7 +95,7 @@ def test_local_momentum_sgd_matches_heavy_ball_and_resets(held_out, model):
     v = beta * v + grad(w, x[batch], y[batch])
     w = w - lr * v
   np.testing.assert_allclose(got, w, atol=1e-6)
-  plain = client.local_sgd(model.loss, w0, x, y, key, steps=steps, batch_size=5, lr=lr)
+  plain = local_training.local_sgd(model.loss, w0, x, y, key, steps=steps, batch_size=5, lr=lr)
   np.testing.assert_allclose(lms(w0, 0.0), plain, atol=1e-7)
   # A client's message starts from a fresh buffer each round: it equals the
   # zero-buffer update and not one continuing last round's v.

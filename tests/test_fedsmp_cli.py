@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from fedjax_dp import experiment
+from fedjax_dp.cli import sweep
 from tiny_model import tiny_linear
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -41,18 +41,18 @@ def test_bad_momentum_is_one_line_exit_2_and_writes_nothing(tmp_path):
     (["--ratio", "0"], "--ratio must be in (0, 1]"),
 ])
 def test_bad_fedsmp_input_exits_2(args, needle, tmp_path, capsys):
-  code = experiment.main(["--schemes", "fed-smp-topk", *args, "--out", str(tmp_path / "o"),
-                          "--quiet"])
+  code = sweep.main(["--schemes", "fed-smp-topk", *args, "--out", str(tmp_path / "o"),
+                     "--quiet"])
   err = capsys.readouterr().err.strip().splitlines()
   assert code == 2 and len(err) == 1 and needle in err[0], err
   assert not (tmp_path / "o").exists()
 
 
 def test_fedavg_baselines_take_the_fedsmp_options():
-  args = experiment.build_parser().parse_args([
+  args = sweep.build_parser().parse_args([
       "--schemes", "FEDAVG-RANDK", "fedavg-topk", "--momentum", "0.9", "--lr-decay", "1",
       "--server-steps", "7", "--public-holdout", "300"])
-  plan = experiment.plan(args)
+  plan = sweep.plan(args)
   assert [(r.scheme.name, r.ratio) for r in plan] == [("FedAvg-randk", 0.005),
                                                       ("FedAvg-topk", 0.005)]
   rand, top = (r.scheme for r in plan)
@@ -64,9 +64,9 @@ def test_fedavg_baselines_take_the_fedsmp_options():
 def test_sweep_runs_fedsmp_and_dp_fedavg(tmp_path, capsys, monkeypatch):
   # Three runs (each compiles its round). The FedAvg baselines are the same
   # code with dp=False; FedAvg-topk runs rounds in tests/test_fedsmp.py.
-  monkeypatch.setattr(experiment, "get_model", lambda name, **_: tiny_linear())
+  monkeypatch.setattr(sweep, "get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "res"
-  code = experiment.main([
+  code = sweep.main([
       "--schemes", "Fed-SMP-randk", "fed-smp-topk", "dp-fedavg", "--ratio", "0.1",
       "--rounds", "4", "--num-clients", "300",
       "--clients-per-round", "20", "--local-steps", "3", "--server-steps", "20",

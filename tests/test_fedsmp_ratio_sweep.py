@@ -7,7 +7,8 @@ import pathlib
 
 import pytest
 
-from fedjax_dp import experiment, runlock
+from fedjax_dp import runlock
+from fedjax_dp.cli import sweep as experiment
 from tiny_model import tiny_linear
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import client, experiment, simulation
+from fedjax_dp import local_training, simulation
+from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.models import from_flax
 from fedjax_dp.schemes import get_scheme
 from fedjax_dp.schemes.base import LocalTraining
@@ -30,7 +31,7 @@ def _adam_by_hand(model, w, x, y, key, steps, batch_size, lr, eps):
   m = np.zeros_like(w)
   v = np.zeros_like(w)
   for t, step_key in enumerate(jax.random.split(key, steps), start=1):
-    idx = client.sample_batch(step_key, x.shape[0], batch_size, client.num_examples(y))
+    idx = local_training.sample_batch(step_key, x.shape[0], batch_size, local_training.num_examples(y))
     g = np.asarray(jax.grad(model.loss)(jnp.asarray(w, jnp.float32), x[idx], y[idx]),
                    np.float64)
     m = B1 * m + (1 - B1) * g
@@ -46,7 +47,7 @@ def test_adam_update_is_adam_written_out():
   x, y = _data()
   key = jax.random.PRNGKey(2)
   got = model.local_update(w, x, y, key, steps=4, batch_size=5, lr=0.01, optimizer="adam")
-  want = _adam_by_hand(model, w, x, y, key, 4, 5, 0.01, client.KERAS_ADAM_EPS)
+  want = _adam_by_hand(model, w, x, y, key, 4, 5, 0.01, local_training.KERAS_ADAM_EPS)
   np.testing.assert_allclose(np.asarray(got), want - np.asarray(w), atol=2e-6)
   # Not SGD's update: the optimiser is really switched.
   sgd = model.local_update(w, x, y, key, steps=4, batch_size=5, lr=0.01)
@@ -98,11 +99,11 @@ def test_masked_adam_moves_only_the_mask_and_gives_its_values():
 
 def test_optimizer_names_and_momentum_are_checked():
   with pytest.raises(ValueError, match="unknown local optimizer 'rmsprop'"):
-    client.optimizer("rmsprop", 0.1)
+    local_training.optimizer("rmsprop", 0.1)
   with pytest.raises(ValueError, match="momentum applies to the sgd"):
-    client.optimizer("adam", 0.1, momentum=0.5)
+    local_training.optimizer("adam", 0.1, momentum=0.5)
   # SGD keeps its heavy-ball form.
-  state = client.optimizer("sgd", 0.1, 0.5).init(jnp.zeros(2))
+  state = local_training.optimizer("sgd", 0.1, 0.5).init(jnp.zeros(2))
   assert jax.tree_util.tree_leaves(state)
 
 

@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from fedjax_dp import checkpoint, distributed, experiment
+from fedjax_dp import checkpoint, distributed
+from fedjax_dp.cli import sweep as experiment
 from xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -5,7 +5,8 @@ Table 4.4's, not Table 4.1's)."""
 import os
 import pathlib
 
-from fedjax_dp import experiment, presets, reproduction
+from fedjax_dp import presets, reproduction
+from fedjax_dp.cli import sweep
 
 # The seeds sit beside the data (../shared/seeds next to ../shared/data, or
 # next to $FEDJAX_DP_DATA for a checkout elsewhere).
@@ -18,8 +19,8 @@ THESIS = next((p / "seeds" / _NAME for p in _SHARED if (p / "seeds" / _NAME).is_
 
 
 def _setting(row):
-  args = experiment.build_parser().parse_args(row.argv(0, "OUT"))
-  return experiment.plan(args)[0].setting
+  args = sweep.build_parser().parse_args(row.argv(0, "OUT"))
+  return sweep.plan(args)[0].setting
 
 
 def test_fl_sign_in_the_uai_data_setting_is_compared_with_thesis_table_4_4():
@@ -29,7 +30,7 @@ def test_fl_sign_in_the_uai_data_setting_is_compared_with_thesis_table_4_4():
       .84, 197, None)
   assert presets.paper_source("FL-SIGN", 1.0, "fashion-mnist", uai) == "thesis Table 4.4"
   # FL-SIGN's preset (Table 8.1), or no setting given: Table 4.1's 0.87 at round 68.
-  own = experiment.scheme_setting("FL-SIGN", "fashion-mnist")
+  own = sweep.scheme_setting("FL-SIGN", "fashion-mnist")
   for setting in (own, None):
     assert not presets.in_uai_data_setting(setting)
     assert presets.paper_result("FL-SIGN", 1.0, "fashion-mnist", setting) == (

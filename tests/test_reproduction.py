@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from fedjax_dp import experiment, presets, reproduction, runlock
+from fedjax_dp import presets, reproduction, runlock
+from fedjax_dp.cli import sweep
 from fedjax_dp.privacy import accounting
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -25,8 +26,8 @@ def _run(*args, timeout=300):
 
 
 def _planned(row, out="OUT"):
-  args = experiment.build_parser().parse_args(row.argv(0, out))
-  return args, experiment.plan(args)[0]
+  args = sweep.build_parser().parse_args(row.argv(0, out))
+  return args, sweep.plan(args)[0]
 
 
 def test_every_row_is_a_valid_sweep_with_the_tables_settings():
@@ -367,14 +368,14 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   assert run.setting["local_steps"] == 3000 and run.setting["num_clients"] == 10
   assert (row.paper.accuracy, row.attack_metric, row.paper_attack) == (
       .97, "class_accuracy", .74)
-  reduced = experiment.plan(experiment.build_parser().parse_args(
+  reduced = sweep.plan(sweep.build_parser().parse_args(
       row.argv(0, "OUT", row.reduced)))[0]
   assert reduced.setting["local_steps"] == 300 and reduced.setting["rounds"] == 10
   t61 = reproduction.get_table("thesis-6.1")
   assert [r.diverges for r in t61.select(["*alpha0.1"])] == [False, True, True, True]
   # Reduced: 25 of the 100 rounds; 10 where the thesis reports no convergence.
   for row in reproduction.get_table("thesis-6.3").rows:
-    rounds = experiment.plan(experiment.build_parser().parse_args(
+    rounds = sweep.plan(sweep.build_parser().parse_args(
         row.argv(0, "OUT", row.reduced)))[0].setting["rounds"]
     full = 200 if row.scheme == "FL-SIGN-DP" else 100  # l.1795's row: Table 8.2
     assert rounds == (10 if row.diverges else 25) and _planned(row)[1].setting["rounds"] == full

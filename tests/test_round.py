@@ -9,13 +9,14 @@ from scipy import stats
 from fedjax_dp import calibration, simulation
 from fedjax_dp.compression import masks
 from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
+from scheme_helpers import round_plan
 
 
-def _round_cfg(scheme, n, **kw):
-  base = dict(scheme=scheme, num_clients=600, clients_per_round=10, capacity=24,
-              sampler="poisson", num_kept=masks.num_kept(n, 0.01), local_steps=2,
-              batch_size=10, lr=0.1, noise_multiplier=1.54, clip_norm=0.5)
-  return simulation.RoundConfig(**{**base, **kw})
+def _round_plan(scheme, n, **kw):
+  base = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
+              num_kept=masks.num_kept(n, 0.01), local_steps=2, batch_size=10, lr=0.1,
+              noise_multiplier=1.54, clip_norm=0.5)
+  return round_plan(scheme, **{**base, **kw})
 
 
 def test_dp_round_adds_s_sigma_noise_on_t_only(small_federation, cnn):
@@ -23,17 +24,17 @@ def test_dp_round_adds_s_sigma_noise_on_t_only(small_federation, cnn):
   data, _, _ = small_federation
   n = cnn.num_params
   scheme = get_scheme("FL-TOP-DP")
-  cfg = _round_cfg(scheme, n, lr=1e-12)  # capacity 24 > cohort: padded slots
-  fixed = masks.random_indices(jax.random.PRNGKey(9), n, cfg.num_kept)
+  plan = _round_plan(scheme, n, lr=1e-12)  # capacity 24 > cohort: padded slots
+  fixed = masks.random_indices(jax.random.PRNGKey(9), n, plan.num_kept)
   w0 = cnn.init(jax.random.PRNGKey(0))
-  fn = jax.jit(simulation.make_round_fn(cnn, cfg))
+  fn = jax.jit(simulation.make_round_fn(cnn, plan))
   state, info = fn(simulation.ServerState(w0, fixed), data, jax.random.PRNGKey(1), jnp.int32(1))
-  assert 0 < int(info.num_sampled) <= cfg.capacity
+  assert 0 < int(info.num_sampled) <= plan.capacity
   diff = np.asarray(state.weights - w0, np.float64)
   on = np.zeros(n, bool)
   on[np.asarray(fixed)] = True
   np.testing.assert_array_equal(diff[~on], 0.0)
-  std = cfg.clip_norm * cfg.noise_multiplier / cfg.clients_per_round
+  std = plan.clip_norm * plan.noise_multiplier / plan.clients_per_round
   for s, accept in ((std, True), (std * 1.05, False), (std * 0.95, False)):
     stat = np.sum(diff[on] ** 2) / s**2
     p = 2 * min(stats.chi2.cdf(stat, on.sum()), stats.chi2.sf(stat, on.sum()))
@@ -43,8 +44,8 @@ def test_dp_round_adds_s_sigma_noise_on_t_only(small_federation, cnn):
 def test_round_two_does_not_recompile(small_federation, cnn):
   data, _, _ = small_federation
   scheme = get_scheme("FL-BASIC-DP")
-  cfg = _round_cfg(scheme, cnn.num_params, local_steps=1)
-  fn = simulation.make_rounds_fn(cnn, cfg, 2)
+  plan = _round_plan(scheme, cnn.num_params, local_steps=1)
+  fn = simulation.make_rounds_fn(cnn, plan, 2)
   state = simulation.ServerState(cnn.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32))
   state, infos = fn(state, data, jax.random.PRNGKey(1), jnp.int32(1))
   state, infos = fn(state, data, jax.random.PRNGKey(1), jnp.int32(3))
@@ -54,8 +55,8 @@ def test_round_two_does_not_recompile(small_federation, cnn):
 
 def test_rounds_are_deterministic_given_the_key(small_federation, cnn):
   data, _, _ = small_federation
-  cfg = _round_cfg(get_scheme("FL-STD-DP"), cnn.num_params, local_steps=1)
-  fn = jax.jit(simulation.make_round_fn(cnn, cfg))
+  plan = _round_plan(get_scheme("FL-STD-DP"), cnn.num_params, local_steps=1)
+  fn = jax.jit(simulation.make_round_fn(cnn, plan))
   w0 = cnn.init(jax.random.PRNGKey(0))
   empty = jnp.zeros((0,), jnp.int32)
   a, _ = fn(simulation.ServerState(w0, empty), data, jax.random.PRNGKey(1), jnp.int32(1))
@@ -87,20 +88,20 @@ def test_topk_setup_keeps_the_largest_public_gradients(small_federation, cnn):
 
 
 def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
-  from fedjax_dp import client
+  from fedjax_dp import local_training
   data = _setup_data(small_federation, cnn)
   n = cnn.num_params
   top = get_scheme("FL-TOP-DP")
   fixed = top.setup(data)
   s_top = top.calibrate_clip(data, fixed)
   train_key, _ = jax.random.split(jax.random.fold_in(data.key, 1))
-  w1 = client.local_sgd(cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5,
+  w1 = local_training.local_sgd(cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5,
                         batch_size=10, lr=0.215, grad_mask=masks.indices_to_mask(fixed, n))
   assert s_top == pytest.approx(float(jnp.linalg.norm((w1 - data.w0)[fixed])), rel=1e-4)
   # Random subsets: the median over 100 subsets of the unconstrained update,
   # about sqrt(r) of its full norm, and far below the Top-K norm.
   s_bas = get_scheme("FL-BAS-2-DP").calibrate_clip(data, jnp.zeros((0,), jnp.int32))
-  full = float(jnp.linalg.norm(client.local_sgd(
+  full = float(jnp.linalg.norm(local_training.local_sgd(
       cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5, batch_size=10,
       lr=0.215) - data.w0))
   assert 0 < s_bas < s_top and s_bas == pytest.approx(full * np.sqrt(0.005), rel=0.3)
@@ -109,7 +110,7 @@ def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
 def test_initial_update_norms_are_each_clients_round_from_w0(small_federation):
   """Thesis 5.2.6 fn 4: the norms S's median is taken over, one per client, in
   client order, through the padded last chunk (7 clients in chunks of 3)."""
-  from fedjax_dp import client
+  from fedjax_dp import local_training
   from tiny_model import tiny_linear
   data, _, _ = small_federation
   model, key = tiny_linear(), jax.random.PRNGKey(5)
@@ -117,7 +118,7 @@ def test_initial_update_norms_are_each_clients_round_from_w0(small_federation):
   few = simulation.ClientData(data.x[:7], data.y[:7])
   norms = calibration.initial_update_norms(model, w0, few, key, steps=3, batch_size=5,
                                            lr=0.1, chunk=3)
-  want = [np.linalg.norm(client.local_sgd(
+  want = [np.linalg.norm(local_training.local_sgd(
       model.loss, w0, jnp.asarray(few.x[i], jnp.float32) / 255, few.y[i],
       jax.random.fold_in(key, i), steps=3, batch_size=5, lr=0.1) - w0) for i in range(7)]
   assert norms.shape == (7,) and len(set(norms.tolist())) == 7
@@ -152,12 +153,12 @@ def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
   trained = []
   make_train = simulation.make_train_fn
 
-  def counting(model, cfg):
-    train = make_train(model, cfg)
+  def counting(model, plan):
+    train = make_train(model, plan)
 
-    def train_and_count(w, plan, data, indices, keys):
+    def train_and_count(w, shared, data, indices, keys):
       jax.debug.callback(lambda ids: trained.append(np.asarray(ids)), indices)
-      return train(w, plan, data, indices, keys)
+      return train(w, shared, data, indices, keys)
     return train_and_count
 
   monkeypatch.setattr(simulation.round, "make_train_fn", counting)
@@ -166,8 +167,9 @@ def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
   weights = {}
   for chunk in (None, 4):
     trained.clear()
-    cfg = _round_cfg(get_scheme("FL-STD-DP"), cnn.num_params, local_steps=1, client_chunk=chunk)
-    fn = jax.jit(simulation.make_round_fn(cnn, cfg))
+    plan = _round_plan(get_scheme("FL-STD-DP"), cnn.num_params, local_steps=1,
+                       client_chunk=chunk)
+    fn = jax.jit(simulation.make_round_fn(cnn, plan))
     new, info = fn(state, data, jax.random.PRNGKey(1), jnp.int32(1))
     jax.block_until_ready(new.weights)
     weights[chunk] = np.asarray(new.weights)

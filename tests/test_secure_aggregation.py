@@ -13,6 +13,7 @@ from scipy import stats
 from fedjax_dp import features, simulation
 from fedjax_dp.privacy import accounting, noise, secure_aggregation as sa
 from fedjax_dp.schemes import get_scheme
+from scheme_helpers import round_plan, run_view
 from tiny_model import tiny_linear
 
 IDS = jnp.array([5, 17, 3, 99, 42, 8, 1, 0, 0, 0])  # 7 sampled clients, 3 padding slots
@@ -150,9 +151,11 @@ def test_dropout_scaled_shares_keep_s_sigma_and_unscaled_ones_do_not():
 # --- The round: secure aggregation and failures inside the jitted round. -----
 
 def _with_dropouts(scheme, max_dropouts=0, dropout_rate=0.0) -> dict:
-  """RoundConfig fields of a round with the dropouts feature."""
-  ctx = features.Context(None, scheme, 600, 7850, 7850, None, jax.random.PRNGKey(1))
-  feature = features.dropouts.Dropouts(simulation.Dropouts(max_dropouts, dropout_rate), ctx)
+  """Plan fields of a round with the dropouts feature."""
+  dropouts = simulation.Dropouts(max_dropouts, dropout_rate)
+  run = run_view(scheme, simulation.RunConfig.of(clients_per_round=10, dropouts=dropouts),
+                 run_key=jax.random.PRNGKey(1))
+  feature = features.dropouts.Dropouts(dropouts, run)
   return dict(features=(feature,), feature_slots=(0,))
 
 
@@ -162,15 +165,15 @@ def _dropped(info) -> int:
 
 def _round(data, scheme, t=1, max_dropouts=0, dropout_rate=0.0, **kw):
   model = tiny_linear()
-  base = dict(scheme=scheme, num_clients=600, clients_per_round=10, capacity=24,
-              sampler="poisson", num_kept=model.num_params, local_steps=1,
-              batch_size=10, lr=0.1, noise_multiplier=1.0, clip_norm=0.5,
+  base = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
+              num_kept=model.num_params, local_steps=1, batch_size=10, lr=0.1,
+              noise_multiplier=1.0, clip_norm=0.5,
               **_with_dropouts(scheme, max_dropouts, dropout_rate))
-  cfg = simulation.RoundConfig(**{**base, **kw})
+  plan = round_plan(scheme, **{**base, **kw})
   w0 = model.init(jax.random.PRNGKey(0))
-  fn = jax.jit(simulation.make_round_fn(model, cfg))
+  fn = jax.jit(simulation.make_round_fn(model, plan))
   state, info = fn(simulation.ServerState(w0, jnp.zeros((0,), jnp.int32),
-                                          (cfg.features[0].init(None)[0],)), data,
+                                          (plan.features[0].init()[0],)), data,
                    jax.random.PRNGKey(1), jnp.int32(t))
   return np.asarray(state.weights - w0, np.float64), info
 
@@ -190,13 +193,12 @@ def test_each_sampled_client_fails_with_the_dropout_rate(small_federation):
   """Over 300 rounds, the sampled clients that fail are Binomial(sampled,
   0.2): accepted at 0.2, rejected at 0.15 and 0.25."""
   model = tiny_linear()
-  cfg = simulation.RoundConfig(scheme=get_scheme("FL-STD"), num_clients=600,
-                               clients_per_round=10, capacity=24, sampler="poisson",
-                               num_kept=model.num_params, local_steps=1, batch_size=10,
-                               lr=0.1, **_with_dropouts(get_scheme("FL-STD"), 0, 0.2))
-  fn = jax.jit(simulation.make_round_fn(model, cfg))
+  plan = round_plan(get_scheme("FL-STD"), num_clients=600, clients_per_round=10, capacity=24,
+                    sampler="poisson", num_kept=model.num_params, local_steps=1,
+                    batch_size=10, lr=0.1, **_with_dropouts(get_scheme("FL-STD"), 0, 0.2))
+  fn = jax.jit(simulation.make_round_fn(model, plan))
   state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32),
-                                 (cfg.features[0].init(None)[0],))
+                                 (plan.features[0].init()[0],))
   sampled = dropped = 0
   for t in range(1, 301):
     _, info = fn(state, small_federation[0], jax.random.PRNGKey(1), jnp.int32(t))

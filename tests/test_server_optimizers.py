@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import experiment, simulation
+from fedjax_dp import simulation
+from fedjax_dp.cli import sweep
 from fedjax_dp.schemes import SetupData, LocalTraining, get_scheme
 from tiny_model import tiny_linear
 
@@ -56,10 +57,10 @@ def test_server_optimizer_is_refused_off_the_full_model_and_configured_only_ther
     top.validate(100, 0.1)
   with pytest.raises(ValueError, match="server_optimizer must be one of"):
     dataclasses.replace(get_scheme("FL-STD"), server_optimizer="yogi").validate(100, 1.0)
-  args = experiment.build_parser().parse_args(
+  args = sweep.build_parser().parse_args(
       ["--schemes", "FL-STD-DP", "FL-TOP", "--server-optimizer", "fedavgm",
        "--server-optimizer-lr", "0.7"])
-  planned = {r.scheme.name: r.scheme for r in experiment.plan(args, num_params=7850)}
+  planned = {r.scheme.name: r.scheme for r in sweep.plan(args, num_params=7850)}
   std, fl_top = planned["FL-STD-DP"], planned["FL-TOP"]
   assert (std.server_optimizer, std.server_lr) == ("fedavgm", 0.7)
   assert fl_top.server_optimizer == "sgd"

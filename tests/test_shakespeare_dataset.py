@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import datasets, experiment, presets
+from fedjax_dp import datasets, presets
+from fedjax_dp.cli import sweep
 from fedjax_dp.data import PADDING_LABEL, as_float
 from fedjax_dp.data import shakespeare as S
 from fedjax_dp.models import from_flax
@@ -132,7 +133,7 @@ def test_bad_settings_raise_one_line(plays, kwargs, needle):
 def test_preset_values_and_their_sources():
   """The Fed-SMP Shakespeare setting for every scheme; each value with its source."""
   for name in ("Fed-SMP-randk", "Fed-SMP-topk", "DP-FedAvg", "FL-STD", "FL-SIGN"):
-    setting = experiment.scheme_setting(name, "shakespeare")
+    setting = sweep.scheme_setting(name, "shakespeare")
     assert setting == presets.SHAKESPEARE, name  # no image preset leaks in
   s = presets.SHAKESPEARE
   assert (s["clients_per_round"], s["batch_size"], s["rounds"]) == (10, 4, 1200)  # [34]
@@ -172,7 +173,7 @@ def test_lr_decays_every_50_rounds_on_shakespeare():
 
 
 def _plan(*argv):
-  return {r.scheme.name: r for r in experiment.plan(experiment.build_parser().parse_args(
+  return {r.scheme.name: r for r in sweep.plan(sweep.build_parser().parse_args(
       ["--ratio", "0.1", *argv]))}
 
 
@@ -203,8 +204,8 @@ def test_command_line_applies_the_shakespeare_setting():
     (["--dropout", "0.5"], "uses the model 'lstm'"),
 ])
 def test_bad_shakespeare_flags_exit_2(argv, needle, tmp_path, capsys):
-  code = experiment.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-randk", *argv,
-                          "--out", str(tmp_path / "o"), "--quiet"])
+  code = sweep.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-randk", *argv,
+                     "--out", str(tmp_path / "o"), "--quiet"])
   err = capsys.readouterr().err.strip().splitlines()
   assert code == 2 and len(err) == 1 and needle in err[0], err
   assert not (tmp_path / "o").exists()
@@ -212,8 +213,8 @@ def test_bad_shakespeare_flags_exit_2(argv, needle, tmp_path, capsys):
 
 def test_too_many_clients_exit_2(plays, tmp_path, capsys):
   """The preset's 1,124 clients on the tiny folder: one line naming the count there."""
-  code = experiment.main(["--dataset", "shakespeare", "--schemes", "FedAvg-randk",
-                          "--out", str(tmp_path / "o"), "--quiet"])
+  code = sweep.main(["--dataset", "shakespeare", "--schemes", "FedAvg-randk",
+                     "--out", str(tmp_path / "o"), "--quiet"])
   err = capsys.readouterr().err.strip().splitlines()
   assert code == 2 and len(err) == 1, err
   assert f"--num-clients must be in [1, {2 * COPIES}] for shakespeare" in err[0], err
@@ -261,11 +262,11 @@ def test_fedsmp_topk_trains_its_server_on_the_public_windows(plays, tmp_path, ca
   held-out int32 windows (an embedding needs integer input). A small embedding model in
   place of the LSTM, in process: the same code path, seconds instead of a compilation of
   the LSTM's round."""
-  monkeypatch.setattr(experiment, "get_model", lambda name, **_: from_flax(
+  monkeypatch.setattr(sweep, "get_model", lambda name, **_: from_flax(
       _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
   out = tmp_path / "out"
-  code = experiment.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-topk", *_TINY,
-                          "--out", str(out)])
+  code = sweep.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-topk", *_TINY,
+                     "--out", str(out)])
   assert code == 0, capsys.readouterr().err
   (run,) = json.loads((out / "results.json").read_text())["runs"]
   assert run["scheme"] == "Fed-SMP-topk" and run["public_holdout"] == 12
@@ -280,16 +281,16 @@ def test_the_ratio_sweep_calibrates_on_the_held_out_windows(plays, tmp_path, cap
   import importlib.util
   spec = importlib.util.spec_from_file_location(
       "fedsmp_ratio_sweep", ROOT / "experiments" / "fedsmp_ratio_sweep.py")
-  sweep = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(sweep)
-  monkeypatch.setattr(experiment, "get_model", lambda name, **_: from_flax(
+  ratio_sweep = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(ratio_sweep)
+  monkeypatch.setattr(sweep, "get_model", lambda name, **_: from_flax(
       _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
   out = tmp_path / "sweep"
   tiny = ["--rounds", "1", "--num-clients", "6", "--samples-per-client", "16",
           "--clients-per-round", "3", "--local-steps", "2", "--public-size", "12",
           "--test-size", "8", "--quiet"]  # _TINY without the ratio and top_k's hold-out
-  code = sweep.main(["--dataset", "shakespeare", "--epsilon", "4", "--ratios", "0.1", "1.0",
-                     "--schemes", "Fed-SMP-randk", *tiny, "--out", str(out)])
+  code = ratio_sweep.main(["--dataset", "shakespeare", "--epsilon", "4", "--ratios", "0.1",
+                           "1.0", "--schemes", "Fed-SMP-randk", *tiny, "--out", str(out)])
   assert code == 0, capsys.readouterr().err
   runs = json.loads((out / "table.json").read_text())["runs"]
   assert [r["ratio"] for r in runs] == [0.1, 1.0]

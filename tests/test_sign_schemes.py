@@ -14,6 +14,7 @@ from fedjax_dp.privacy import accounting, dg_table
 from fedjax_dp.privacy import secure_aggregation as sa
 from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
 from fedjax_dp.schemes.sign import random_tie_sign, table_shares
+from scheme_helpers import round_plan
 from tiny_model import tiny_linear
 
 FL_SIGN, FL_SIGN_DP, SIGN_SGD = (get_scheme(n) for n in ("fl-sign", "FL-SIGN-DP", "signsgd"))
@@ -65,12 +66,12 @@ def test_sampling_every_client_with_rate_one(sampler):
 
 def _round(scheme, data, **kw):
   model = tiny_linear()
-  base = dict(scheme=scheme, num_clients=600, clients_per_round=600, capacity=600,
-              sampler="poisson", num_kept=model.num_params, local_steps=1,
-              batch_size=10, lr=0.215, noise_multiplier=0.0, clip_norm=1.0)
-  cfg = simulation.RoundConfig(**{**base, **kw})
+  base = dict(num_clients=600, clients_per_round=600, capacity=600, sampler="poisson",
+              num_kept=model.num_params, local_steps=1, batch_size=10, lr=0.215,
+              noise_multiplier=0.0, clip_norm=1.0)
+  plan = round_plan(scheme, **{**base, **kw})
   w0 = model.init(jax.random.PRNGKey(0))
-  state, info = jax.jit(simulation.make_round_fn(model, cfg))(
+  state, info = jax.jit(simulation.make_round_fn(model, plan))(
       simulation.ServerState(w0, jnp.zeros((0,), jnp.int32)), data,
       jax.random.PRNGKey(1), jnp.int32(1))
   return model, w0, np.asarray(state.weights), info
@@ -199,16 +200,16 @@ def test_fl_sign_dp_round_lowers_without_host_callbacks_for_gpus(small_federatio
   cfg = simulation.RunConfig.of(rounds=2, clients_per_round=6, noise_multiplier=0.5,
                                 dropout_rate=0.2, max_dropouts=2)
   model = tiny_linear()
-  prep = simulation.prepare(model, FL_SIGN_DP, data, public, cfg)
-  round_fn = simulation.make_round_fn(model, prep.round_cfg)
-  args = (prep.state, data, prep.run_key, jnp.int32(1))
+  state, plan = simulation.prepare(model, FL_SIGN_DP, data, public, cfg)
+  round_fn = simulation.make_round_fn(model, plan)
+  args = (state, data, plan.run_key, jnp.int32(1))
   for platform in ("cuda", "rocm", "cpu"):
     text = _lowered(round_fn, args, platform)
     assert "custom_call" not in text or "callback" not in text, platform
   # The check sees a host callback where there is one.
   host = lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((3,), jnp.float32), x)
   assert "callback" in _lowered(host, (jnp.ones(3),), "cpu")
-  table = prep.scheme.tables.shares
+  table = plan.scheme.tables.shares
   shares = lambda m, s, k, r: table_shares(m, s, k, table, r)
   share_args = (jnp.ones((6, 100), jnp.int8), jnp.ones((6,), bool),
                 jax.random.split(jax.random.PRNGKey(0), 6), jnp.int32(0))
@@ -323,21 +324,21 @@ def test_fl_sign_dp_run_reports_theorem_3_epsilon_and_bits(small_federation):
 # --- The sweep: scheme presets and validation. --------------------------------
 
 def test_sweep_presets_apply_unless_a_flag_is_given(capsys):
-  from fedjax_dp import experiment
-  parse = experiment.build_parser().parse_args
+  from fedjax_dp.cli import sweep
+  parse = sweep.build_parser().parse_args
   args = parse(["--schemes", "FL-SIGN", "signSGD", "FL-TOP"])
-  sign = experiment.settings(args, FL_SIGN)
+  sign = sweep.settings(args, FL_SIGN)
   assert (sign["num_clients"], sign["clients_per_round"], sign["samples_per_client"],
           sign["local_steps"], sign["rounds"]) == (1000, 100, 60, 30, 100)  # Table 8.1
-  everyone = experiment.settings(args, SIGN_SGD)
+  everyone = sweep.settings(args, SIGN_SGD)
   assert everyone["clients_per_round"] == everyone["num_clients"] == 6000
   assert everyone["local_steps"] == 1
-  top = experiment.settings(args, get_scheme("FL-TOP"))
+  top = sweep.settings(args, get_scheme("FL-TOP"))
   assert (top["num_clients"], top["local_steps"], top["rounds"]) == (6000, 5, 200)
   args = parse(["--rounds", "7", "--clients-per-round", "all", "--gamma", "0.002"])
-  sign = experiment.settings(args, FL_SIGN)
+  sign = sweep.settings(args, FL_SIGN)
   assert sign["rounds"] == 7 and sign["clients_per_round"] == 1000
-  assert experiment.configure(FL_SIGN, args).gamma == 0.002
+  assert sweep.configure(FL_SIGN, args).gamma == 0.002
   # The discrete Gaussian bound is a moments/RDP bound: pld is refused up front.
-  code = experiment.main(["--schemes", "FL-SIGN-DP", "--accountant", "pld", "--quiet"])
+  code = sweep.main(["--schemes", "FL-SIGN-DP", "--accountant", "pld", "--quiet"])
   assert code == 2 and "Thm 3" in capsys.readouterr().err

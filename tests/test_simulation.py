@@ -8,7 +8,7 @@ import pytest
 
 from fedjax_dp import simulation
 from fedjax_dp.schemes import SCHEMES, get_scheme
-from fedjax_dp.schemes.masked import MASKED_SCHEMES
+from fedjax_dp.schemes.coordinate_subset import MASKED_SCHEMES
 from tiny_model import tiny_linear
 
 # r = 0.5 so the schemes that drop part of a freely trained update (FL-BAS-2/4,
@@ -115,8 +115,8 @@ def test_clip_ratio_calibrates_one_s_for_every_ratio(small_federation):
   cfg = simulation.RunConfig.of(ratio=0.05, rounds=1, clients_per_round=8)
 
   def clip(**kw):
-    return simulation.prepare(model, scheme, data, public,
-                              cfg.replace(**kw)).clip_norm
+    _, plan = simulation.prepare(model, scheme, data, public, cfg.replace(**kw))
+    return plan.clip_norm
 
   own, full = clip(), clip(ratio=1.0)
   assert clip(clip_ratio=1.0) == pytest.approx(full)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import client
+from fedjax_dp import local_training
 from fedjax_dp.data import archives
 from fedjax_dp.models import (DROPOUT_MODELS, MODELS, all_cnn_c, emnist_cnn, fast_train,
                               from_flax, get_model, imdb_cnn_lstm, svhn_cnn, zoo)
@@ -84,7 +84,7 @@ def test_all_cnn_c_layers_and_imdb_constants():
 
 def _generic(model, w, steps, batch, lr):
   """Generic local SGD of ``model.loss``, vmapped over the clients."""
-  return jax.jit(jax.vmap(lambda x, y, k: client.local_sgd(
+  return jax.jit(jax.vmap(lambda x, y, k: local_training.local_sgd(
       model.loss, w, x, y, k, steps=steps, batch_size=batch, lr=lr) - w))
 
 
@@ -140,7 +140,7 @@ def test_all_cnn_c_dropout_trains_on_the_plain_path():
   a, b = logits(model.unflatten(w), x, k1), logits(model.unflatten(w), x, k2)
   np.testing.assert_array_equal(a, logits(model.unflatten(w), x, k1))
   assert np.abs(np.asarray(a) - np.asarray(b)).max() > 1e-3 * np.abs(np.asarray(a)).max()
-  # The update through local_update (client.local_train with the keyed loss):
+  # The update through local_update (local_training.local_train with the keyed loss):
   # all |B| = 2 rows every step, so only the dropout differs between the keys.
   update = jax.jit(lambda m_key: model.local_update(w, x, y, m_key, steps=2, batch_size=2,
                                                     lr=0.5))

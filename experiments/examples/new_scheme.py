@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import client, data, models, schemes, simulation
+from fedjax_dp import local_training, data, models, schemes, simulation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,7 @@ class QSGDScheme(schemes.Scheme):
 
   def client_message(self, model, w, plan, x, y, key, local):
     train_key, round_key = jax.random.split(key)
-    w_end = client.local_sgd(model.loss, w, x, y, train_key, steps=local.steps,
+    w_end = local_training.local_sgd(model.loss, w, x, y, train_key, steps=local.steps,
                              batch_size=local.batch_size, lr=local.lr)
     u = w_end - w
     norm = jnp.linalg.norm(u)

@@ -12,5 +12,5 @@
 - :mod:`~fedjax_dp.cli.types`: the flags' argparse value types.
 
 The library (``fedjax_dp.schemes`` included) imports no argparse; the sweep
-itself (planning, loading, running, ``main``) is ``fedjax_dp.experiment``.
+itself (planning, loading, running, ``main``) is ``fedjax_dp.cli.sweep``.
 """

@@ -21,16 +21,18 @@ from fedjax_dp.schemes import Family, Scheme, family_of
 def add_option(group: argparse._ArgumentGroup, option: Option) -> None:
   """``option`` as a flag of ``group``: a switch for ``bool``, ``int`` and
   ``str`` as argparse parses them, any other parser through
-  :func:`~fedjax_dp.cli.types.flagged` (its message after the flag)."""
+  :func:`~fedjax_dp.cli.types.flagged` (its message after the flag); its
+  help states the declared default (``Option.described``)."""
   if option.parse is bool:
     group.add_argument(option.flag, action="store_true", default=bool(option.default),
-                       help=option.help)
+                       help=option.described)
     return
   parse = option.parse
   if parse not in (int, str):
     parse = types.flagged(option.flag, parse)
   group.add_argument(option.flag, type=None if parse is str else parse,
-                     choices=option.choices, default=option.default, help=option.help)
+                     choices=option.choices, default=option.default, help=option.described,
+                     **({"nargs": "+"} if option.many else {}))
 
 
 def add_family_flags(parser: argparse.ArgumentParser, families: Iterable[Family]) -> None:

@@ -1,9 +1,10 @@
 """From the parsed flags to the library's settings.
 
 The flags of :func:`fedjax_dp.cli.parser.build_parser` become a run's
-:class:`~fedjax_dp.simulation.RunConfig` (:func:`run_config`, with its
-attack, aggregator, audit and adaptive clipping), its clip norm (:func:`clip_for`) and the
-data set's defaults (:func:`apply_dataset_defaults`). Checks of how flags
+:class:`~fedjax_dp.simulation.RunConfig` (:func:`run_config`, generically
+from the declared options: the run's settings, the aggregator's and each
+round feature's), its clip norm (:func:`clip_for`) and the data set's
+defaults (:func:`apply_dataset_defaults`). Checks of how flags
 combine raise ``ValueError`` naming the flags (one line); the settings'
 own checks are the library's (``ConfigError``, :mod:`fedjax_dp.cli.errors`).
 """
@@ -12,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from fedjax_dp import (aggregators, attacks, canaries, datasets, distributed, presets,
-                       simulation)
+from fedjax_dp import aggregators, datasets, distributed, features, presets, simulation
 from fedjax_dp.cli import schemes
-from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.models import DROPOUT_MODELS
 from fedjax_dp.schemes import Scheme
 
@@ -36,74 +35,14 @@ def clip_for(args: argparse.Namespace, scheme: Scheme,
   return None, "calibrated (UAI Sec. 4)"
 
 
-def aggregator(args: argparse.Namespace) -> aggregators.AggregatorConfig | None:
-  """The --aggregator rule; None for the plain mean (the round's streamed sum)."""
-  if args.aggregator == "mean":
-    return None
-  return aggregators.AggregatorConfig(args.aggregator, args.trim_fraction, args.norm_bound)
-
-
-def audit(args: argparse.Namespace) -> canaries.AuditConfig | None:
-  """The --audit-canaries setting; None without one (0).
-
-  Raises:
-    ValueError: A negative count.
-  """
-  if args.audit_canaries < 0:
-    raise ValueError(f"--audit-canaries must be >= 0, got {args.audit_canaries}")
-  if args.audit_canaries == 0:
-    return None
-  return canaries.AuditConfig(args.audit_canaries, args.audit_confidence)
-
-
-def attack(args: argparse.Namespace) -> attacks.AttackConfig | None:
-  """The --attack setting; None without one.
-
-  Raises:
-    ValueError: Attack flags without --attack, a backdoor without --backdoor
-      (or the reverse), or a bad class.
-  """
-  if args.attack is None:
-    if (args.malicious_fraction is not None or args.backdoor is not None
-        or args.attackers_skip_noise or args.pool_training != "steps"):
-      raise ValueError("--malicious-fraction, --backdoor, --attackers-skip-noise and "
-                       "--pool-training need --attack")
-    return None
-  if args.malicious_fraction is None:
-    raise ValueError(f"--attack {args.attack} needs --malicious-fraction")
-  backdoor = args.attack in attacks.BACKDOORS
-  if backdoor != (args.backdoor is not None):
-    raise ValueError(f"--attack {args.attack} needs --backdoor SRC:DST" if backdoor
-                     else f"--backdoor applies to {' and '.join(attacks.BACKDOORS)}")
-  source, target = (attacks.parse_backdoor(args.backdoor, args.dataset) if backdoor
-                    else (None, None))
-  return attacks.AttackConfig(args.attack, args.malicious_fraction, args.boost, source,
-                              target, args.attack_sigma,
-                              skip_noise=args.attackers_skip_noise,
-                              selection=args.malicious_selection,
-                              pool_training=args.pool_training)
-
-
-def adaptive_clip(args: argparse.Namespace) -> AdaptiveClipConfig | None:
-  """The --adaptive-clip setting; None without it.
-
-  Raises:
-    ValueError: Its options without --adaptive-clip.
-  """
-  given = {name: value for name, value in (("target_quantile", args.clip_quantile),
-                                           ("clip_lr", args.clip_lr),
-                                           ("count_noise", args.clip_count_noise))
-           if value is not None}
-  if not args.adaptive_clip:
-    if given:
-      raise ValueError("--clip-quantile, --clip-lr and --clip-count-noise need --adaptive-clip")
-    return None
-  return AdaptiveClipConfig(**given)
-
-
 def run_config(args: argparse.Namespace, scheme: Scheme, ratio: float, setting: dict,
                clip: float | None) -> simulation.RunConfig:
-  """The RunConfig of one run of the sweep.
+  """The RunConfig of one run of the sweep, from the declared options' flags.
+
+  Every setting the run config's fields declare (``simulation.config.option_groups``)
+  takes its flag's value, or the run's preset-able ``setting``; the
+  aggregator and the round features build their configs from their own
+  options (``aggregators.from_options``, ``features.from_options``).
 
   Args:
     args: The parsed flags, the data set's defaults applied.
@@ -113,24 +52,19 @@ def run_config(args: argparse.Namespace, scheme: Scheme, ratio: float, setting: 
     clip: S, or None to calibrate it (:func:`clip_for`).
 
   Raises:
-    ValueError: A combination of flags that does not apply (one line
-      naming them), a bad backdoor class.
+    ConfigError: An option given while its feature is off, a bad backdoor
+      class (naming the field; the sweep reports its flag).
   """
-  return simulation.RunConfig.of(
-      ratio=ratio, rounds=setting["rounds"], clients_per_round=setting["clients_per_round"],
-      local_steps=setting["local_steps"], batch_size=setting["batch_size"],
-      lr=setting["lr"], local_optimizer=setting["local_optimizer"],
-      noise_multiplier=schemes.noise_multiplier(scheme, args),
-      clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
-      aggregator=aggregator(args), attack=attack(args), audit=audit(args),
-      adaptive_clip=adaptive_clip(args),
-      delta=args.delta, accountant=args.accountant, sampler=args.sampling,
-      init_steps=args.init_steps, seed=args.seed, eval_every=args.eval_every,
-      max_cohort=args.max_cohort, secure_aggregation=args.secure_aggregation,
-      secure_bits=args.secure_bits, secure_frac_bits=args.secure_frac_bits,
-      secure_neighbours=args.secure_neighbours, max_dropouts=args.max_dropouts,
-      dropout_rate=args.dropout_rate, client_chunk=args.client_chunk, devices=args.devices,
-      selection_metric=datasets.get_dataset(args.dataset).selection_metric)
+  values = vars(args)
+  flat = {}
+  for _, group in simulation.config.option_groups():
+    for option in group:
+      flat[option.setting] = setting.get(option.setting, values[option.name])
+  flat.update(clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
+              noise_multiplier=schemes.noise_multiplier(scheme, args),
+              selection_metric=datasets.get_dataset(args.dataset).selection_metric)
+  return simulation.RunConfig.of(ratio=ratio, aggregator=aggregators.from_options(values),
+                                 features=features.from_options(values), **flat)
 
 
 # Flags whose default is the data set's setting (``Dataset.defaults``, read from the

@@ -40,7 +40,7 @@ class ClientData(NamedTuple):
         y: (num_clients, samples) labels.
         attacker_x: Examples that only the colluding malicious clients hold,
             beyond their own rows (an out-backdoor's source class taken from
-            the honest clients, ``fedjax_dp.attacks.out_backdoor_pool``);
+            the honest clients, ``fedjax_dp.features.attack.adversary.out_backdoor_pool``);
             None without.
         attacker_y: Their labels.
     """

@@ -1,52 +1,80 @@
 """Round features: what a run adds to the plain federated round.
 
 Each feature is one module: a frozen config dataclass (owned by the module it
-configures) and a :class:`~fedjax_dp.features.base.Feature` built from it,
-whose pure functions the round calls at fixed points (``features.base``).
-``REGISTRY`` below is the one list of them: a feature's kind (the name
-``RunConfig.of`` takes its config by), its config class and its feature
-class. Every run has the ``dropouts`` feature (its config is the
-``RunConfig.dropouts`` part); the others join when their config is in
-``RunConfig.features``.
+configures, its fields declaring their options) and a
+:class:`~fedjax_dp.features.base.Feature` built from it, whose pure
+functions the round calls at fixed points (``features.base``). The feature
+class declares as data what the rest of the library needs: its kind (the
+name ``RunConfig.of`` takes its config by), config class, options, switch,
+conflicts and PRNG purposes. ``REGISTRY`` below is the one list of them;
+:func:`register` adds one from research code. Every run has the
+``dropouts`` feature (its config is the ``RunConfig.dropouts`` part); the
+others join when their config is in ``RunConfig.features``.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Mapping
 
-from fedjax_dp import attacks, canaries
-from fedjax_dp.errors import ConfigError
+from fedjax_dp import keys
 from fedjax_dp.features import adaptive_clip, attack, audit, dropouts
-from fedjax_dp.features.base import Chunk, Context, Feature, Noise, Observed
+from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
+from fedjax_dp.features.attack import AttackConfig
+from fedjax_dp.features.audit import AuditConfig
+from fedjax_dp.features.base import (Chunk, Conflict, Feature, Noise, Observed, RunView)
+from fedjax_dp.errors import ConfigError
+
+REGISTRY: dict[str, type[Feature]] = {}
+KINDS: tuple[str, ...] = ()
 
 
-class Entry(NamedTuple):
-  """A registered feature: its config class and its feature class."""
+def register(feature: type[Feature]) -> type[Feature]:
+  """Adds a feature class to :data:`REGISTRY` (usable as a class decorator).
 
-  config: type
-  feature: type
+  Raises:
+    ValueError: Its kind or config class is registered already, a key
+      purpose is taken, or a conflict names neither a kind nor a run setting.
+  """
+  global KINDS
+  if feature.kind in REGISTRY or feature.kind == dropouts.Dropouts.kind:
+    raise ValueError(f"a feature of kind {feature.kind!r} is registered already")
+  if any(f.config_type is feature.config_type for f in REGISTRY.values()):
+    raise ValueError(f"{feature.config_type.__name__} configures a registered feature already")
+  keys.check_purposes([p for f in (dropouts.Dropouts, *REGISTRY.values(), feature)
+                       for p in f.key_purposes])
+  known = set(RunView._fields) | set(REGISTRY) | {feature.kind}
+  for conflict in feature.conflicts:
+    if conflict.other not in known:
+      raise ValueError(f"{feature.__name__} conflicts with {conflict.other!r}, which is "
+                       "neither a feature kind nor a RunView field")
+  REGISTRY[feature.kind] = feature
+  KINDS = tuple(REGISTRY)
+  return feature
 
 
-REGISTRY = {
-    "attack": Entry(attacks.AttackConfig, attack.Attack),
-    "audit": Entry(canaries.AuditConfig, audit.Audit),
-    "adaptive_clip": Entry(adaptive_clip.AdaptiveClipConfig, adaptive_clip.AdaptiveClip),
-}
-KINDS = tuple(REGISTRY)
+def unregister(kind: str) -> None:
+  """Removes a feature registered by :func:`register` (tests, notebooks)."""
+  global KINDS
+  del REGISTRY[kind]
+  KINDS = tuple(REGISTRY)
+
+
+for _feature in (attack.Attack, audit.Audit, adaptive_clip.AdaptiveClip):
+  register(_feature)
 
 
 def kind_of(config: Any) -> str:
   """The registered kind of a feature config (TypeError for another object)."""
-  for kind, entry in REGISTRY.items():
-    if type(config) is entry.config:
+  for kind, feature in REGISTRY.items():
+    if type(config) is feature.config_type:
       return kind
   raise TypeError(f"{type(config).__name__} is not a registered feature config "
-                  f"({', '.join(e.config.__name__ for e in REGISTRY.values())})")
+                  f"({', '.join(f.config_type.__name__ for f in REGISTRY.values())})")
 
 
 def find(configs: tuple, kind: str) -> Any:
   """The config of this kind among ``configs``, or None."""
-  wanted = REGISTRY[kind].config
+  wanted = REGISTRY[kind].config_type
   return next((c for c in configs if type(c) is wanted), None)
 
 
@@ -64,16 +92,47 @@ def check_unique(configs: tuple) -> None:
       raise ConfigError(kind, "is given more than once")
 
 
-def build(config: Any, ctx: Context) -> tuple[Feature, ...]:
-  """The run's features (``config``: a RunConfig): dropouts, then the others
-  in registry order."""
-  present = [dropouts.Dropouts(config.dropouts, ctx)]
-  for kind, entry in REGISTRY.items():
+def from_options(values: Mapping[str, Any]) -> tuple:
+  """The configs of the features whose options turn them on
+  (``Feature.from_options``; ``values``: every option's value by name)."""
+  found = (feature.from_options(values) for feature in REGISTRY.values())
+  return tuple(c for c in found if c is not None)
+
+
+def _present(config: Any) -> list[tuple[type[Feature], Any]]:
+  """(feature class, its config) of the run's features (``config``: a
+  RunConfig): dropouts, then the others in registry order."""
+  present = [(dropouts.Dropouts, config.dropouts)]
+  for kind, feature in REGISTRY.items():
     found = find(config.features, kind)
     if found is not None:
-      present.append(entry.feature(found, ctx))
-  return tuple(present)
+      present.append((feature, found))
+  return present
 
 
-__all__ = ["Chunk", "Context", "Entry", "Feature", "KINDS", "Noise", "Observed", "REGISTRY",
-           "build", "check_unique", "find", "kind_of", "with_kinds"]
+def kinds(config: Any) -> tuple[str, ...]:
+  """The kinds of the run's features, in the order the round calls them."""
+  return tuple(cls.kind for cls, _ in _present(config))
+
+
+def check(config: Any, run: RunView) -> None:
+  """Each of the run's features checks its config against the run (before setup)."""
+  for cls, found in _present(config):
+    cls.check(found, run)
+
+
+def client_data(config: Any, data: Any, run_key: Any) -> Any:
+  """The clients' data as the run's features leave it (``Feature.client_data``)."""
+  for cls, found in _present(config):
+    data = cls.client_data(found, data, run_key)
+  return data
+
+
+def build(config: Any, run: RunView) -> tuple[Feature, ...]:
+  """The run's features, built once (``run``: S known)."""
+  return tuple(cls(found, run) for cls, found in _present(config))
+
+
+__all__ = ["AdaptiveClipConfig", "AttackConfig", "AuditConfig", "Chunk", "Conflict", "Feature", "KINDS", "Noise", "Observed", "REGISTRY",
+           "RunView", "build", "check", "check_unique", "client_data", "find",
+           "from_options", "kind_of", "kinds", "register", "unregister", "with_kinds"]

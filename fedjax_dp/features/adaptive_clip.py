@@ -30,9 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import keys
+from fedjax_dp import keys, options
 from fedjax_dp.errors import ConfigError
-from fedjax_dp.features.base import Chunk, Feature, Noise
+from fedjax_dp.features.base import Chunk, Conflict, Feature, Noise, RunView
+from fedjax_dp.options import Option, declared, setting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,9 +47,12 @@ class AdaptiveClipConfig:
       (the paper's choice), m the expected cohort size.
   """
 
-  target_quantile: float = 0.5
-  clip_lr: float = 0.2
-  count_noise: float | None = None
+  target_quantile: float = setting(0.5, "gamma, the share of updates the clip norm should "
+                                   "fit", options.number, name="clip_quantile")
+  clip_lr: float = setting(0.2, "eta_C, the clip norm's geometric step", options.number)
+  count_noise: float | None = setting(
+      None, "sigma_b, the noise std on the count of updates that fitted (default: clients "
+      "per round / 20)", options.number, name="clip_count_noise")
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -69,6 +73,14 @@ def update_noise_multiplier(noise_multiplier: float, count_noise: float) -> floa
   return math.inf if rest <= 0 else rest ** -0.5
 
 
+def count_noise(config: AdaptiveClipConfig, run: RunView) -> float:
+  """sigma_b: the config's, else m / 20 (the paper's); 0 without DP noise
+  (nothing to hide the count behind)."""
+  if run.noise_multiplier == 0:
+    return 0.0
+  return config.count_noise if config.count_noise is not None else run.clients_per_round / 20
+
+
 class State(NamedTuple):
   """The next round's clip norm is S exp(``log_factor``) (S: the run's)."""
 
@@ -79,46 +91,49 @@ class AdaptiveClip(Feature):
   """Quantile-tracked clip norm: ``RunConfig.of(adaptive_clip=AdaptiveClipConfig())``."""
 
   kind = "adaptive_clip"
+  config_type = AdaptiveClipConfig
+  title = "adaptive clipping (Andrew et al. 2021; fedjax_dp.features.adaptive_clip, docs/api.md)"
+  switch = "adaptive_clip"
+  options = (Option("adaptive_clip", bool, False,
+                    "track a quantile of the update norms with the clip norm, starting from "
+                    "S; the count's noise is paid out of sigma, epsilon unchanged "
+                    "(client-level Gaussian DP schemes)"),
+             *declared(AdaptiveClipConfig))
+  conflicts = (Conflict("secure_aggregation", "secure aggregation, whose modulus is sized "
+                        "for a fixed S"),
+               Conflict("audit", "audit_canaries, whose canaries are sized for a fixed S"))
+  key_purposes = (keys.Purpose("round", keys.ADAPTIVE_CLIP, "adaptive clipping's count noise"),)
 
   @property
   def count_noise(self) -> float:
-    """sigma_b (0 without DP noise: nothing to hide the count behind)."""
-    if self.ctx.config.privacy.noise_multiplier == 0:
-      return 0.0
-    given = self.config.count_noise
-    return given if given is not None else self.ctx.config.training.clients_per_round / 20
+    """sigma_b (:func:`count_noise`)."""
+    return count_noise(self.config, self.run)
 
   @property
   def update_noise(self) -> float:
     """z_Delta, the updates' noise multiplier."""
-    return update_noise_multiplier(self.ctx.config.privacy.noise_multiplier, self.count_noise)
+    return update_noise_multiplier(self.run.noise_multiplier, self.count_noise)
 
-  def validate(self) -> None:
-    ctx = self.ctx
-    self.config.validate()
-    name, mechanism = ctx.scheme.name, ctx.mechanism
-    if not (ctx.scheme.traits.dp and mechanism.kind == "gaussian"
-            and mechanism.level == "client") or ctx.scheme.traits.fixed_sensitivity:
+  @classmethod
+  def check(cls, config: AdaptiveClipConfig, run: RunView) -> None:
+    config.validate()
+    name, mechanism = run.scheme_name, run.mechanism
+    if not (run.traits.dp and mechanism.kind == "gaussian"
+            and mechanism.level == "client") or run.traits.fixed_sensitivity:
       raise ConfigError("adaptive_clip", f"tracks the clip norm of a client-level Gaussian "
                         f"release of clipped updates; {name} has none")
-    if ctx.config.secure.secure_aggregation:
-      raise ConfigError("adaptive_clip", "cannot be combined with secure aggregation, whose "
-                        "modulus is sized for a fixed S")
-    if ctx.config.feature("audit") is not None:
-      raise ConfigError("adaptive_clip", "cannot be combined with audit_canaries, whose "
-                        "canaries are sized for a fixed S")
-    if not math.isfinite(self.update_noise):
-      raise ConfigError("count_noise", f"{self.count_noise} leaves no noise for the updates: "
-                        f"2 count_noise must exceed noise_multiplier "
-                        f"{ctx.config.privacy.noise_multiplier}")
+    super().check(config, run)
+    sigma_b = count_noise(config, run)
+    if not math.isfinite(update_noise_multiplier(run.noise_multiplier, sigma_b)):
+      raise ConfigError("count_noise", f"{sigma_b} leaves no noise for the updates: "
+                        f"2 count_noise must exceed noise_multiplier {run.noise_multiplier}")
 
-  def init(self, ctx):
-    del ctx
+  def init(self):
     return State(jnp.float32(0.0)), 0
 
   def clip_norm(self, state: State) -> jax.Array:
     """C_t = S exp(log_factor)."""
-    return self.ctx.clip_norm * jnp.exp(state.log_factor)
+    return self.run.clip_norm * jnp.exp(state.log_factor)
 
   def begin(self, state: State, inputs) -> jax.Array:
     del inputs
@@ -135,7 +150,7 @@ class AdaptiveClip(Feature):
   def observe(self, state: State, value, observed) -> State:
     del value
     key = keys.purpose(observed.round_key, keys.ADAPTIVE_CLIP)
-    m = self.ctx.config.training.clients_per_round
+    m = self.run.clients_per_round
     fitted = (observed.tally + self.count_noise * jax.random.normal(key)) / m
     return State(state.log_factor - self.config.clip_lr * (fitted - self.config.target_quantile))
 

@@ -9,7 +9,9 @@ not override does nothing. Methods called inside the jitted round are pure
 functions of their arguments.
 
 Before the run (Python):
-  ``validate``: refuse a setting, one line naming the field;
+  ``check`` (a classmethod, before the server's setup): refuse a setting,
+  one line naming the field;
+  ``client_data`` (a classmethod): change the clients' data (poisoning);
   ``sampler_share``: clients that join cohorts besides the sampler's draw;
   ``init``: the feature's state (carried and checkpointed with the server
   state) and the extra cohort slots its rounds need.
@@ -30,43 +32,68 @@ After evaluations and the run (Python):
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, NamedTuple
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, NamedTuple
 
 import jax
 import numpy as np
 
-from fedjax_dp import sampling
+from fedjax_dp import deprecation, keys, sampling
+from fedjax_dp.errors import ConfigError
+from fedjax_dp.options import Option
+from fedjax_dp.privacy.accounting import Mechanism
+from fedjax_dp.schemes.base import Traits
+
+if TYPE_CHECKING:  # the round's types name the features: annotations only
+  from fedjax_dp.data import ClientData
+  from fedjax_dp.models import FlatModel
+  from fedjax_dp.simulation.plan import Plan
+  from fedjax_dp.simulation.round import RoundInputs
 
 
-class Context(NamedTuple):
-  """What a feature knows about its run before round 1.
+class RunView(NamedTuple):
+  """The run as a feature sees it: a narrow, typed view of the
+  :class:`~fedjax_dp.simulation.plan.Plan` (``simulation.setup``).
 
   Attributes:
-    config: The ``simulation.RunConfig``.
-    scheme: The scheme (bound to the run once ``clip_norm`` is known).
+    scheme_name: The scheme's name (for messages).
+    traits: The scheme's declared traits.
+    mechanism: What a round releases (``accounting.Mechanism``).
     num_clients: N.
     num_params: n, the model's weights.
-    num_values: m, values per message.
-    mechanism: What a round releases (``accounting.Mechanism``).
+    num_kept: K, values per message.
+    clients_per_round: C*N, the expected cohort size.
+    rounds: T_cl.
+    noise_multiplier: The config's sigma.
+    delta: The target delta.
+    sampler: The cohort sampler.
+    max_cohort: Truncated Poisson sampling's cap (None: none).
+    secure_aggregation: The sum is secure (thesis 5.2).
+    kinds: The kinds of the run's features (``fedjax_dp.features.KINDS``).
     run_key: The run's root key.
+    rate: q = C, the sampling rate (``RunConfig.rate``).
     slot_multiple: Slot counts are multiples of this (devices).
-    clip_norm: S once known (``init``); None at ``validate``.
+    clip_norm: S (None without DP; None while a config is only validated).
   """
 
-  config: Any
-  scheme: Any
+  scheme_name: str
+  traits: Traits
+  mechanism: Mechanism
   num_clients: int
   num_params: int
-  num_values: int
-  mechanism: Any
+  num_kept: int
+  clients_per_round: int
+  rounds: int
+  noise_multiplier: float
+  delta: float
+  sampler: str
+  max_cohort: int | None
+  secure_aggregation: bool
+  kinds: tuple[str, ...]
   run_key: jax.Array
+  rate: float
   slot_multiple: int = 4
   clip_norm: float | None = None
-
-  @property
-  def rate(self) -> float:
-    """q, the sampling rate."""
-    return self.config.rate(self.num_clients)
 
 
 class Chunk(NamedTuple):
@@ -113,33 +140,103 @@ class Observed(NamedTuple):
   round_key: jax.Array
 
 
-class Feature:
-  """A round feature built from its config (``fedjax_dp.features``).
+class Conflict(NamedTuple):
+  """A setting a feature cannot be combined with, declared as data.
 
   Attributes:
-    kind: The feature's name (``RunConfig.of(kind=config)``).
-    config: Its frozen config dataclass.
-    ctx: The run (:class:`Context`; ``clip_norm`` None until ``init``).
+    other: Another feature's kind, or a :class:`RunView` field that must be
+      off (False, None or 0).
+    why: What follows "cannot be combined with" in the error.
+  """
+
+  other: str
+  why: str
+
+
+class Feature:
+  """A round feature built from its config, once per run (``fedjax_dp.features.build``).
+
+  A feature declares, as class attributes: its ``kind``, its config class
+  (``config_type``, a frozen dataclass whose fields declare their options,
+  ``fedjax_dp.options.setting``), the heading of its options (``title``),
+  the option that turns it on (``switch``; a field of the config, or a
+  switch of its own in ``options``), what it cannot be combined with
+  (``conflicts``) and the PRNG purposes it folds into the run's keys
+  (``key_purposes``, checked unique against every other purpose,
+  ``fedjax_dp.keys``).
+
+  Attributes:
+    config: Its config (an instance of ``config_type``).
+    run: The run (:class:`RunView`, S known).
   """
 
   kind: ClassVar[str] = ""
+  config_type: ClassVar[type] = type(None)
+  title: ClassVar[str] = ""
+  switch: ClassVar[str] = ""
+  options: ClassVar[tuple[Option, ...]] = ()
+  conflicts: ClassVar[tuple[Conflict, ...]] = ()
+  key_purposes: ClassVar[tuple[keys.Purpose, ...]] = ()
 
-  def __init__(self, config: Any, ctx: Context):
+  def __init__(self, config: Any, run: RunView):
     self.config = config
-    self.ctx = ctx
+    self.run = run
+
+  @property
+  def ctx(self) -> RunView:
+    """Deprecated (0.1.0's ``Context``): :attr:`run`."""
+    deprecation.warn("Feature.ctx", "Feature.run", "0.3.0")
+    return self.run
 
   # Before the run.
-  def validate(self) -> None:
-    """Raises ConfigError (one line, naming the field) for a setting it refuses."""
+  @classmethod
+  def from_options(cls, values: Mapping[str, Any]) -> Any:
+    """The feature's config from its options' values (None: the feature is off).
+
+    ``values`` holds every option's value by name (a front end's parsed
+    controls; an option not given at its default). Off when the switch is
+    None, False or 0; an option given without the switch is refused.
+
+    Raises:
+      ConfigError: An option given while the feature is off, naming it.
+    """
+    on = values[cls.switch]
+    switch = next(o for o in cls.options if o.name == cls.switch)
+    if not on:
+      for option in cls.options:
+        if option is not switch and values[option.name] != option.default:
+          raise ConfigError(option.name, f"needs {switch.flag}")
+      return None
+    fields = {f.name for f in dataclasses.fields(cls.config_type)}
+    return cls.config_type(**{o.setting: values[o.name] for o in cls.options
+                              if o.setting in fields})
+
+  @classmethod
+  def check(cls, config: Any, run: RunView) -> None:
+    """Raises ConfigError (one line, naming the field) for a setting it
+    refuses; called before the server's setup (``run.clip_norm`` None).
+    This default refuses the declared ``conflicts``; a feature that checks
+    more calls it first."""
+    del config
+    given = run._asdict()
+    for conflict in cls.conflicts:
+      if conflict.other in run.kinds or given.get(conflict.other) not in (None, False, 0):
+        raise ConfigError(cls.switch, f"cannot be combined with {conflict.why}")
+
+  @classmethod
+  def client_data(cls, config: Any, data: ClientData, run_key: jax.Array) -> ClientData:
+    """The clients' data as this feature changes it before the run (a
+    backdoor's poisoned labels); default ``data``."""
+    del config, run_key
+    return data
 
   def sampler_share(self, run_key: jax.Array, num_clients: int) -> sampling.Malicious | None:
     """Clients the sampler places in every cohort (None: the sampler alone)."""
     del run_key, num_clients
     return None
 
-  def init(self, ctx: Context) -> tuple[Any, int]:
+  def init(self) -> tuple[Any, int]:
     """(the feature's initial state, extra cohort slots a round needs)."""
-    del ctx
     return None, 0
 
   # Each round (traced).
@@ -149,16 +246,16 @@ class Feature:
     del state, run_key, t, slots, num_clients
     return cohort
 
-  def begin(self, state: Any, inputs: Any) -> Any:
+  def begin(self, state: Any, inputs: RoundInputs) -> Any:
     """The feature's value for the round (``inputs``: ``simulation.RoundInputs``
     without feature values)."""
     del state, inputs
     return None
 
-  def train(self, value: Any, model: Any, rcfg: Any, w: jax.Array, inputs: Any,
-            data: Any) -> Any:
+  def train(self, value: Any, model: FlatModel, plan: Plan, w: jax.Array,
+            inputs: RoundInputs, data: ClientData) -> Any:
     """The round value once the round's model ``w`` is known (before the slots train)."""
-    del model, rcfg, w, inputs, data
+    del model, plan, w, inputs, data
     return value
 
   def noise(self, state: Any, noise: Noise) -> Noise:

@@ -32,14 +32,14 @@ class Dropouts(Feature):
   """Failures: ``RunConfig.of(dropout_rate=..., max_dropouts=...)``."""
 
   kind = "dropouts"
+  key_purposes = ()  # the round's keys.DROPOUT key is the core's (keys.RoundKeys)
 
   @property
   def tolerated(self) -> int:
     """l: the failures the noise shares are sized for (DP schemes only)."""
-    return self.config.max_dropouts if self.ctx.scheme.traits.dp else 0
+    return self.config.max_dropouts if self.run.traits.dp else 0
 
-  def init(self, ctx):
-    del ctx
+  def init(self):
     return Counts(jnp.int32(0), jnp.int32(0)), 0
 
   def begin(self, state, inputs) -> jax.Array | None:
@@ -71,10 +71,10 @@ class Dropouts(Feature):
 
   def record(self, state: Counts, best: dict) -> dict:
     del best
-    dp = self.ctx.scheme.traits.dp
+    dp = self.run.traits.dp
     under_noised = int(state.under_noised) if dp else 0
     if under_noised:
-      warnings.warn(f"{self.ctx.scheme.name}: {under_noised} rounds lost more than "
+      warnings.warn(f"{self.run.scheme_name}: {under_noised} rounds lost more than "
                     f"--max-dropouts {self.config.max_dropouts} clients; their aggregate "
                     "noise was below what the accountant assumes")
     return {"max_dropouts": self.tolerated, "dropout_rate": self.config.dropout_rate,

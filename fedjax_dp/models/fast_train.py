@@ -1,6 +1,6 @@
 """Fast local training of any model for a whole cohort.
 
-Computes what ``client.local_sgd(model.loss, w, x, y, key, ...) - w``
+Computes what ``local_training.local_sgd(model.loss, w, x, y, key, ...) - w``
 computes (same batches for the same key, same SGD or heavy-ball steps, same
 masking), for any :class:`~fedjax_dp.models.flat.FlatModel` whose
 ``apply_fn`` JAX can trace (every ``from_flax`` model), written so that
@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client
+from fedjax_dp import local_training
 from fedjax_dp import jax_internals as jxi
 from fedjax_dp.models import cohort_ops, fast_apply
 from fedjax_dp.models.flat import cross_entropy
@@ -104,7 +104,7 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
     w: (n,) starting weights, the round's global model.
     x: (samples, ...) one client's examples.
     y: (samples,) labels, -1 for padding.
-    key: The client's training key (batches as ``client.local_sgd``).
+    key: The client's training key (batches as ``local_training.local_sgd``).
     steps: T_gd.
     batch_size: |B|.
     lr: eta.
@@ -113,11 +113,11 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
       ``grad_mask``; with at most ``SPARSE_MAX`` of them the large kernels
       move as vectors on those indices.
     only_indices: Return the update on ``grad_indices`` only.
-    momentum: Optional heavy-ball momentum beta (``client.sgd``), without a
+    momentum: Optional heavy-ball momentum beta (``local_training.sgd``), without a
       mask only.
     optimizer: ``"sgd"``, or ``"adam"``: Adam's step is not linear in the
       gradients, so nothing is factored; each client trains its own copy of
-      the weights (``client.local_train``) through the rewritten forward
+      the weights (``local_training.local_train``) through the rewritten forward
       pass (per-client convolutions and pooling, as above).
     dense_form: Without a mask, how the large kernels train: ``factored``
       (shared weights and the steps' history), ``per-client`` (a copy per
@@ -130,13 +130,13 @@ def local_update(model, w: jax.Array, x: jax.Array, y: jax.Array, key: jax.Array
   Raises:
     ValueError: ``momentum`` with a ``grad_mask``, ``only_indices`` without
       ``grad_indices``, an unknown ``dense_form``, or a model with a
-      ``train_apply_fn`` (dropout: trained by ``client.local_sgd``).
+      ``train_apply_fn`` (dropout: trained by ``local_training.local_sgd``).
   """
   beta = _checked(model, grad_mask, grad_indices, only_indices, momentum, dense_form)
 
   def plain():
-    w_end = client.local_train(model.loss, w, x, y, key, steps=steps, batch_size=batch_size,
-                               optimizer=client.optimizer(optimizer, lr, momentum),
+    w_end = local_training.local_train(model.loss, w, x, y, key, steps=steps, batch_size=batch_size,
+                               optimizer=local_training.optimizer(optimizer, lr, momentum),
                                grad_mask=grad_mask)
     return (w_end - w)[grad_indices] if only_indices else w_end - w
 
@@ -155,10 +155,10 @@ def _sgd_update(model, w, x, y, key, steps, batch_size, lr,  # pylint: disable=t
   """:func:`local_update`'s SGD through the rewritten forward pass."""
   num = x.shape[0]
   take = min(batch_size, num)
-  count = client.num_examples(y)
+  count = local_training.num_examples(y)
 
-  def batch(step_key):  # as client.local_train's batches
-    idx = client.sample_batch(step_key, num, take, count)
+  def batch(step_key):  # as local_training.local_train's batches
+    idx = local_training.sample_batch(step_key, num, take, count)
     return x[idx], y[idx]
 
   traced = fast_apply.trace(model.apply_fn, model.shapes,

@@ -106,9 +106,9 @@ class FlatModel:
                    optimizer: str = "sgd") -> jax.Array:
     """One client's update ``w_end - w`` after local training from w.
 
-    ``client.local_sgd(self.loss, w, x, y, key, ...) - w`` (same batches for
+    ``local_training.local_sgd(self.loss, w, x, y, key, ...) - w`` (same batches for
     the same key; heavy-ball ``momentum`` as there), or the same steps of
-    ``client.optimizer(optimizer, lr)`` (Adam), through ``local_update_fn``
+    ``local_training.optimizer(optimizer, lr)`` (Adam), through ``local_update_fn``
     when the model has one.
     Written for one client; the round vmaps it over the cohort.
     ``grad_indices`` (optional) lists the True entries of ``grad_mask``,
@@ -123,11 +123,11 @@ class FlatModel:
                                   lr=lr, grad_mask=grad_mask, grad_indices=grad_indices,
                                   only_indices=only_indices, momentum=momentum,
                                   optimizer=optimizer)
-    from fedjax_dp import client  # pylint: disable=import-outside-toplevel
+    from fedjax_dp import local_training  # pylint: disable=import-outside-toplevel
     keyed = self.train_apply_fn is not None
-    update = client.local_train(self.train_loss if keyed else self.loss, w, x, y, key,
+    update = local_training.local_train(self.train_loss if keyed else self.loss, w, x, y, key,
                                 steps=steps, batch_size=batch_size,
-                                optimizer=client.optimizer(optimizer, lr, momentum),
+                                optimizer=local_training.optimizer(optimizer, lr, momentum),
                                 grad_mask=grad_mask, loss_takes_key=keyed) - w
     return update[grad_indices] if only_indices else update
 

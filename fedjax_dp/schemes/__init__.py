@@ -8,17 +8,17 @@ makes them flags), and :func:`register` adds a scheme of your own (see
 """
 
 from fedjax_dp.options import Option
-from fedjax_dp.schemes import cdp_lq, cs, fedsmp, masked, sign
+from fedjax_dp.schemes import cdp_lq, coordinate_subset, cs, fedsmp, sign
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
 from fedjax_dp.schemes.cdp_lq import LatticeScheme
 from fedjax_dp.schemes.cs import CSScheme
 from fedjax_dp.schemes.fedsmp import FedSMPScheme
-from fedjax_dp.schemes.masked import MaskedScheme
+from fedjax_dp.schemes.coordinate_subset import MaskedScheme
 from fedjax_dp.schemes.sign import SignScheme
 
 # The registry: one line per family, in the order of --help and listings.
 FAMILIES: list[Family] = [
-    masked.FAMILY,  # UAI 2021 Alg. 1-6, App. D
+    coordinate_subset.FAMILY,  # UAI 2021 Alg. 1-6, App. D
     cs.FAMILY,  # thesis Sec. 4.1.4-4.1.6 and 5.3
     sign.FAMILY,  # thesis Sec. 4.1.1 and 5.2
     cdp_lq.FAMILY,  # poster (seed 001), Alg. 1-2

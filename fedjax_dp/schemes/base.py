@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client
+from fedjax_dp import local_training
 from fedjax_dp.models import FlatModel
 from fedjax_dp.options import Option
 from fedjax_dp.privacy import noise
@@ -50,7 +50,7 @@ class LocalTraining(NamedTuple):
     steps: T_gd.
     batch_size: |B|.
     lr: eta.
-    optimizer: One of ``client.OPTIMIZERS``: ``"sgd"`` (the UAI paper's,
+    optimizer: One of ``local_training.OPTIMIZERS``: ``"sgd"`` (the UAI paper's,
       the default) or ``"adam"`` (thesis Table 8.1: CIFAR-10 and IMDB), its
       state fresh every round.
   """
@@ -72,11 +72,11 @@ class LocalTraining(NamedTuple):
 
   def train(self, loss_fn: Callable[..., jax.Array], w: jax.Array, x: jax.Array,
             y: jax.Array, key: jax.Array, grad_mask: jax.Array | None = None) -> jax.Array:
-    """The weights after these steps from ``w`` on (x, y) (``client.local_train``):
+    """The weights after these steps from ``w`` on (x, y) (``local_training.local_train``):
     the server's public-data round that calibrates S (UAI Sec. 4)."""
-    return client.local_train(loss_fn, w, x, y, key, steps=self.steps,
+    return local_training.local_train(loss_fn, w, x, y, key, steps=self.steps,
                               batch_size=self.batch_size,
-                              optimizer=client.optimizer(self.optimizer, self.lr),
+                              optimizer=local_training.optimizer(self.optimizer, self.lr),
                               grad_mask=grad_mask)
 
 
@@ -105,7 +105,7 @@ class Traits(NamedTuple):
     public_holdout: Training examples held out of the clients' data as the
       server's public set (Fed-SMP top_k); 0: the UAI public batch.
     local_optimizers: The clients' optimisers the scheme's training follows
-      (``client.OPTIMIZERS``); Fed-SMP's momentum SGD and CDP-LQ's DP-SGD
+      (``local_training.OPTIMIZERS``); Fed-SMP's momentum SGD and CDP-LQ's DP-SGD
       are SGD only.
   """
 

@@ -23,7 +23,7 @@ m), exactly as Algorithms 4 and 11:
 with D the BPDN decoder of Eq. (2.4) solved by FISTA (``compression.fista``),
 warm-started from the previous round's s.
 
-FL-RND is the coordinate-subset pattern of ``schemes.masked`` (a random
+FL-RND is the coordinate-subset pattern of ``schemes.coordinate_subset`` (a random
 subset redrawn each round, all weights trained, no reset): the same algorithm
 as UAI's FL-BAS-2, under the thesis' name.
 """
@@ -42,7 +42,7 @@ from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
-from fedjax_dp.schemes.masked import MaskedScheme
+from fedjax_dp.schemes.coordinate_subset import MaskedScheme
 
 RECONSTRUCTIONS = ("bpdn", "adjoint")
 

@@ -48,12 +48,12 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import calibration, client, keys, options
+from fedjax_dp import calibration, local_training, keys, options
 from fedjax_dp.compression import masks
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
-from fedjax_dp.schemes.masked import MASKED_SCHEMES
+from fedjax_dp.schemes.coordinate_subset import MASKED_SCHEMES
 
 SPARSIFIERS = ("randk", "topk")
 # Fed-SMP paper Sec. 6.1 (Fashion-MNIST): 1,000 public examples for top_k.
@@ -245,7 +245,7 @@ class FedSMPScheme(Scheme):
     if k >= n:
       return jnp.arange(n, dtype=jnp.int32)
     rate = state.lr * self.lr_scale(state.round)
-    w_end = client.local_sgd(
+    w_end = local_training.local_sgd(
         state.model.loss, w, state.public_x, state.public_y,
         jax.random.fold_in(state.key, state.round), steps=state.server_steps,
         batch_size=state.batch_size, lr=rate, momentum=self.momentum)
@@ -315,7 +315,7 @@ class FedSMPScheme(Scheme):
     k = self.num_values(n, data.ratio)
 
     def message(train_key, indices):
-      w1 = client.local_sgd(data.model.loss, data.w0, jnp.asarray(data.public_x),
+      w1 = local_training.local_sgd(data.model.loss, data.w0, jnp.asarray(data.public_x),
                             jnp.asarray(data.public_y), train_key, steps=data.local.steps,
                             batch_size=data.local.batch_size, lr=data.local.lr,
                             momentum=self.momentum)

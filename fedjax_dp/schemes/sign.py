@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client, options, presets
+from fedjax_dp import local_training, options, presets
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.privacy.dg_table import (DiscreteGaussianTable, discrete_gaussian_table,
@@ -201,7 +201,7 @@ class SignScheme(Scheme):
     """(n,) int8 signs of the local update (of the negative gradient for signSGD)."""
     train_key, tie_key = jax.random.split(key)
     if self.single_batch:
-      delta = -client.batch_gradient(model.loss, w, x, y, train_key, local.batch_size)
+      delta = -local_training.batch_gradient(model.loss, w, x, y, train_key, local.batch_size)
     else:
       delta = local.update(model, w, x, y, train_key)
     return random_tie_sign(delta, tie_key)

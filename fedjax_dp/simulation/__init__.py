@@ -6,6 +6,7 @@ Modules:
     server update), a pure function compiled over rounds.
   ``sums``: the server's sum (plain, secure, robust).
   ``setup``: the server's work before round 1 (:func:`prepare`).
+  ``plan``: the run resolved once (:class:`Plan`), which the round reads.
   ``loop``: rounds between evaluations, checkpoints, :func:`run`.
   ``record``: the run's record.
 The round's optional features (attacks, the canary audit, dropouts, adaptive
@@ -18,20 +19,20 @@ from fedjax_dp.simulation.config import (SELECTION_METRICS, Dropouts, Execution,
 from fedjax_dp.simulation.loop import (Counters, Trained, evaluation_metrics, make_eval_fn,
                                        make_stream_fn, run, train_loop)
 from fedjax_dp.simulation.record import Record, make_record, privacy_report
-from fedjax_dp.simulation.round import (Aggregate, RoundConfig, RoundInfo, RoundInputs,
-                                        ServerState, make_aggregate_fn, make_privatize_fn,
-                                        make_round_fn, make_rounds_fn, make_train_fn,
-                                        round_inputs)
+from fedjax_dp.simulation.plan import Communication, Plan, RoundConfig
+from fedjax_dp.simulation.round import (Aggregate, RoundInfo, RoundInputs, ServerState,
+                                        make_aggregate_fn, make_privatize_fn, make_round_fn,
+                                        make_rounds_fn, make_train_fn, round_inputs)
 from fedjax_dp.simulation.setup import (AUTO_CHUNK, AUTO_CHUNK_ABOVE, CPU_CHUNK_PER_DEVICE,
-                                        Communication, Prepared, communication,
-                                        default_chunk, prepare)
+                                        Prepared, communication, default_chunk, prepare,
+                                        validate)
 
 __all__ = [
     "AUTO_CHUNK", "AUTO_CHUNK_ABOVE", "Aggregate", "CPU_CHUNK_PER_DEVICE", "ClientData",
-    "Communication", "Counters", "Dropouts", "Execution", "Prepared", "Privacy", "Record",
+    "Communication", "Counters", "Dropouts", "Execution", "Plan", "Prepared", "Privacy", "Record",
     "RoundConfig", "RoundInfo", "RoundInputs", "RunConfig", "SELECTION_METRICS", "Secure",
     "ServerState", "Trained", "Training", "communication", "default_chunk",
     "evaluation_metrics", "make_aggregate_fn", "make_eval_fn", "make_privatize_fn", "make_record",
     "make_round_fn", "make_rounds_fn", "make_stream_fn", "make_train_fn", "prepare",
-    "privacy_report", "round_inputs", "run", "train_loop",
+    "privacy_report", "round_inputs", "run", "train_loop", "validate",
 ]

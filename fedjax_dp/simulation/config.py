@@ -21,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fedjax_dp import aggregators, client, presets, sampling
+from fedjax_dp import aggregators, deprecation, local_training, options, presets, sampling
 from fedjax_dp import features as features_lib
 from fedjax_dp.errors import ConfigError
+from fedjax_dp.options import setting
 from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes.base import LocalTraining
 
@@ -55,22 +56,30 @@ class Training:
     local_steps: T_gd.
     batch_size: |B|.
     lr: The clients' learning rate eta.
-    local_optimizer: ``client.OPTIMIZERS``: sgd (UAI), adam (thesis Table 8.1).
+    local_optimizer: ``local_training.OPTIMIZERS``: sgd (UAI), adam (thesis Table 8.1).
     init_steps: T_init, the server's steps on public data (setup).
     seed: The run's root key.
     eval_every: Rounds between test evaluations.
     selection_metric: Picks the best round (``SELECTION_METRICS``).
   """
 
-  rounds: int = _UAI["rounds"]
-  clients_per_round: int = _UAI["clients_per_round"]
-  local_steps: int = _UAI["local_steps"]
-  batch_size: int = _UAI["batch_size"]
-  lr: float = _UAI["lr"]
-  local_optimizer: str = "sgd"
-  init_steps: int = _UAI["init_steps"]
-  seed: int = 0
-  eval_every: int = 1
+  rounds: int = setting(_UAI["rounds"], "T_cl, the rounds", int, preset="scheme")
+  clients_per_round: int = setting(
+      _UAI["clients_per_round"], "expected |K| = C*N, or 'all' (C = 1)", options.cohort,
+      preset="scheme")
+  local_steps: int = setting(_UAI["local_steps"], "T_gd, local steps", int, preset="scheme")
+  batch_size: int = setting(_UAI["batch_size"], "|B|, the local batch size", int,
+                            preset="scheme")
+  lr: float = setting(_UAI["lr"], "the clients' learning rate eta", options.number,
+                      preset="scheme")
+  local_optimizer: str = setting(
+      "sgd", "the clients' optimiser, its state fresh every round: sgd (the UAI paper's) "
+      "or adam (thesis Table 8.1: CIFAR-10, IMDB; Keras' epsilon 1e-7)",
+      choices=local_training.OPTIMIZERS, preset="dataset")
+  init_steps: int = setting(_UAI["init_steps"], "T_init, the server's public-data steps "
+                            "(Top-K selection, calibration)", int, preset="dataset")
+  seed: int = setting(0, "the seed of every random draw", int)
+  eval_every: int = setting(1, "evaluate the test metrics every k rounds", int)
   selection_metric: str = "accuracy"
 
   def validate(self, num_clients: int) -> None:
@@ -84,7 +93,7 @@ class Training:
         (self.local_steps >= 1, "local_steps", f"must be >= 1, got {self.local_steps}"),
         (self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}"),
         (self.lr > 0, "lr", f"must be > 0, got {self.lr}"),
-        _one_of("local_optimizer", self.local_optimizer, client.OPTIMIZERS),
+        _one_of("local_optimizer", self.local_optimizer, local_training.OPTIMIZERS),
         (self.init_steps >= 1, "init_steps", f"must be >= 1, got {self.init_steps}"),
         (self.eval_every >= 1, "eval_every", f"must be >= 1, got {self.eval_every}"),
         _one_of("selection_metric", self.selection_metric, SELECTION_METRICS),
@@ -111,13 +120,25 @@ class Privacy:
     max_cohort: Truncated Poisson sampling (PLD accounting); None: none.
   """
 
-  noise_multiplier: float = _UAI["noise_multiplier"]
-  clip_norm: float | None = None
-  clip_ratio: float | None = None
-  delta: float = _UAI["delta"]
-  accountant: str = "moments"
-  sampler: str = "poisson"
-  max_cohort: int | None = None
+  noise_multiplier: float = setting(_UAI["noise_multiplier"], "sigma of DP schemes",
+                                    options.number, preset="dataset")
+  clip_norm: float | None = setting(
+      None, "the clip norm S: a number, 'calibrate' (a public-data round, UAI Sec. 4; the "
+      "default) or 'paper' (UAI Table 6, calibrating where it has none)", options.clip,
+      name="clip")
+  clip_ratio: float | None = setting(
+      None, "calibrate S once as at this ratio and use it at every ratio of the sweep "
+      "(Fed-SMP Sec. 6.2: one S for all ratios); default: each run's own ratio",
+      options.number)
+  delta: float = setting(_UAI["delta"], "delta", options.number, preset="dataset")
+  accountant: str = setting("moments", "moments (the papers' method), rdp or pld "
+                            "(dp-accounting)", choices=accounting.ACCOUNTANTS)
+  sampler: str = setting("poisson", "poisson (epsilon valid) or fixed (the papers' literal "
+                         "fixed-size cohorts; needs --accountant rdp)", name="sampling",
+                         choices=sampling.SAMPLERS)
+  max_cohort: int | None = setting(
+      None, "cap the Poisson cohort at B clients (truncated Poisson sampling: a random B "
+      "of the sampled clients; accounted with --accountant pld)", int)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -155,10 +176,18 @@ class Secure:
     secure_neighbours: d, ring neighbours each client shares a mask with.
   """
 
-  secure_aggregation: bool = False
-  secure_bits: int | None = None
-  secure_frac_bits: int = 16
-  secure_neighbours: int = 1
+  secure_aggregation: bool = setting(
+      False, "sum every DP scheme's (and FL-SIGN's, signSGD's) messages under simulated "
+      "secure aggregation: fixed-point encoding, pairwise masks mod 2^b; overflows are "
+      "counted and reported", bool)
+  secure_bits: int | None = setting(
+      None, "b, bits per value (default: thesis 5.2.4, ceil(log2((12 S sigma + max|x|) "
+      "|K| 2^f)); 22 for FL-SIGN-DP)", int)
+  secure_frac_bits: int = setting(16, "f, fractional bits of the fixed-point encoding of "
+                                  "real updates", int)
+  secure_neighbours: int = setting(1, "d: each client shares masks with its d ring "
+                                   "neighbours on each side (results do not depend on it)",
+                                   int)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -184,8 +213,10 @@ class Dropouts:
       probability, after the cohort and the masks are fixed.
   """
 
-  max_dropouts: int = 0
-  dropout_rate: float = 0.0
+  max_dropouts: int = setting(0, "l: DP noise shares sized for |K| - l clients, so the "
+                              "noise stays >= S*sigma if up to l clients fail", int)
+  dropout_rate: float = setting(0.0, "each sampled client fails before sending with this "
+                                "probability", options.number)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -206,8 +237,12 @@ class Execution:
     devices: Shard the cohort over this many devices; None: all.
   """
 
-  client_chunk: int | None = None
-  devices: int | None = None
+  client_chunk: int | None = setting(
+      None, "train and sum the cohort this many clients at a time; a chunk of padding "
+      "slots only is skipped (default: simulation.default_chunk's choice, "
+      "docs/performance.md)", int)
+  devices: int | None = setting(None, "shard each cohort's clients over this many devices "
+                                "(default: every device JAX sees)", options.positive_int)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -218,6 +253,14 @@ class Execution:
          f"must be >= 1, got {self.devices}"),
     ])
 
+
+_TITLES = {
+    "training": "training (the scheme's preset, else the data set's setting; UAI Table 5)",
+    "privacy": "privacy (client-level DP, docs/privacy.md)",
+    "secure": "secure aggregation (UAI Sec. 3.2.2; thesis 5.2.4)",
+    "dropouts": "client failures (thesis 5.2.5)",
+    "execution": "execution (docs/performance.md)",
+}
 
 _PARTS = {"training": Training, "privacy": Privacy, "secure": Secure, "dropouts": Dropouts,
           "execution": Execution}
@@ -286,8 +329,18 @@ class RunConfig:
     """The feature config of this kind (``fedjax_dp.features.KINDS``), or None."""
     return features_lib.find(self.features, kind)
 
+  def fingerprint(self) -> dict:
+    """The nested config as plain data, features by kind (the checkpoint's
+    fingerprint)."""
+    out = {"ratio": self.ratio, "aggregator": None if self.aggregator is None
+           else dataclasses.asdict(self.aggregator)}
+    for name in _PARTS:
+      out[name] = dataclasses.asdict(getattr(self, name))
+    out["features"] = {features_lib.kind_of(c): dataclasses.asdict(c) for c in self.features}
+    return out
+
   def flat(self) -> dict:
-    """Every setting by its flat name (the checkpoint's fingerprint)."""
+    """Every setting by its flat name."""
     out = {"ratio": self.ratio}
     for name in _PARTS:
       out.update(dataclasses.asdict(getattr(self, name)))
@@ -320,3 +373,27 @@ class RunConfig:
 
 
 _OWNER = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))
+_generated_init = RunConfig.__init__
+
+
+def _init(self, *args: Any, **settings: Any) -> None:
+  """The dataclass's ``__init__``; flat settings (0.1.0's ``RunConfig(rounds=...)``)
+  still work, deprecated for ``RunConfig.of``."""
+  flat = {name: settings.pop(name) for name in list(settings) if name not in _FIELDS}
+  _generated_init(self, *args, **settings)
+  if flat:
+    deprecation.warn("RunConfig(**flat settings)", "RunConfig.of(**flat settings)", "0.3.0")
+    new = self.replace(**flat)
+    for f in dataclasses.fields(self):
+      object.__setattr__(self, f.name, getattr(new, f.name))
+
+
+RunConfig.__init__ = _init
+
+
+def option_groups() -> tuple[tuple[str, tuple[options.Option, ...]], ...]:
+  """(title, options) of each part of a RunConfig, as its fields declare them
+  (``fedjax_dp.options.setting``): a front end's controls, and the flag of
+  each field a :class:`ConfigError` names."""
+  return tuple((_TITLES[name], options.declared(cls)) for name, cls in _PARTS.items())

@@ -13,16 +13,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import checkpoint as checkpoint_lib
-from fedjax_dp import distributed, metrics, sharding
+from fedjax_dp import distributed, keys, metrics, sharding
+from fedjax_dp import features as features_lib
 from fedjax_dp.data import ClientData, as_float
-from fedjax_dp.features import attack as attack_feature
 from fedjax_dp.models import FlatModel
 from fedjax_dp.schemes.base import Scheme
 from fedjax_dp.simulation import record as record_lib
 from fedjax_dp.simulation.config import RunConfig
-from fedjax_dp.simulation.round import (RoundConfig, RoundInfo, ServerState, make_rounds_fn,
-                                        round_inputs)
-from fedjax_dp.simulation.setup import Prepared, prepare
+from fedjax_dp.simulation.plan import Plan
+from fedjax_dp.simulation.round import RoundInfo, ServerState, make_rounds_fn, round_inputs
+from fedjax_dp.simulation.setup import prepare
 
 
 def make_eval_fn(model: FlatModel, batch_size: int = 250,
@@ -58,7 +58,7 @@ def make_eval_fn(model: FlatModel, batch_size: int = 250,
   return jax.jit(evaluate)
 
 
-def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
+def make_stream_fn(model: FlatModel, plan: Plan, num_measured: int):
   """Jitted ``fn(state, data, run_key, t) -> (streams, real)``.
 
   The integer streams (``scheme.client_stream``) that the first
@@ -66,21 +66,21 @@ def make_stream_fn(model: FlatModel, cfg: RoundConfig, num_measured: int):
   round's own cohort, plan and client keys (:func:`round_inputs`), so they
   are bit for bit what those clients send in round t; ``real`` marks real
   (not padding) slots. Their coded size is measured outside ``jit``
-  (CDP-LQ: bzip2). With ``cfg.mesh`` both are replicated over it.
+  (CDP-LQ: bzip2). With ``plan.mesh`` both are replicated over it.
   """
-  scheme = cfg.scheme
-  num = min(num_measured, cfg.capacity)
+  scheme, local = plan.scheme, plan.local
+  num = min(num_measured, plan.capacity)
 
   def streams(state, data, run_key, t):
-    inputs = round_inputs(cfg, state, run_key, t)
+    inputs = round_inputs(plan, state, run_key, t)
     ids = inputs.cohort.indices[:num]
     out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
-        model, state.weights, inputs.plan, xk, yk, kk, cfg.local))(
+        model, state.weights, inputs.shared, xk, yk, kk, local))(
             as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
     return out, inputs.cohort.mask[:num]
 
-  if sharding.mesh_size(cfg.mesh) > 1:
-    return jax.jit(streams, out_shardings=sharding.replicated(cfg.mesh))
+  if sharding.mesh_size(plan.mesh) > 1:
+    return jax.jit(streams, out_shardings=sharding.replicated(plan.mesh))
   return jax.jit(streams)
 
 
@@ -126,11 +126,12 @@ class Trained(NamedTuple):
   earlier_seconds: float = 0.0  # training time of the processes before a resume
 
 
-def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
-               test: tuple[np.ndarray, np.ndarray], rounds: int, eval_every: int,
+def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientData,
+               test: tuple[np.ndarray, np.ndarray],
                progress: Callable[[int], None] | None = None,
                checkpoint: tuple[str, str] | None = None) -> Trained:
-  """Rounds 1..``rounds``, compiled ``eval_every`` at a time, test accuracy after each.
+  """The plan's rounds from ``state``, compiled ``eval_every`` at a time, test
+  accuracy after each.
 
   Coded-stream schemes (``traits.measured_streams``) also measure what
   some clients send in the first round of every interval. With
@@ -140,12 +141,12 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
   run. In a multi-process run (``fedjax_dp.distributed``) process 0 alone
   reads and writes the checkpoint; the others resume from what it read.
   """
-  scheme, cfg = prep.scheme, prep.round_cfg
-  eval_fn = make_eval_fn(model, mesh=cfg.mesh)
+  scheme, root = plan.scheme, plan.run_key
+  rounds, eval_every = plan.config.training.rounds, plan.config.training.eval_every
+  eval_fn = make_eval_fn(model, mesh=plan.mesh)
   measured = scheme.traits.measured_streams
-  stream_fn = make_stream_fn(model, cfg, measured) if measured > 0 else None
+  stream_fn = make_stream_fn(model, plan, measured) if measured > 0 else None
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
-  state, root = prep.state, prep.run_key
   history, coded_sizes, counters = [], [], Counters()
   t, started, earlier = 1, time.perf_counter(), 0.0
   saved = None if checkpoint is None else _resume(checkpoint, state)
@@ -155,23 +156,23 @@ def train_loop(model: FlatModel, prep: Prepared, data: ClientData,
     counters, t = Counters(*saved.counters), saved.round + 1
     if progress is not None:
       progress(saved.round)
-  if cfg.mesh is not None:  # the placement every round call sees (one compilation)
-    state, data, root, test_x = sharding.replicate((state, data, root, test_x), cfg.mesh)
+  if plan.mesh is not None:  # the placement every round call sees (one compilation)
+    state, data, root, test_x = sharding.replicate((state, data, root, test_x), plan.mesh)
   compiled: dict[int, Callable] = {}
   while t <= rounds:
     chunk = min(eval_every, rounds - t + 1)
     if chunk not in compiled:
-      compiled[chunk] = make_rounds_fn(model, cfg, chunk)
+      compiled[chunk] = make_rounds_fn(model, plan, chunk)
     if stream_fn is not None:  # round t's streams, before the state is donated
       streams, real = stream_fn(state, data, root, jnp.int32(t))
       coded_sizes += [scheme.measure_stream(s, model.num_params)
                       for s, r in zip(np.asarray(streams), np.asarray(real)) if r]
     state, infos = compiled[chunk](state, data, root, jnp.int32(t))
     t += chunk
-    counters = counters.add(infos, cfg.capacity)
+    counters = counters.add(infos, plan.capacity)
     preds, scores = map(np.asarray, eval_fn(state.weights, test_x))
     entry = {"round": t - 1, **evaluation_metrics(model, test_y, preds, scores)}
-    for f, finfo in zip(cfg.features, infos.features):
+    for f, finfo in zip(plan.features, infos.features):
       entry.update(f.entry(test_y, preds, finfo))
     entry.update(scheme.diagnostics(state.scheme_state, t - 1))
     if not np.isfinite(scores).all():  # the "accuracy" is that of argmax(NaN)
@@ -231,18 +232,17 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     ValueError: A bad setting (one line, naming the parameter).
   """
   start = time.perf_counter()
-  data = attack_feature.poisoned(data, cfg.feature("attack"), cfg.training.seed)
-  prep = prepare(model, scheme, data, public, cfg)
+  data = features_lib.client_data(cfg, data, keys.run_key(cfg.training.seed))
+  state, plan = prepare(model, scheme, data, public, cfg)
   saving = None
   if checkpoint is not None:
     saving = (checkpoint, checkpoint_lib.fingerprint(
         model.name, model.num_params, scheme.name, scheme.describe(),
-        cfg.flat(), data.x.shape, str(data.x.dtype),
+        cfg.fingerprint(), data.x.shape, str(data.x.dtype),
         hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest()))
-  trained = train_loop(model, prep, data, test, cfg.training.rounds, cfg.training.eval_every,
-                       progress, saving)
+  trained = train_loop(model, state, plan, data, test, progress, saving)
   # Wall time over every process that trained this run (setup counted once).
-  record = record_lib.make_record(model, prep, cfg, trained,
+  record = record_lib.make_record(model, plan, trained,
                                   time.perf_counter() - start + trained.earlier_seconds)
   if checkpoint is not None and distributed.is_main():
     pathlib.Path(checkpoint).unlink(missing_ok=True)

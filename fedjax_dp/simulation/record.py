@@ -12,8 +12,7 @@ from fedjax_dp import bandwidth, sampling, sharding
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting
-from fedjax_dp.simulation.config import RunConfig
-from fedjax_dp.simulation.setup import Prepared
+from fedjax_dp.simulation.plan import Plan
 
 
 class Record(TypedDict, total=False):
@@ -72,20 +71,20 @@ class Record(TypedDict, total=False):
   history: list
 
 
-def privacy_report(prep: Prepared, cfg: RunConfig, rounds_list) -> accounting.PrivacyReport:
+def privacy_report(plan: Plan, rounds_list) -> accounting.PrivacyReport:
   """Epsilon after each round count of ``rounds_list``: the scheme's mechanism
   composed by ``fedjax_dp.privacy.accounting.report``."""
-  rc = prep.round_cfg
-  share = rc.sampler_share(prep.run_key)
+  share = plan.sampler_share(plan.run_key)
+  priv = plan.config.privacy
 
   def participations(ts):
-    return sampling.max_participations(prep.sampling_keys, rc.num_clients, rc.rate,
-                                       rc.capacity, rc.sampler, ts, share)
+    return sampling.max_participations(plan.sampling_keys, plan.num_clients, plan.rate,
+                                       plan.capacity, plan.sampler, ts, share)
 
   return accounting.report(
-      prep.mechanism, rounds_list, cfg.privacy.delta, cfg.privacy.accountant,
-      accounting.Sampling(rc.rate, rc.sampler, rc.num_clients, rc.capacity,
-                          cfg.privacy.max_cohort, participations))
+      plan.mechanism, rounds_list, priv.delta, priv.accountant,
+      accounting.Sampling(plan.rate, plan.sampler, plan.num_clients, plan.capacity,
+                          priv.max_cohort, participations))
 
 
 def _warn(name: str, comm, counters, history: list[dict]) -> list[int]:
@@ -102,16 +101,15 @@ def _warn(name: str, comm, counters, history: list[dict]) -> list[int]:
   return broken
 
 
-def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Any,
-                seconds: float) -> Record:
+def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> Record:
   """The run's record (UAI Table 1's columns and the run's details)."""
-  scheme, rc, comm, counters = prep.scheme, prep.round_cfg, prep.comm, trained.counters
+  scheme, cfg, comm, counters = plan.scheme, plan.config, plan.comm, trained.counters
   train, priv = cfg.training, cfg.privacy
-  dp, n, k = scheme.traits.dp, model.num_params, prep.num_values
+  dp, n, k = scheme.traits.dp, model.num_params, plan.num_kept
   history = trained.history
   best = max(history, key=lambda h: (h[train.selection_metric], -h["round"]))
   broken = _warn(scheme.name, comm, counters, history)
-  privacy = privacy_report(prep, cfg, [best["round"], train.rounds])
+  privacy = privacy_report(plan, [best["round"], train.rounds])
   upstream_bits, coded = comm.upstream_bits, {}
   if scheme.traits.measured_streams > 0:
     coded = universal_coding.summarize(trained.coded_sizes)
@@ -119,9 +117,9 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Any,
       upstream_bits = coded["coded_bits_per_value"]
   down_values = scheme.num_downstream(n, cfg.ratio)
   parts = counters.participations
-  client_level = prep.mechanism.kind != "none" and prep.mechanism.level == "client"
+  client_level = plan.mechanism.kind != "none" and plan.mechanism.level == "client"
   features = {}
-  for f, fstate in zip(rc.features, trained.state.features):
+  for f, fstate in zip(plan.features, trained.state.features):
     features.update(f.record(fstate, best))
   return Record(
       scheme=scheme.name,
@@ -131,10 +129,10 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Any,
       selection_metric=train.selection_metric,
       **{m: best[m] for m in ("balanced_accuracy", "auroc") if m in best},
       final_accuracy=history[-1]["accuracy"],
-      downstream_kb=bandwidth.cost_kb(down_values, best["round"], rc.rate,
+      downstream_kb=bandwidth.cost_kb(down_values, best["round"], plan.rate,
                                       comm.downstream_bits),
-      upstream_kb=bandwidth.cost_kb(k, best["round"], rc.rate, upstream_bits),
-      measured_upstream_kb=bandwidth.measured_cost_kb(k, parts, rc.num_clients,
+      upstream_kb=bandwidth.cost_kb(k, best["round"], plan.rate, upstream_bits),
+      measured_upstream_kb=bandwidth.measured_cost_kb(k, parts, plan.num_clients,
                                                       upstream_bits),
       upstream_bits=upstream_bits,
       downstream_bits=comm.downstream_bits,
@@ -143,8 +141,8 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Any,
       secure_frac_bits=comm.secure_frac_bits,
       secure_neighbours=cfg.secure.secure_neighbours if comm.secure_bits else None,
       secure_overflows=counters.overflows,
-      client_chunk=rc.client_chunk,
-      **({"aggregator": dataclasses.asdict(rc.aggregator)} if rc.aggregator else {}),
+      client_chunk=plan.client_chunk,
+      **({"aggregator": dataclasses.asdict(plan.aggregator)} if plan.aggregator else {}),
       upstream_values=k,
       downstream_values=down_values,
       epsilon=privacy.epsilons[0],
@@ -152,17 +150,17 @@ def make_record(model: FlatModel, prep: Prepared, cfg: RunConfig, trained: Any,
       delta=priv.delta if dp else None,
       accountant=privacy.label,
       sampler=priv.sampler,
-      noise_multiplier=rc.noise_multiplier,
-      clip_norm=prep.clip_norm,
+      noise_multiplier=plan.noise_multiplier,
+      clip_norm=plan.clip_norm,
       clipped_fraction=counters.clipped / max(parts, 1) if client_level else None,
       rounds=train.rounds,
       # Named where it is not the SGD every record before it used.
       **({"local_optimizer": train.local_optimizer} if train.local_optimizer != "sgd" else {}),
       num_params=n,
-      num_clients=rc.num_clients,
+      num_clients=plan.num_clients,
       clients_per_round=train.clients_per_round,
-      capacity=rc.capacity,
-      devices=sharding.mesh_size(rc.mesh),
+      capacity=plan.capacity,
+      devices=sharding.mesh_size(plan.mesh),
       max_cohort=priv.max_cohort,
       truncated_rounds=counters.truncated,
       mean_cohort=parts / train.rounds,

@@ -15,18 +15,21 @@ run only returns to Python at evaluation points.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import aggregators, fast_prng, keys, sampling, sharding
+from fedjax_dp import fast_prng, keys, sampling, sharding
 from fedjax_dp.data import ClientData, as_float
 from fedjax_dp.features.base import Chunk, Feature, Noise, Observed
 from fedjax_dp.models import FlatModel
-from fedjax_dp.schemes.base import LocalTraining, Scheme
 from fedjax_dp.simulation import sums
+from fedjax_dp.simulation.plan import Plan
+
+# The Noise of a scheme without DP carries this clip norm, which nothing reads
+# (its privatize returns the messages); 1.0 keeps the compiled round as before.
+_CLIP_UNUSED = 1.0
 
 
 class ServerState(NamedTuple):
@@ -36,7 +39,7 @@ class ServerState(NamedTuple):
     weights: (n,) the global model.
     scheme_state: The scheme's own state (a pytree), e.g. FL-TOP's Top-K
       indices, from ``scheme.setup``.
-    features: Each feature's state, in ``RoundConfig.features`` order.
+    features: Each feature's state, in ``Plan.features`` order.
   """
 
   weights: jax.Array
@@ -60,133 +63,65 @@ class RoundInfo(NamedTuple):
   features: tuple = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class RoundConfig:
-  """Static configuration of the round function (``simulation.setup.prepare``).
-
-  Attributes:
-    scheme, num_clients, capacity, sampler, num_kept: The scheme, N, the
-      cohort's slots, the sampler and K, the values a message keeps.
-    clients_per_round: Expected cohort size C*N; the DP mean's denominator.
-    local_steps, batch_size, lr, local_optimizer: The clients' training.
-    noise_multiplier, clip_norm: sigma and S (DP schemes).
-    secure_bits, secure_scale, secure_neighbours: A secure sum modulo 2^b
-      of contributions at fixed-point scale 2^f, d neighbours a mask
-      (``sums.Secure``); bits None: a plain or robust sum.
-    client_chunk: Train and sum this many slots at a time (None: all).
-    mesh: Shard the slots over this 1-D device mesh (None: one device).
-    aggregator: A robust rule over the individual updates (None: the sum).
-    features: The round's features (``fedjax_dp.features.build``), and
-      feature_slots the extra slots each one's clients take after the cohort's.
-  """
-
-  scheme: Scheme
-  num_clients: int
-  clients_per_round: int
-  capacity: int
-  sampler: str
-  num_kept: int
-  local_steps: int
-  batch_size: int
-  lr: float
-  local_optimizer: str = "sgd"
-  noise_multiplier: float = 0.0
-  clip_norm: float = 1.0
-  secure_bits: int | None = None
-  secure_scale: float = 1.0
-  secure_neighbours: int = 1
-  client_chunk: int | None = None
-  mesh: jax.sharding.Mesh | None = None
-  aggregator: aggregators.AggregatorConfig | None = None
-  features: tuple[Feature, ...] = ()
-  feature_slots: tuple[int, ...] = ()
-
-  @property
-  def rate(self) -> float:
-    """q = C, the sampling rate."""
-    return self.clients_per_round / self.num_clients
-
-  @property
-  def local(self) -> LocalTraining:
-    """The client-side hyper-parameters."""
-    return LocalTraining(self.local_steps, self.batch_size, self.lr, self.local_optimizer)
-
-  @property
-  def slots(self) -> int:
-    """Every slot of the round: the cohort's, then the features' (canaries)."""
-    return self.capacity + sum(self.feature_slots)
-
-  @property
-  def sum(self):
-    """The round's sum (``simulation.sums``)."""
-    return sums.make(self.secure_bits, self.secure_scale, self.secure_neighbours,
-                     self.aggregator)
-
-  def sampler_share(self, run_key: jax.Array) -> sampling.Malicious | None:
-    """The clients a feature places in every cohort (the attackers), if any."""
-    shares = [f.sampler_share(run_key, self.num_clients) for f in self.features]
-    return next((s for s in shares if s is not None), None)
-
-
 class RoundInputs(NamedTuple):
-  """What a round derives from (state, run key, t): keys, cohort, plan and
-  each feature's round value."""
+  """What a round derives from (state, run key, t): keys, cohort, what the
+  clients share (the scheme's ``round_plan``) and each feature's round value."""
 
   keys: keys.RoundKeys
   cohort: sampling.Cohort
-  plan: Any
+  shared: Any
   train_keys: jax.Array
   noise_keys: jax.Array
   run_key: jax.Array
   features: tuple = ()
 
 
-def round_inputs(cfg: RoundConfig, state: ServerState, run_key: jax.Array,
+def round_inputs(plan: Plan, state: ServerState, run_key: jax.Array,
                  t: jax.Array) -> RoundInputs:
-  """Round t's keys, cohort (with the features' slots), the scheme's plan, the
+  """Round t's keys, cohort (with the features' slots), the scheme's ``round_plan``, the
   cohort's client keys and the features' round values (``Feature.begin``).
 
   The one place these are derived: the round, the coded-stream measurement
   and the benchmark's stages all call it.
   """
   rk = keys.round_keys(run_key, t)
-  cohort = sampling.sample_cohort(rk.sampling, cfg.num_clients, cfg.rate, cfg.capacity,
-                                  cfg.sampler, cfg.sampler_share(run_key))
-  plan = cfg.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
-                               cfg.num_kept)
-  for f, fstate, slots in zip(cfg.features, state.features, cfg.feature_slots):
-    cohort = f.cohort(fstate, run_key, t, cohort, slots, cfg.num_clients)
+  cohort = sampling.sample_cohort(rk.sampling, plan.num_clients, plan.rate, plan.capacity,
+                                  plan.sampler, plan.sampler_share(run_key))
+  shared = plan.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
+                                  plan.num_kept)
+  for f, fstate, slots in zip(plan.features, state.features, plan.feature_slots):
+    cohort = f.cohort(fstate, run_key, t, cohort, slots, plan.num_clients)
   train_keys, noise_keys = keys.client_keys(rk.round, cohort.indices)
-  inputs = RoundInputs(rk, cohort, plan, train_keys, noise_keys, run_key)
+  inputs = RoundInputs(rk, cohort, shared, train_keys, noise_keys, run_key)
   return inputs._replace(features=tuple(
-      f.begin(fstate, inputs) for f, fstate in zip(cfg.features, state.features)))
+      f.begin(fstate, inputs) for f, fstate in zip(plan.features, state.features)))
 
 
-def make_train_fn(model: FlatModel, cfg: RoundConfig) -> Callable[..., jax.Array]:
-  """``train(w, plan, data, indices, train_keys) -> messages``: every slot's
+def make_train_fn(model: FlatModel, plan: Plan) -> Callable[..., jax.Array]:
+  """``train(w, shared, data, indices, train_keys) -> messages``: every slot's
   ``scheme.client_message`` (local training from w, then C(.)), one row per
-  slot, the slots vmapped and split over ``cfg.mesh``'s devices."""
-  scheme = cfg.scheme
+  slot, the slots vmapped and split over ``plan.mesh``'s devices."""
+  scheme, local = plan.scheme, plan.local
 
   def train_slots(shared, data, indices, train_keys):
-    w, plan = shared
+    w, round_plan = shared
     return jax.vmap(lambda xk, yk, kk: scheme.client_message(
-        model, w, plan, xk, yk, kk, cfg.local))(as_float(data.x[indices]), data.y[indices],
+        model, w, round_plan, xk, yk, kk, local))(as_float(data.x[indices]), data.y[indices],
                                                  train_keys)
 
-  train_sharded = sharding.shard_clients(train_slots, cfg.mesh)
-  return lambda w, plan, data, indices, train_keys: train_sharded((w, plan), data, indices,
-                                                                   train_keys)
+  train_sharded = sharding.shard_clients(train_slots, plan.mesh)
+  return lambda w, shared, data, indices, train_keys: train_sharded((w, shared), data, indices,
+                                                                     train_keys)
 
 
-def make_privatize_fn(cfg: RoundConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
+def make_privatize_fn(plan: Plan) -> Callable[..., tuple[jax.Array, jax.Array]]:
   """``privatize(messages, slot_mask, noise_keys, noise)``: the scheme's
   ``privatize`` with the round's :class:`~fedjax_dp.features.Noise`, the
-  slots sharded over ``cfg.mesh`` like local training."""
+  slots sharded over ``plan.mesh`` like local training."""
   def privatize(messages, slot_mask, noise_keys, noise: Noise):
     fn = sharding.shard_privatize(
-        lambda m, s, k, shares: cfg.scheme.privatize(m, s, k, noise.clip_norm,
-                                                     noise.noise_multiplier, shares), cfg.mesh)
+        lambda m, s, k, shares: plan.scheme.privatize(m, s, k, noise.clip_norm,
+                                                     noise.noise_multiplier, shares), plan.mesh)
     return fn(messages, slot_mask, noise_keys, noise.num_shares)
   return privatize
 
@@ -203,7 +138,7 @@ class Aggregate(NamedTuple):
   tallies: tuple
 
 
-def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
+def make_aggregate_fn(model: FlatModel, plan: Plan):
   """The round's one aggregation path, chunk by chunk of the cohort.
 
   Local training, the features' messages, ``scheme.privatize`` (clip and
@@ -214,10 +149,10 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
   Returns:
     ``aggregate(w, inputs, data, feature_states) -> Aggregate``.
   """
-  scheme, features, summer = cfg.scheme, cfg.features, cfg.sum
-  train, privatize = make_train_fn(model, cfg), make_privatize_fn(cfg)
-  capacity = cfg.slots
-  chunk = capacity if not summer.streams else min(cfg.client_chunk or capacity, capacity)
+  scheme, features, summer = plan.scheme, plan.features, plan.sum
+  train, privatize = make_train_fn(model, plan), make_privatize_fn(plan)
+  capacity = plan.slots
+  chunk = capacity if not summer.streams else min(plan.client_chunk or capacity, capacity)
   padded = -(-capacity // chunk) * chunk
 
   def pad(a):  # a per-slot array to the chunks' whole length (padding slots: zeros)
@@ -231,11 +166,12 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
       failed = f.failures(value, capacity)
       fails = fails if failed is None else fails | failed
     present = slot_mask & ~fails
-    noise = Noise(cfg.clip_norm, cfg.noise_multiplier, jnp.sum(slot_mask))
+    noise = Noise(_CLIP_UNUSED if plan.clip_norm is None else plan.clip_norm,
+                  plan.noise_multiplier, jnp.sum(slot_mask))
     for f, fstate in zip(features, fstates):
       noise = f.noise(fstate, noise)
     noise = noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
-    values = tuple(f.train(v, model, cfg, w, inputs, data)
+    values = tuple(f.train(v, model, plan, w, inputs, data)
                    for f, v in zip(features, inputs.features))
     ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask), pad(present)
     tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
@@ -245,7 +181,7 @@ def make_aggregate_fn(model: FlatModel, cfg: RoundConfig):
       part = Chunk(take(ids), take(smask), take(pres), take)
       # Slots of feature clients (ids >= N) train on client 0's data; a feature
       # replaces their message.
-      messages = train(w, inputs.plan, data, jnp.minimum(part.ids, cfg.num_clients - 1),
+      messages = train(w, inputs.shared, data, jnp.minimum(part.ids, plan.num_clients - 1),
                        take(tkeys))
       for f, fstate, value in zip(features, fstates, values):
         messages = f.messages(fstate, value, part, messages, noise)
@@ -300,7 +236,7 @@ def _over_chunks(add_chunk: Callable, init, slot_mask: jax.Array, chunk: int):
   return jax.lax.scan(body, init, jnp.arange(slot_mask.shape[0] // chunk))[0]
 
 
-def make_round_fn(model: FlatModel, cfg: RoundConfig
+def make_round_fn(model: FlatModel, plan: Plan
                   ) -> Callable[[ServerState, ClientData, jax.Array, jax.Array],
                                 tuple[ServerState, RoundInfo]]:
   """Builds the pure round function of a scheme.
@@ -313,21 +249,21 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
   compiled afterwards (``fedjax_dp.fast_prng``: the same random bits, faster).
   """
   fast_prng.use_unrolled_threefry()
-  scheme, features = cfg.scheme, cfg.features
-  aggregate = make_aggregate_fn(model, cfg)
+  scheme, features = plan.scheme, plan.features
+  aggregate = make_aggregate_fn(model, plan)
 
   def round_fn(state: ServerState, data: ClientData, run_key: jax.Array,
                t: jax.Array) -> tuple[ServerState, RoundInfo]:
-    inputs = round_inputs(cfg, state, run_key, t)
+    inputs = round_inputs(plan, state, run_key, t)
     agg = aggregate(state.weights, inputs, data, state.features)
     if scheme.traits.dp:
       # A fixed denominator: the released model depends on the noisy sum
       # alone, not on the (private) realised cohort size.
-      mean = agg.total / cfg.clients_per_round
+      mean = agg.total / plan.clients_per_round
     else:
       mean = agg.total / jnp.maximum(agg.num_present, 1)  # equal |D_k|: FedAvg
     new_w, new_scheme_state = scheme.server_update(state.weights, state.scheme_state, mean,
-                                                   inputs.plan)
+                                                   inputs.shared)
     observed = [Observed(agg.total, tally, inputs.cohort.mask, agg.present, agg.noise,
                          inputs.keys.round) for tally in agg.tallies]
     fstates = tuple(f.observe(fstate, value, seen) for f, fstate, value, seen in
@@ -339,22 +275,22 @@ def make_round_fn(model: FlatModel, cfg: RoundConfig
   return round_fn
 
 
-def make_rounds_fn(model: FlatModel, cfg: RoundConfig, num_rounds: int):
+def make_rounds_fn(model: FlatModel, plan: Plan, num_rounds: int):
   """Compiles ``num_rounds`` consecutive rounds into one ``lax.scan``.
 
   Returns:
     jitted ``fn(state, data, run_key, first_round) -> (state, infos)`` where
     ``infos`` stacks each round's :class:`RoundInfo`. The state is donated.
-    With ``cfg.mesh`` the outputs are replicated over it; pass the first
+    With ``plan.mesh`` the outputs are replicated over it; pass the first
     call's state, data and key through ``fedjax_dp.sharding.replicate`` so
     that every call has the same argument placement (one compilation).
   """
-  round_fn = make_round_fn(model, cfg)
+  round_fn = make_round_fn(model, plan)
 
   def rounds(state, data, run_key, first_round):
     ts = first_round + jnp.arange(num_rounds, dtype=jnp.int32)
     return jax.lax.scan(lambda s, t: round_fn(s, data, run_key, t), state, ts)
 
-  if sharding.mesh_size(cfg.mesh) > 1:
-    return jax.jit(rounds, donate_argnums=(0,), out_shardings=sharding.replicated(cfg.mesh))
+  if sharding.mesh_size(plan.mesh) > 1:
+    return jax.jit(rounds, donate_argnums=(0,), out_shardings=sharding.replicated(plan.mesh))
   return jax.jit(rounds, donate_argnums=(0,))

@@ -1,4 +1,4 @@
-"""The server's work before round 1: validation, setup, S, slots, the round's config."""
+"""The server's work before round 1: validation, setup, S, slots, and the run's :class:`Plan`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import deprecation
 from fedjax_dp import features as features_lib
 from fedjax_dp import keys, sampling, sharding
 from fedjax_dp.data import ClientData
@@ -17,7 +18,8 @@ from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes.base import Scheme, SetupData, Traits
 from fedjax_dp.simulation.config import RunConfig
-from fedjax_dp.simulation.round import RoundConfig, ServerState
+from fedjax_dp.simulation.plan import Communication, Plan
+from fedjax_dp.simulation.round import ServerState
 
 # Cohorts above this many slots are trained and summed AUTO_CHUNK at a time.
 AUTO_CHUNK_ABOVE = 256
@@ -56,16 +58,6 @@ def default_chunk(capacity: int, devices: int, robust: bool,
   return AUTO_CHUNK if capacity > AUTO_CHUNK_ABOVE else None
 
 
-class Communication(NamedTuple):
-  """Secure-aggregation settings and bits per value up and down."""
-
-  secure_bits: int | None
-  secure_scale: float
-  secure_frac_bits: int | None
-  upstream_bits: float
-  downstream_bits: int
-
-
 def communication(traits: Traits, cfg: RunConfig, capacity: int,
                   clip_norm: float | None) -> Communication:
   """Secure-aggregation settings and bits per value up and down.
@@ -101,39 +93,58 @@ def communication(traits: Traits, cfg: RunConfig, capacity: int,
 
 
 class Prepared(NamedTuple):
-  """A run after the server's setup, ready for round 1 (:func:`prepare`).
+  """What :func:`prepare` returns: ``state, plan = prepare(...)``.
 
   Attributes:
-    scheme: The scheme, bound to the run (``Scheme.bind``).
     state: The initial server state.
-    clip_norm: S for DP schemes (given, calibrated or the scheme's own), else
-      None.
-    num_values: m, values per message.
-    round_cfg: The static round configuration.
-    comm: Secure aggregation and bits per value.
-    mechanism: What a round releases.
-    sampling_keys: (rounds, 2) every round's sampling key.
-    run_key: The run's root key.
+    plan: The run resolved once (:class:`~fedjax_dp.simulation.plan.Plan`).
   """
 
-  scheme: Scheme
   state: ServerState
-  clip_norm: float | None
-  num_values: int
-  round_cfg: RoundConfig
-  comm: Communication
-  mechanism: accounting.Mechanism
-  sampling_keys: jax.Array
-  run_key: jax.Array
+  plan: Plan
+
+  # The fields of 0.1.0's Prepared, read through the plan (deprecated).
+  def _moved(self, old: str, new: str):
+    deprecation.warn(f"Prepared.{old}", new, "0.3.0", stacklevel=3)
+    return self.plan
+
+  @property
+  def scheme(self) -> Scheme:
+    return self._moved("scheme", "plan.scheme").scheme
+
+  @property
+  def clip_norm(self) -> float | None:
+    return self._moved("clip_norm", "plan.clip_norm").clip_norm
+
+  @property
+  def num_values(self) -> int:
+    return self._moved("num_values", "plan.num_kept").num_kept
+
+  @property
+  def round_cfg(self) -> Plan:
+    return self._moved("round_cfg", "plan")
+
+  @property
+  def comm(self) -> Communication:
+    return self._moved("comm", "plan.comm").comm
+
+  @property
+  def mechanism(self) -> accounting.Mechanism:
+    return self._moved("mechanism", "plan.mechanism").mechanism
+
+  @property
+  def sampling_keys(self) -> jax.Array:
+    return self._moved("sampling_keys", "plan.sampling_keys").sampling_keys
+
+  @property
+  def run_key(self) -> jax.Array:
+    return self._moved("run_key", "plan.run_key").run_key
 
   def feature_state(self, kind: str, state: ServerState | None = None) -> Any:
-    """The state of the run's feature of this kind in ``state`` (default: the
-    initial one); None when the run has no such feature."""
+    """Deprecated: ``plan.feature_state(kind, state.features)``."""
     state = self.state if state is None else state
-    for f, fstate in zip(self.round_cfg.features, state.features):
-      if f.kind == kind:
-        return fstate
-    return None
+    return self._moved("feature_state", "plan.feature_state").feature_state(kind,
+                                                                             state.features)
 
 
 def _check_clients(data: ClientData) -> None:
@@ -162,11 +173,13 @@ def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
 
 def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
              samples_per_client: int, run_key: jax.Array, slot_multiple: int = 4
-             ) -> features_lib.Context:
-  """Checks a config with a scheme, a model and the data's shape.
+             ) -> features_lib.RunView:
+  """Checks a config with a scheme, a model and the data's shape (cheap:
+  before the server's setup).
 
   Returns:
-    The features' :class:`~fedjax_dp.features.Context` (S not yet known).
+    The run as its features see it (:class:`~fedjax_dp.features.RunView`,
+    S not yet known).
 
   Raises:
     ConfigError: One line naming the field (a plain ValueError for the data).
@@ -185,11 +198,18 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
   _check_aggregator(cfg, scheme)
   k = scheme.num_values(n, cfg.ratio)
   mechanism = scheme.mechanism(cfg.privacy.noise_multiplier, k, cfg.local, samples_per_client)
-  ctx = features_lib.Context(cfg, scheme, num_clients, n, k, mechanism, run_key, slot_multiple)
-  for feature in features_lib.build(cfg, ctx):
-    feature.validate()
-  accounting.check_mechanism(mechanism, cfg.privacy.accountant, cfg.privacy.sampler)
-  return ctx
+  train, priv = cfg.training, cfg.privacy
+  run = features_lib.RunView(
+      scheme_name=scheme.name, traits=scheme.traits, mechanism=mechanism,
+      num_clients=num_clients, num_params=n, num_kept=k,
+      clients_per_round=train.clients_per_round, rounds=train.rounds,
+      noise_multiplier=priv.noise_multiplier, delta=priv.delta, sampler=priv.sampler,
+      max_cohort=priv.max_cohort, secure_aggregation=cfg.secure.secure_aggregation,
+      kinds=features_lib.kinds(cfg), run_key=run_key, rate=cfg.rate(num_clients),
+      slot_multiple=slot_multiple)
+  features_lib.check(cfg, run)
+  accounting.check_mechanism(mechanism, priv.accountant, priv.sampler)
+  return run
 
 
 def _check_aggregator(cfg: RunConfig, scheme: Scheme) -> None:
@@ -210,11 +230,16 @@ def _check_aggregator(cfg: RunConfig, scheme: Scheme) -> None:
 
 def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
             public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
-  """Validates, then runs the server's work before round 1.
+  """Validates, then runs the server's work before round 1 and resolves the run.
 
   w0, the scheme's setup on public data, S (the user's, calibrated, or the
-  scheme's fixed sensitivity), the cohort capacity, the device mesh, bit
-  widths, the features' states and the round configuration.
+  scheme's fixed sensitivity), the features (built once), the cohort
+  capacity, the noise shares, the device mesh, bit widths and chunks.
+
+  Returns:
+    ``state, plan``: the initial :class:`ServerState` and the
+    :class:`~fedjax_dp.simulation.plan.Plan` that the round, the features
+    and the record read.
 
   Raises:
     ValueError: A bad setting (one line, naming the parameter).
@@ -223,20 +248,9 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   root = keys.run_key(cfg.training.seed)
   mesh = sharding.client_mesh(cfg.execution.devices)
   multiple = math.lcm(4, sharding.mesh_size(mesh))
-  ctx = validate(cfg, scheme, model, num_clients, samples, root, multiple)
+  run = validate(cfg, scheme, model, num_clients, samples, root, multiple)
   _check_clients(data)
   traits, train, priv = scheme.traits, cfg.training, cfg.privacy
-  rate = cfg.rate(num_clients)
-  features = features_lib.build(cfg, ctx)
-  sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
-                           )(jnp.arange(1, train.rounds + 1))
-  share = next((s for s in (f.sampler_share(root, num_clients) for f in features)
-                if s is not None), None)
-  sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, rate, priv.sampler, share)
-  capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
-  if priv.max_cohort is not None:  # truncated Poisson: keep a random subset
-    capacity = min(capacity, priv.max_cohort)
-  dropouts = cfg.dropouts.max_dropouts if traits.dp else 0
   noise_multiplier = priv.noise_multiplier if traits.dp else 0.0
   setup_data = SetupData(
       model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
@@ -244,11 +258,6 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       key=keys.purpose(root, keys.SETUP), ratio=cfg.ratio, init_steps=train.init_steps,
       local=cfg.local, run_key=root, num_clients=num_clients, samples_per_client=samples,
       rounds=train.rounds, noise_multiplier=noise_multiplier, num_shares=(0, 0))
-  # The features' states and slots first: the noise shares are sized for every slot.
-  inits = [f.init(ctx) for f in features]
-  extra = sum(slots for _, slots in inits)
-  setup_data = setup_data._replace(num_shares=(
-      max(1, int(min(sizes.min(), capacity)) - dropouts), max(1, capacity + extra - dropouts)))
   scheme_state = scheme.setup(setup_data)
   clip_norm = None
   if traits.dp:
@@ -257,23 +266,36 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
     elif clip_norm is None:
       clip_norm = _calibrated_clip(scheme, setup_data, scheme_state, priv.clip_ratio)
-    scheme = scheme.bind(setup_data, clip_norm)
-  features = features_lib.build(cfg, ctx._replace(scheme=scheme, clip_norm=clip_norm))
+    clip_norm = float(clip_norm)
+  features = features_lib.build(cfg, run._replace(clip_norm=clip_norm))
+  sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
+                           )(jnp.arange(1, train.rounds + 1))
+  share = next((s for s in (f.sampler_share(root, num_clients) for f in features)
+                if s is not None), None)
+  sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, run.rate, priv.sampler,
+                                        share)
+  capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
+  if priv.max_cohort is not None:  # truncated Poisson: keep a random subset
+    capacity = min(capacity, priv.max_cohort)
+  # The features' states and slots: the noise shares are sized for every slot.
+  inits = [f.init() for f in features]
+  extra = sum(slots for _, slots in inits)
+  dropouts = cfg.dropouts.max_dropouts if traits.dp else 0
+  num_shares = (max(1, int(min(sizes.min(), capacity)) - dropouts),
+                max(1, capacity + extra - dropouts))
+  if traits.dp:
+    scheme = scheme.bind(setup_data._replace(num_shares=num_shares), clip_norm)
   comm = communication(traits, cfg, capacity + extra, clip_norm)
   client_chunk = cfg.execution.client_chunk
-  robust = cfg.aggregator is not None and cfg.aggregator.robust
   if client_chunk is None:
+    robust = cfg.aggregator is not None and cfg.aggregator.robust
     client_chunk = default_chunk(capacity + extra, sharding.mesh_size(mesh), robust, sizes)
-  round_cfg = RoundConfig(
-      scheme=scheme, num_clients=num_clients, clients_per_round=train.clients_per_round,
-      capacity=capacity, sampler=priv.sampler, num_kept=ctx.num_values,
-      local_steps=train.local_steps, batch_size=train.batch_size, lr=train.lr,
-      local_optimizer=train.local_optimizer, noise_multiplier=noise_multiplier,
-      clip_norm=clip_norm if traits.dp else 1.0, secure_bits=comm.secure_bits,
-      secure_scale=comm.secure_scale, secure_neighbours=cfg.secure.secure_neighbours,
-      client_chunk=client_chunk, mesh=mesh, aggregator=cfg.aggregator if robust else None,
-      features=features, feature_slots=tuple(slots for _, slots in inits))
-  mechanism = scheme.mechanism(noise_multiplier, ctx.num_values, cfg.local, samples)
+  plan = Plan(
+      config=cfg, scheme=scheme, num_clients=num_clients, num_kept=run.num_kept,
+      capacity=capacity, num_params=model.num_params, samples_per_client=samples,
+      clip_norm=clip_norm, noise_multiplier=noise_multiplier, num_shares=num_shares,
+      client_chunk=client_chunk, mesh=mesh, features=features,
+      feature_slots=tuple(slots for _, slots in inits), comm=comm, mechanism=run.mechanism,
+      sampling_keys=sampling_keys, run_key=root)
   state = ServerState(setup_data.w0, scheme_state, tuple(fstate for fstate, _ in inits))
-  return Prepared(scheme, state, clip_norm, ctx.num_values, round_cfg, comm, mechanism,
-                  sampling_keys, root)
+  return Prepared(state, plan)

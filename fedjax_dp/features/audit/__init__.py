@@ -1,6 +1,6 @@
 """The canary audit of a client-level DP release, as a round feature.
 
-The canaries, their statistics and the report are ``fedjax_dp.canaries``
+The canaries, their statistics and the report are ``fedjax_dp.features.audit.canaries``
 (Andrew et al. 2024's one-run audit); this module puts them in the round:
 canary j is client N + j, joins a round with the sampling rate while it is
 inserted (``cohort``, in slots after the cohort's), trains on nothing and
@@ -13,57 +13,64 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from fedjax_dp import canaries
+from fedjax_dp import keys
+from fedjax_dp.features.audit import canaries
+from fedjax_dp.features.audit.canaries import AuditConfig
 from fedjax_dp.errors import ConfigError
-from fedjax_dp.features.base import Chunk, Feature
+from fedjax_dp.features.base import Chunk, Conflict, Feature, RunView
+from fedjax_dp.options import declared
 
 
 class Audit(Feature):
   """Canary clients: ``RunConfig.of(audit=canaries.AuditConfig(k))``."""
 
   kind = "audit"
+  config_type = canaries.AuditConfig
+  title = "privacy audit (canary clients; fedjax_dp.features.audit, docs/privacy.md)"
+  switch = "audit_canaries"
+  options = declared(canaries.AuditConfig)
+  conflicts = (Conflict("attack", "an attack: the audit assumes honest clients"),
+               Conflict("max_cohort", "max_cohort (truncated Poisson sampling)"))
+  key_purposes = (keys.Purpose("run", keys.AUDIT, "the canaries"),
+                  keys.Purpose("round", keys.CANARY_SAMPLING, "the canaries joining a round"))
 
-  def validate(self) -> None:
+  @classmethod
+  def check(cls, config: canaries.AuditConfig, run: RunView) -> None:
     """Canaries audit a client-level DP release: refused elsewhere (one line)."""
-    ctx = self.ctx
-    self.config.validate(ctx.num_clients)
-    if ctx.mechanism.kind == "none":
-      raise ConfigError("audit_canaries", f"audits a DP release; {ctx.scheme.name} adds no "
+    config.validate(run.num_clients)
+    if run.mechanism.kind == "none":
+      raise ConfigError("audit_canaries", f"audits a DP release; {run.scheme_name} adds no "
                         "noise, so there is no epsilon to audit")
-    if ctx.mechanism.level != "client":
-      raise ConfigError("audit_canaries", f"audits client-level DP; {ctx.scheme.name}'s DP "
-                        f"is {ctx.mechanism.level}-level")
-    if ctx.config.feature("attack") is not None:
-      raise ConfigError("audit_canaries", "cannot be combined with an attack: the audit "
-                        "assumes honest clients")
-    if ctx.config.privacy.max_cohort is not None:
-      raise ConfigError("audit_canaries", "cannot be combined with max_cohort (truncated "
-                        "Poisson sampling)")
+    if run.mechanism.level != "client":
+      raise ConfigError("audit_canaries", f"audits client-level DP; {run.scheme_name}'s DP "
+                        f"is {run.mechanism.level}-level")
+    super().check(config, run)
 
-  def init(self, ctx):
-    state = canaries.init_state(ctx.run_key, ctx.num_values, self.config)
-    return state, canaries.planned_capacity(ctx.run_key, state, ctx.rate,
-                                            ctx.config.training.rounds, ctx.slot_multiple)
+  def init(self):
+    run = self.run
+    state = canaries.init_state(run.run_key, run.num_kept, self.config)
+    return state, canaries.planned_capacity(run.run_key, state, run.rate, run.rounds,
+                                            run.slot_multiple)
 
   def cohort(self, state, run_key, t, cohort, slots, num_clients):
     which, joined = canaries.canary_cohort(canaries.round_key(run_key, t), state.inserted,
-                                           self.ctx.rate, slots)
+                                           self.run.rate, slots)
     return cohort._replace(indices=jnp.concatenate([cohort.indices, num_clients + which]),
                            mask=jnp.concatenate([cohort.mask, joined]))
 
   def messages(self, state, value, chunk: Chunk, messages, noise):
     del value
-    n = self.ctx.num_clients
+    n = self.run.num_clients
     is_canary = chunk.ids >= n
     sent = canaries.messages(state, jnp.where(is_canary, chunk.ids - n, 0), noise.clip_norm,
-                             self.ctx.scheme.traits.fixed_sensitivity is not None,
+                             self.run.traits.fixed_sensitivity is not None,
                              messages.dtype)
     return jnp.where(is_canary[:, None], sent, messages)
 
   def contributions(self, value, chunk: Chunk, messages, contributions, clipped):
     del value, messages
-    if not self.ctx.scheme.traits.fixed_sensitivity:  # canaries are always clipped
-      clipped = clipped - jnp.sum(chunk.mask & (chunk.ids >= self.ctx.num_clients))
+    if not self.run.traits.fixed_sensitivity:  # canaries are always clipped
+      clipped = clipped - jnp.sum(chunk.mask & (chunk.ids >= self.run.num_clients))
     return contributions, clipped
 
   def observe(self, state, value, observed):
@@ -75,7 +82,7 @@ class Audit(Feature):
     models' statistics cover every round, so they compare with
     ``epsilon_final``."""
     del best
-    found = canaries.report(state, self.ctx.config.privacy.delta, self.config.confidence)
+    found = canaries.report(state, self.run.delta, self.config.confidence)
     return {"empirical_epsilon": found["final_model"]["empirical_epsilon"],
             "empirical_epsilon_every_round": found["every_round"]["empirical_epsilon"],
             "epsilon_lower_bound": found["final_model"]["epsilon_lower_bound"],

@@ -1,0 +1,170 @@
+"""A run resolved once: the :class:`Plan` that the round, the features and the record read.
+
+:func:`fedjax_dp.simulation.setup.prepare` turns a
+:class:`~fedjax_dp.simulation.config.RunConfig` (what the user asked for)
+into a ``Plan`` (what the run does): the clip norm S that was given,
+calibrated or fixed by the scheme, the effective sigma, the number of values
+a message keeps, the noise shares, the cohort's capacity and chunks, the
+device mesh, the built features and the bits a value costs. Nothing after
+``prepare`` reads a setting from anywhere else, and no value is stored
+twice: the local training, the sampling rate and the sum are derived from
+the config here, not copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+
+from fedjax_dp import deprecation, sampling
+from fedjax_dp.privacy import accounting
+from fedjax_dp.schemes.base import LocalTraining, Scheme
+from fedjax_dp.simulation import sums
+from fedjax_dp.simulation.config import RunConfig
+
+
+class Communication(NamedTuple):
+  """Secure-aggregation settings and bits per value up and down
+  (``simulation.setup.communication``).
+
+  Attributes:
+    secure_bits: b, the secure sum's modulus 2^b; None: a plain or robust sum.
+    secure_scale: 2^f, the fixed-point scale of real contributions (1 for
+      integers and without secure aggregation).
+    secure_frac_bits: f as the record states it (None: integers or no
+      secure aggregation).
+    upstream_bits: Bits per upstream value.
+    downstream_bits: Bits per downstream value.
+  """
+
+  secure_bits: int | None = None
+  secure_scale: float = 1.0
+  secure_frac_bits: int | None = None
+  upstream_bits: float = 32
+  downstream_bits: int = 32
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Plan:
+  """A run after the server's setup: every value the round needs, resolved once.
+
+  Attributes:
+    config: The run's nested config, as given (its fingerprint).
+    scheme: The scheme, bound to the run (``Scheme.bind``: FL-SIGN-DP's
+      alias tables, CDP-LQ's batch capacity).
+    num_clients: N.
+    num_kept: K, the values a client's message keeps (m for FL-CS).
+    capacity: The cohort's slots (every planned round's cohort fits).
+    num_params: n, the model's weights.
+    samples_per_client: |D_k|, the width of the clients' data.
+    clip_norm: S for a DP scheme (given, calibrated on public data, or the
+      scheme's fixed sensitivity); None for a scheme without DP.
+    noise_multiplier: The effective sigma: the config's for a DP scheme, 0
+      otherwise.
+    num_shares: (fewest, most) shares a round can split the aggregate noise
+      into: the cohort size minus the tolerated dropouts, over the planned
+      rounds and up to every slot.
+    client_chunk: Slots trained and summed at a time (None: all at once).
+    mesh: The 1-D device mesh the slots are sharded over (None: one device).
+    features: The round's features (``fedjax_dp.features.build``), built once.
+    feature_slots: The extra slots each feature's clients take after the cohort's.
+    comm: Secure aggregation and bits per value.
+    mechanism: What a round releases, for the accountant.
+    sampling_keys: (rounds, 2) every planned round's sampling key.
+    run_key: The run's root key.
+  """
+
+  config: RunConfig
+  scheme: Scheme
+  num_clients: int
+  num_kept: int
+  capacity: int
+  num_params: int = 0
+  samples_per_client: int = 0
+  clip_norm: float | None = None
+  noise_multiplier: float = 0.0
+  num_shares: tuple[int, int] = (1, 1)
+  client_chunk: int | None = None
+  mesh: jax.sharding.Mesh | None = None
+  features: tuple = ()
+  feature_slots: tuple[int, ...] = ()
+  comm: Communication = Communication()
+  mechanism: accounting.Mechanism | None = None
+  sampling_keys: jax.Array | None = None
+  run_key: jax.Array | None = None
+
+  @property
+  def clients_per_round(self) -> int:
+    """C*N, the expected cohort size: the DP mean's denominator."""
+    return self.config.training.clients_per_round
+
+  @property
+  def rate(self) -> float:
+    """q = C, the sampling rate."""
+    return self.config.rate(self.num_clients)
+
+  @property
+  def sampler(self) -> str:
+    """The cohort sampler (``sampling.SAMPLERS``)."""
+    return self.config.privacy.sampler
+
+  @property
+  def local(self) -> LocalTraining:
+    """The clients' local training."""
+    return self.config.local
+
+  @property
+  def slots(self) -> int:
+    """Every slot of the round: the cohort's, then the features' (canaries)."""
+    return self.capacity + sum(self.feature_slots)
+
+  @property
+  def aggregator(self):
+    """The robust rule over the individual updates, or None (the sum)."""
+    agg = self.config.aggregator
+    return agg if agg is not None and agg.robust else None
+
+  @property
+  def sum(self):
+    """The round's sum (``simulation.sums``: secure, robust or plain)."""
+    return sums.make(self.comm.secure_bits, self.comm.secure_scale,
+                     self.config.secure.secure_neighbours, self.aggregator)
+
+  def sampler_share(self, run_key: jax.Array) -> sampling.Malicious | None:
+    """The clients a feature places in every cohort (the attackers), if any."""
+    shares = [f.sampler_share(run_key, self.num_clients) for f in self.features]
+    return next((s for s in shares if s is not None), None)
+
+  def feature_state(self, kind: str, features_state: tuple) -> Any:
+    """The state of the run's feature of this kind among ``features_state``
+    (``ServerState.features``); None when the run has no such feature."""
+    for f, fstate in zip(self.features, features_state):
+      if f.kind == kind:
+        return fstate
+    return None
+
+
+def RoundConfig(scheme: Scheme, num_clients: int, clients_per_round: int, capacity: int,  # noqa: N802
+                sampler: str, num_kept: int, local_steps: int, batch_size: int, lr: float,
+                local_optimizer: str = "sgd", noise_multiplier: float = 0.0,
+                clip_norm: float = 1.0, secure_bits: int | None = None,
+                secure_scale: float = 1.0, secure_neighbours: int = 1,
+                client_chunk: int | None = None, mesh: jax.sharding.Mesh | None = None,
+                aggregator=None, features: tuple = (), feature_slots: tuple = ()) -> Plan:
+  """Deprecated (0.1.0's round configuration): a :class:`Plan` from its fields.
+
+  Use the plan :func:`fedjax_dp.simulation.prepare` returns, or build a
+  ``Plan(config=RunConfig.of(...), scheme=..., ...)``.
+  """
+  deprecation.warn("simulation.RoundConfig", "simulation.Plan", "0.3.0")
+  config = RunConfig.of(clients_per_round=clients_per_round, local_steps=local_steps,
+                        batch_size=batch_size, lr=lr, local_optimizer=local_optimizer,
+                        noise_multiplier=noise_multiplier, sampler=sampler,
+                        secure_neighbours=secure_neighbours, aggregator=aggregator)
+  return Plan(config=config, scheme=scheme, num_clients=num_clients, num_kept=num_kept,
+              capacity=capacity, clip_norm=clip_norm if scheme.traits.dp else None,
+              noise_multiplier=noise_multiplier, client_chunk=client_chunk, mesh=mesh,
+              features=features, feature_slots=feature_slots,
+              comm=Communication(secure_bits, secure_scale))

@@ -1,0 +1,103 @@
+"""The run resolved once: ``simulation.prepare``'s frozen Plan, its deprecated
+0.1.0 spellings, and features built once per run."""
+
+import dataclasses
+import re
+import warnings
+
+import pytest
+
+from fedjax_dp import simulation
+from fedjax_dp.features import adaptive_clip, dropouts
+from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
+from fedjax_dp.schemes import get_scheme
+from scheme_helpers import round_plan
+from tiny_model import tiny_linear
+
+# One round of 10 clients; S calibrated on the public data (clip_norm None).
+_CFG = simulation.RunConfig.of(rounds=1, clients_per_round=10, eval_every=1,
+                               noise_multiplier=1.0, clip_norm=None)
+
+
+def _deprecated(old: str, new: str) -> str:
+  """The start of ``fedjax_dp.deprecation.warn``'s message, as a regex."""
+  return re.escape(f"{old} is deprecated; use {new} ")
+
+
+def test_prepare_gives_a_frozen_plan_with_s_once(small_federation):
+  data, test, public = small_federation
+  model, scheme = tiny_linear(), get_scheme("FL-STD-DP")
+  state, plan = simulation.prepare(model, scheme, data, public, _CFG)
+  assert isinstance(state, simulation.ServerState) and isinstance(plan, simulation.Plan)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    plan.clip_norm = 2.0  # pylint: disable=invalid-name
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    plan.capacity = 1
+  # S is calibrated once and held by the plan alone: the config keeps what was
+  # given (None), the features see the plan's S, and the record states it.
+  assert isinstance(plan.clip_norm, float) and plan.clip_norm > 0
+  assert plan.config is _CFG and plan.config.privacy.clip_norm is None
+  assert plan.noise_multiplier == 1.0 and plan.num_kept == model.num_params
+  assert [f.kind for f in plan.features] == ["dropouts"]
+  assert all(f.run.clip_norm == plan.clip_norm for f in plan.features)
+  record = simulation.run(model, scheme, data, test, public, _CFG)
+  assert record["clip_norm"] == plan.clip_norm
+  assert record["noise_multiplier"] == plan.noise_multiplier
+  assert record["capacity"] == plan.capacity
+
+
+def test_a_plan_without_dp_has_no_clip_norm_and_no_noise(small_federation):
+  data, _, public = small_federation
+  cfg = _CFG.replace(clip_norm=0.5, noise_multiplier=1.5)  # given, but FL-STD adds no noise
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-STD"), data, public, cfg)
+  assert plan.clip_norm is None and plan.noise_multiplier == 0
+  assert plan.config.privacy.noise_multiplier == 1.5  # the config as given
+  assert all(f.run.clip_norm is None for f in plan.features)
+
+
+def test_the_deprecated_spellings_still_work_and_name_the_new_ones(small_federation):
+  data, _, public = small_federation
+  model, scheme = tiny_linear(), get_scheme("FL-STD-DP")
+  fields = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
+                num_kept=model.num_params, local_steps=2, batch_size=10, lr=0.1,
+                noise_multiplier=1.0, clip_norm=0.5)
+  with pytest.warns(DeprecationWarning,
+                    match=_deprecated("simulation.RoundConfig", "simulation.Plan")):
+    old = simulation.RoundConfig(scheme=scheme, **fields)
+  new = round_plan(scheme, **fields)  # the helper builds the same plan, without a warning
+  assert isinstance(old, simulation.Plan)
+  for name in ("num_clients", "capacity", "num_kept", "clip_norm", "noise_multiplier",
+               "client_chunk", "comm"):
+    assert getattr(old, name) == getattr(new, name), name
+  assert old.config == new.config and old.config.local == new.config.local
+  assert (old.rate, old.sampler, old.local.steps) == (10 / 600, "poisson", 2)
+
+  prep = simulation.prepare(model, scheme, data, public, _CFG)
+  with warnings.catch_warnings():  # the new spellings do not warn
+    warnings.simplefilter("error", DeprecationWarning)
+    state, plan = prep
+    assert prep.state is state and prep.plan is plan
+  with pytest.warns(DeprecationWarning, match=_deprecated("Prepared.round_cfg", "plan")):
+    assert prep.round_cfg is plan
+  with pytest.warns(DeprecationWarning,
+                    match=_deprecated("Prepared.clip_norm", "plan.clip_norm")):
+    assert prep.clip_norm == plan.clip_norm > 0
+
+
+def test_features_are_built_once_per_run(small_federation, monkeypatch):
+  """Two evaluation intervals, a record and the validation: each of the run's
+  features (dropouts, adaptive clipping) is constructed exactly once."""
+  data, test, public = small_federation
+  built = []
+  for cls in (dropouts.Dropouts, adaptive_clip.AdaptiveClip):
+    init = cls.__init__
+
+    def counting(self, config, run, init=init):
+      built.append(type(self).kind)
+      init(self, config, run)
+
+    monkeypatch.setattr(cls, "__init__", counting)
+  cfg = _CFG.replace(rounds=2, clip_norm=1.0, adaptive_clip=AdaptiveClipConfig(count_noise=1.0))
+  record = simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public, cfg)
+  assert len(record["history"]) == 2 and "adaptive_clip" in record
+  assert sorted(built) == ["adaptive_clip", "dropouts"]
