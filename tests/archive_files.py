@@ -1,6 +1,6 @@
 """Small files in the official formats of fedjax_dp.data.archives' data sets (no network).
 
-Shared by tests/test_archives.py (the loaders) and tests/test_datasets_archives.py
+Shared by tests/data/test_archives.py (the loaders) and tests/data/test_datasets_archives.py
 (the federations built on them). Each builder returns the file's bytes and what it holds.
 """
 

@@ -36,7 +36,7 @@ def test_example_defines_registers_and_runs_a_new_scheme():
 
 
 # One scheme of every family, and two Gaussian DP schemes (FL-SIGN-DP's
-# round, tables and all, runs in tests/test_sign_schemes.py and the golden
+# round, tables and all, runs in tests/schemes/test_sign_schemes.py and the golden
 # records; here it would add ~30 s of compilation to the suite).
 BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + ["FL-TOP-DP", "FL-CS-DP"]
 
@@ -241,7 +241,7 @@ def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
 def test_gpu_suite_commands_parse(tmp_path):
   """benchmarks/gpu_suite.sh, dry run: every benchmark command it would run
   on the device is a valid command line of its script, and the cases the
-  issues ask for are there (the suite itself: tests/test_benchmarks_gpu_suite.py)."""
+  issues ask for are there (the suite itself: tests/benchmarks/test_benchmarks_gpu_suite.py)."""
   env = dict(os.environ, GPU_SUITE_DRY_RUN="1", OUT=str(tmp_path))
   proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "run"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=60)

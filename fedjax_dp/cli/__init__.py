@@ -1,16 +1,22 @@
 """The command line: every flag, and the mapping between flags and settings.
 
 - :mod:`~fedjax_dp.cli.parser`: ``experiments/sweep.py``'s parser
-  (:func:`~fedjax_dp.cli.parser.build_parser`), its flag groups and help;
+  (:func:`~fedjax_dp.cli.parser.build_parser`): every flag generated from
+  the options the library declares (the run config's fields, the
+  aggregator's, each registered feature's, the data sets'), its help
+  stating the declared default;
 - :mod:`~fedjax_dp.cli.schemes`: the scheme families' flags, built from the
   options each family declares as data (``Family.options``), and the
   parsed values handed back to the family;
 - :mod:`~fedjax_dp.cli.settings`: from the parsed flags to a run's
-  ``RunConfig`` (attack, aggregator, audit), clip norm and data defaults;
+  ``RunConfig`` (generically, from the declared options), clip norm and
+  data defaults;
 - :mod:`~fedjax_dp.cli.errors`: a library error's field
-  (:class:`~fedjax_dp.errors.ConfigError`) looked up as its flag;
+  (:class:`~fedjax_dp.errors.ConfigError`) looked up as its flag (the map
+  generated from the declared options);
+- :mod:`~fedjax_dp.cli.sweep`: the sweep itself (planning, loading,
+  running, ``main``);
 - :mod:`~fedjax_dp.cli.types`: the flags' argparse value types.
 
-The library (``fedjax_dp.schemes`` included) imports no argparse; the sweep
-itself (planning, loading, running, ``main``) is ``fedjax_dp.cli.sweep``.
+The library outside ``cli`` (``fedjax_dp.schemes`` included) imports no argparse.
 """

@@ -59,7 +59,10 @@ def run_config(args: argparse.Namespace, scheme: Scheme, ratio: float, setting: 
   flat = {}
   for _, group in simulation.config.option_groups():
     for option in group:
-      flat[option.setting] = setting.get(option.setting, values[option.name])
+      # The preset-able settings as ``experiment.settings`` resolved them (flag,
+      # else preset, else the data set's); every other one is its flag's.
+      resolved = option.preset == "scheme" or option.setting == "local_optimizer"
+      flat[option.setting] = setting[option.setting] if resolved else values[option.name]
   flat.update(clip_norm=clip, clip_ratio=args.clip_ratio if clip is None else None,
               noise_multiplier=schemes.noise_multiplier(scheme, args),
               selection_metric=datasets.get_dataset(args.dataset).selection_metric)

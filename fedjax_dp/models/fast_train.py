@@ -27,7 +27,7 @@ masking), for any :class:`~fedjax_dp.models.flat.FlatModel` whose
   weights).
 
 The result equals the generic path's up to float32 round-off (the factored
-sums run in another order); ``tests/test_fast_train.py`` checks it. A model
+sums run in another order); ``tests/models/test_fast_train.py`` checks it. A model
 whose forward pass this JAX cannot replay (``jax_internals.Unsupported``)
 trains on the plain path instead, after one
 ``jax_internals.FastPathWarning`` naming the primitive.

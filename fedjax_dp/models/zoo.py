@@ -46,7 +46,7 @@ SHAKESPEARE_WINDOW = 80
 # reviews cut or padded to 400 tokens (0 = padding). The same as
 # fedjax_dp.data.archives' IMDB_VOCAB_SIZE and IMDB_MAXLEN, whose int32 token
 # arrays this model reads (mirrored, not imported, so that importing the
-# models imports no data code; tests/test_zoo_models.py checks they agree).
+# models imports no data code; tests/models/test_zoo_models.py checks they agree).
 IMDB_VOCAB = 5000
 IMDB_LENGTH = 400
 

@@ -20,7 +20,7 @@ from fedjax_dp.data.sets import base, fashion_mnist
 from test_cli_options import _config_error_fields
 from tiny_model import tiny_linear
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETS = ROOT / "fedjax_dp" / "data" / "sets"
 
 # --- The data set's module: its setting, loader, own option and federation builder. --------

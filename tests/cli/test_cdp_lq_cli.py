@@ -12,7 +12,7 @@ import pytest
 
 from fedjax_dp.cli import sweep as experiment
 
-SWEEP = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "sweep.py"
+SWEEP = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "sweep.py"
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -23,7 +23,7 @@ SMALL = dict(ratio=0.5, rounds=4, clients_per_round=16, eval_every=1,
 # UAI Table 1's fourteen schemes, and the thesis' FL-CS and sign families,
 # on the 7,850-weight linear model (the round is the same for every model).
 # Fed-SMP and CDP-LQ learn in their own CLI tests, FL-SIGN-DP in
-# tests/test_sign_schemes.py (its sampler compiles for ~40 s); the paper CNN
+# tests/schemes/test_sign_schemes.py (its sampler compiles for ~40 s); the paper CNN
 # learns in tests/test_golden.py (its FL-TOP-DP and FL-STD cases, pinned and
 # checked above chance).
 LEARNING_SCHEMES = list(MASKED_SCHEMES) + ["FL-CS", "FL-CS-DP", "FL-SIGN", "signSGD"]

@@ -20,7 +20,7 @@ from fedjax_dp.cli import parser as cli_parser
 from fedjax_dp.cli import schemes as cli_schemes
 from fedjax_dp.schemes.sign import SignScheme
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "fedjax_dp"
 
 
@@ -201,3 +201,20 @@ def test_a_data_error_names_its_flag(tmp_path, capsys):
   assert sweep.main(["--test-size", "10001", "--out", str(out)]) == 2
   assert capsys.readouterr().err.splitlines() == [
       "sweep.py: error: --test-size must be in [1, 10000] for fashion-mnist, got 10001"]
+
+
+def test_every_run_flag_reaches_the_run_config():
+  """A flag given wins over the scheme's preset and the data set's setting:
+  each declared run option's value is the RunConfig's field."""
+  given = {"rounds": 3, "clients_per_round": 7, "local_steps": 2, "batch_size": 5,
+           "lr": 0.1, "init_steps": 7, "seed": 3, "eval_every": 2, "noise_multiplier": 1.2,
+           "delta": 1e-4, "accountant": "rdp", "max_dropouts": 1, "dropout_rate": 0.1,
+           "secure_frac_bits": 12, "secure_neighbours": 2, "client_chunk": 8}
+  args = []
+  declared = {o.setting: o for _, group in simulation.config.option_groups() for o in group}
+  for field, value in given.items():
+    args += [declared[field].flag, str(value)]
+  (run,) = sweep.plan(sweep.build_parser().parse_args(
+      [*args, "--schemes", "FL-STD-DP", "--num-clients", "60"]), num_params=7850)
+  flat = run.config.flat()
+  assert {field: flat[field] for field in given} == given

@@ -12,7 +12,7 @@ import pytest
 from fedjax_dp import runlock
 from fedjax_dp.cli import sweep
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "experiments" / "sweep.py"
 
 

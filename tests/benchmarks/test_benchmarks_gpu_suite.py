@@ -15,7 +15,7 @@ import pytest
 
 import benchmark_modules
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 H200_TRACE = ROOT / "benchmarks/records/trace-fl-top-dp-1000clients-h200-2026-11-27.json.gz"
 
 

@@ -317,7 +317,7 @@ def test_lowered_traffic_counts_each_batching(tmp_path):
   import pathlib  # pylint: disable=import-outside-toplevel
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  root = pathlib.Path(__file__).resolve().parents[1]
+  root = pathlib.Path(__file__).resolve().parents[2]
   run = lambda *args: subprocess.run([sys.executable, "benchmarks/lowered_traffic.py", *args],
                                      cwd=root, capture_output=True, text=True, timeout=300)
   bad = run("--batching", "product,loop")

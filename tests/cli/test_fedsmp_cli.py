@@ -1,7 +1,7 @@
 """experiments/sweep.py with the Fed-SMP schemes: options, bad input, a small run.
 
 The run uses the 7,850-weight linear model in place of the paper CNN (same
-code path, seconds instead of minutes); tests/test_cli.py covers the CNN.
+code path, seconds instead of minutes); tests/cli/test_cli.py covers the CNN.
 """
 
 import json
@@ -15,7 +15,7 @@ import pytest
 from fedjax_dp.cli import sweep
 from tiny_model import tiny_linear
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "experiments" / "sweep.py"
 
 
@@ -63,7 +63,7 @@ def test_fedavg_baselines_take_the_fedsmp_options():
 
 def test_sweep_runs_fedsmp_and_dp_fedavg(tmp_path, capsys, monkeypatch):
   # Three runs (each compiles its round). The FedAvg baselines are the same
-  # code with dp=False; FedAvg-topk runs rounds in tests/test_fedsmp.py.
+  # code with dp=False; FedAvg-topk runs rounds in tests/schemes/test_fedsmp.py.
   monkeypatch.setattr(sweep, "get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "res"
   code = sweep.main([

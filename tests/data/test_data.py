@@ -25,7 +25,7 @@ from fedjax_dp.data import (
     public_batch,
 )
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 REAL_DATA = pathlib.Path(
     os.environ.get("FEDJAX_DP_DATA") or REPO_ROOT.parent / "shared" / "data").resolve()
 LABELS = "t10k-labels-idx1-ubyte"

@@ -1,6 +1,6 @@
 """--dataset shakespeare: the federation, its public hold-out and test draw, presets, the CLI.
 
-The plays are copies of tests/test_shakespeare.py's tiny play in the format of the
+The plays are copies of tests/data/test_shakespeare.py's tiny play in the format of the
 ``shakespeare`` package, each with its own title (so its own clients) and its own words (so
 no two clients share a window), in ``$FEDJAX_DP_DATA/shakespeare/texts``.
 """
@@ -26,7 +26,7 @@ from fedjax_dp.schemes import SCHEMES, LocalTraining
 from fedjax_dp.schemes import fedsmp
 from test_shakespeare import PLAY
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "experiments" / "sweep.py"
 COPIES = 6  # two clients each (Alpha, Beta)
 

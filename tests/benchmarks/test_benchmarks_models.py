@@ -15,7 +15,7 @@ import benchmark_modules
 from fedjax_dp.models import from_flax, zoo
 from xla_env import xla_flags
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name, weights, classes", [
@@ -43,7 +43,7 @@ def test_models_benchmark_runs_small(tmp_path):
   2 clients of 2 examples, one step. The LSTM's and the IMDB model's FLOPs are
   analytic, the others' XLA's count; the IMDB model is binary (labels 0/1, tokens
   of its 5,000-word vocabulary). All-CNN-C (20 s more) runs the EMNIST CNN's code
-  path; its training is checked in tests/test_zoo_models.py."""
+  path; its training is checked in tests/models/test_zoo_models.py."""
   out = tmp_path / "models.jsonl"
   proc = _script("--clients", "2", "--samples", "2", "--batch-size", "2", "--steps", "1",
                  "--repeats", "1", "--models", "emnist-cnn,imdb-cnn-lstm,lstm,small-cnn,mlp",
