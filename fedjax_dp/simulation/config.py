@@ -14,6 +14,11 @@ The defaults are the UAI 2021 Fashion-MNIST setting
 (``fedjax_dp.presets.FASHION_MNIST``, UAI Table 5).
 ``RunConfig.of(**settings)`` builds a config from flat settings (each name
 goes to the part that owns it), ``cfg.replace(**settings)`` changes some.
+Each field declares its option (``fedjax_dp.options.setting``: its flag,
+parser and help; its default is the field's), which
+:func:`option_groups` hands to a front end; the command line's flags, help
+and error messages are built from them. A run is resolved once, by
+``simulation.setup.prepare``, into a ``simulation.Plan``.
 """
 
 from __future__ import annotations
