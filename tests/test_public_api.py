@@ -156,9 +156,13 @@ def test_the_examples_run(path, tmp_path, monkeypatch, deprecations_are_errors):
   """The file's blocks run in order in one namespace, as a reader would."""
   monkeypatch.chdir(tmp_path)
   namespace: dict = {"__name__": "__docs__"}
-  for line, code in python_blocks(path):
+  blocks = python_blocks(path)
+  assert blocks, f"{path.name} has no Python block to run"
+  for line, code in blocks:
     where = f"{path.relative_to(ROOT)}:{line}"
     exec(compile(code, where, "exec"), namespace)  # noqa: S102
+  # What the blocks defined is there: they ran to their end.
+  assert set(namespace) > {"__name__", "__builtins__"}
 
 
 @pytest.mark.parametrize("name", DOCTEST_MODULES)

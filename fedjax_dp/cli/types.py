@@ -44,26 +44,3 @@ def positive(flag: str, kind=float) -> Callable[[str], float]:
 def unit_interval(flag: str) -> Callable[[str], float]:
   """A number in [0, 1)."""
   return flagged(flag, options.unit_interval)
-
-
-def cohort(value: str) -> int | str:
-  """--clients-per-round: an int or 'all'."""
-  if value == "all":
-    return value
-  try:
-    return int(value)
-  except ValueError:
-    raise argparse.ArgumentTypeError(
-        f"--clients-per-round takes an int or 'all', got {value!r}") from None
-
-
-def clip(value: str) -> float | str:
-  """--clip: a number > 0, 'calibrate' or 'paper'."""
-  if value in ("calibrate", "paper"):
-    return value
-  try:
-    float(value)
-  except ValueError:
-    raise argparse.ArgumentTypeError(
-        f"--clip takes a number, 'calibrate' or 'paper', got {value!r}") from None
-  return positive("--clip")(value)

@@ -138,6 +138,23 @@ class Aggregate(NamedTuple):
   tallies: tuple
 
 
+def _present_and_noise(plan: Plan, inputs: RoundInputs, fstates) -> tuple[jax.Array, Noise]:
+  """The sampled slots whose client did not fail (the features' ``failures``),
+  and the round's :class:`Noise` (the plan's S and sigma over the cohort's
+  shares, as the features' ``noise`` change them; at least one share)."""
+  slot_mask = inputs.cohort.mask
+  fails = jnp.zeros((plan.slots,), bool)
+  for f, value in zip(plan.features, inputs.features):
+    failed = f.failures(value, plan.slots)
+    fails = fails if failed is None else fails | failed
+  present = slot_mask & ~fails
+  noise = Noise(_CLIP_UNUSED if plan.clip_norm is None else plan.clip_norm,
+                plan.noise_multiplier, jnp.sum(slot_mask))
+  for f, fstate in zip(plan.features, fstates):
+    noise = f.noise(fstate, noise)
+  return present, noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
+
+
 def make_aggregate_fn(model: FlatModel, plan: Plan):
   """The round's one aggregation path, chunk by chunk of the cohort.
 
@@ -161,16 +178,7 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
 
   def aggregate(w, inputs: RoundInputs, data, fstates) -> Aggregate:
     slot_mask = inputs.cohort.mask
-    fails = jnp.zeros((capacity,), bool)
-    for f, value in zip(features, inputs.features):
-      failed = f.failures(value, capacity)
-      fails = fails if failed is None else fails | failed
-    present = slot_mask & ~fails
-    noise = Noise(_CLIP_UNUSED if plan.clip_norm is None else plan.clip_norm,
-                  plan.noise_multiplier, jnp.sum(slot_mask))
-    for f, fstate in zip(features, fstates):
-      noise = f.noise(fstate, noise)
-    noise = noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
+    present, noise = _present_and_noise(plan, inputs, fstates)
     values = tuple(f.train(v, model, plan, w, inputs, data)
                    for f, v in zip(features, inputs.features))
     ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask), pad(present)
