@@ -79,7 +79,7 @@ import numpy as np  # noqa: E402
 from common import best_seconds as _best  # noqa: E402
 from common import OneLineParser, load_paper_data, lowered_flops  # noqa: E402
 from common import machine, matmul_gflops  # noqa: E402
-from fedjax_dp import features, sharding, simulation  # noqa: E402
+from fedjax_dp import sharding, simulation  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.models import cohort_ops, from_flax, paper_cnn  # noqa: E402
 from fedjax_dp.models.cnn import PaperCNN  # noqa: E402
@@ -134,15 +134,14 @@ def stage_fns(model, plan: simulation.Plan, run_key, t):
   @jax.jit
   def messages(state, data):
     i = inputs(state)
-    return train(state.weights, i.shared, data, i.cohort.indices, i.train_keys)
+    return train(state.weights, i.shared, data, i.cohort.indices, i.train_keys,
+                 simulation.round_noise(plan, i, state.features))
 
   @jax.jit
   def privacy(state, msgs):
     i = inputs(state)
-    num_shares = jnp.maximum(jnp.sum(i.cohort.mask), 1)
     contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys,
-                               features.Noise(1.0 if plan.clip_norm is None else plan.clip_norm,
-                                              plan.noise_multiplier, num_shares))
+                               simulation.round_noise(plan, i, state.features))
     if jnp.issubdtype(contribs.dtype, jnp.integer):
       return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
     return noise.masked_sum(contribs, i.cohort.mask)

@@ -20,12 +20,13 @@ of ``capacity`` of the sampled clients) and :class:`Cohort` reports the
 untruncated size, so the truncation can be detected and accounted for
 (``TruncatedSubsampledGaussianDpEvent``, PLD accountant).
 
-Malicious clients (thesis Ch. 6, ``fedjax_dp.features.attack.adversary``) may make up a set
-share of every cohort (:class:`Malicious`): the honest clients are then
-sampled exactly as above among the honest ones (Poisson at rate q, or
-|K| - m of them without replacement), and m of the malicious pool join so
-that they are a fraction alpha of the cohort. The honest clients' sampling,
-and so their epsilon, is the accountant's.
+A pool of clients may make up a set share of every cohort
+(:class:`PoolShare`; the attack's malicious clients, thesis Ch. 6,
+``fedjax_dp.features.attack``): the other clients are then sampled exactly as
+above among themselves (Poisson at rate q, or |K| - m of them without
+replacement), and m of the pool join so that they are a fraction alpha of
+the cohort. The other clients' sampling, and so their epsilon, is the
+accountant's.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import deprecation
+
 SAMPLERS = ("poisson", "fixed")
 
 
-class Malicious(NamedTuple):
-  """A malicious pool that fills a set share of every cohort.
+class PoolShare(NamedTuple):
+  """A pool of clients that fills a set share of every cohort.
 
   Attributes:
-    pool: (N,) bool, the malicious clients (their poisoned data is theirs).
+    pool: (N,) bool, the pool's clients (an attack's malicious clients).
     fraction: alpha, the share of every cohort they make up.
   """
 
@@ -67,7 +70,8 @@ class Cohort(NamedTuple):
 
 
 def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
-                  sampler: str = "poisson", malicious: Malicious | None = None) -> Cohort:
+                  sampler: str = "poisson", share: PoolShare | None = None, *,
+                  malicious: PoolShare | None = None) -> Cohort:
   """Samples one round's cohort.
 
   Each client draws u ~ U(0, 1). Poisson: client i joins iff u_i < rate.
@@ -81,8 +85,9 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
     rate: q = C, the expected fraction of clients per round.
     capacity: Number of slots (static).
     sampler: "poisson" or "fixed".
-    malicious: A pool that makes up a share of the cohort (see the module
-      docstring; :func:`_with_malicious`); None: every client alike.
+    share: A pool that makes up a share of the cohort (see the module
+      docstring; :func:`_with_pool`); None: every client alike.
+    malicious: Deprecated (0.1.0): ``share``.
 
   Returns:
     The :class:`Cohort`.
@@ -93,9 +98,10 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
   >>> len(set(cohort.indices.tolist()))
   4
   """
+  share = _renamed_share(share, malicious)
   u = jax.random.uniform(key, (num_clients,))
-  if malicious is not None:
-    return _with_malicious(u, rate, capacity, sampler, malicious)
+  if share is not None:
+    return _with_pool(u, rate, capacity, sampler, share)
   _, order = jax.lax.top_k(-u, capacity)
   if sampler == "poisson":
     num_sampled = jnp.sum(u < rate)
@@ -107,28 +113,28 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
   return Cohort(order.astype(jnp.int32), mask, num_sampled.astype(jnp.int32))
 
 
-def malicious_share(num_clients: int, rate: float, fraction: float) -> int:
-  """Fixed-size sampling: m = ceil(alpha |K|) malicious slots of every cohort.
+def pool_slots(num_clients: int, rate: float, fraction: float) -> int:
+  """Fixed-size sampling: m = ceil(alpha |K|) of every cohort's slots go to the pool.
 
-  Rounding up keeps the honest clients' rate (|K| - m) / (N - M) at or below
-  q = |K| / N when the pool is M = round(alpha N) (:func:`check_malicious`).
+  Rounding up keeps the other clients' rate (|K| - m) / (N - M) at or below
+  q = |K| / N when the pool is M = round(alpha N) (:func:`check_pool_share`).
 
-  >>> malicious_share(100, 0.1, 0.2), malicious_share(100, 0.1, 0.25)
+  >>> pool_slots(100, 0.1, 0.2), pool_slots(100, 0.1, 0.25)
   (2, 3)
   """
   size = fixed_cohort_size(num_clients, rate)
   return min(size, math.ceil(fraction * size - 1e-9))
 
 
-def check_malicious(num_clients: int, rate: float, sampler: str, pool_size: int,
-                    fraction: float) -> None:
+def check_pool_share(num_clients: int, rate: float, sampler: str, pool_size: int,
+                     fraction: float) -> None:
   """Raises ValueError (one line) if a pool of ``pool_size`` cannot make up
   ``fraction`` of every fixed-size cohort with the honest clients sampled at
   most at rate q (the accountant's epsilon would not hold for them)."""
   if sampler != "fixed":
     return
   size = fixed_cohort_size(num_clients, rate)
-  share = malicious_share(num_clients, rate, fraction)
+  share = pool_slots(num_clients, rate, fraction)
   honest_rate = (size - share) / max(1, num_clients - pool_size)
   if share > pool_size or honest_rate > size / num_clients + 1e-12:
     raise ValueError(f"malicious fraction {fraction:g} of {num_clients} clients cannot fill "
@@ -136,37 +142,37 @@ def check_malicious(num_clients: int, rate: float, sampler: str, pool_size: int,
                      f"often than q = {size / num_clients:g}; use selection 'fixed'")
 
 
-def _with_malicious(u: jax.Array, rate: float, capacity: int, sampler: str,
-                    malicious: Malicious) -> Cohort:
-  """The cohort when the malicious pool fills a share alpha of it.
+def _with_pool(u: jax.Array, rate: float, capacity: int, sampler: str,
+               share: PoolShare) -> Cohort:
+  """The cohort when a pool fills a share alpha of it.
 
-  Honest clients join as without attackers, among the honest ones: Poisson
-  (u < q) or the |K| - m smallest u. Then m of the pool, the smallest u
+  The other (honest) clients join as without the pool, among themselves:
+  Poisson (u < q) or the |K| - m smallest u. Then m of the pool, the smallest u
   first: m = ceil(alpha |K|) for fixed-size sampling, round(alpha / (1 -
   alpha) h) for Poisson with h honest clients (so m / (h + m) is alpha up to
   rounding), never more than the pool. Slots: honest, then malicious, then
   padding (the slots without attackers would have had).
   """
   num_clients = u.shape[0]
-  pool = malicious.pool
+  pool = share.pool
   pool_size = jnp.sum(pool)
   _, honest_order = jax.lax.top_k(-jnp.where(pool, 2.0, u), capacity)
   _, pool_order = jax.lax.top_k(-jnp.where(pool, u, 2.0), capacity)
   if sampler == "poisson":
     honest = jnp.sum((u < rate) & ~pool)
-    alpha = malicious.fraction
-    share = jnp.round(alpha / (1.0 - alpha) * honest).astype(jnp.int32)
+    alpha = share.fraction
+    joining = jnp.round(alpha / (1.0 - alpha) * honest).astype(jnp.int32)
   elif sampler == "fixed":
-    share = jnp.int32(malicious_share(num_clients, rate, malicious.fraction))
-    honest = fixed_cohort_size(num_clients, rate) - share
+    joining = jnp.int32(pool_slots(num_clients, rate, share.fraction))
+    honest = fixed_cohort_size(num_clients, rate) - joining
   else:
     raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
-  share = jnp.minimum(share, pool_size)
+  joining = jnp.minimum(joining, pool_size)
   slot = jnp.arange(capacity)
-  from_pool = (slot >= honest) & (slot < honest + share)
+  from_pool = (slot >= honest) & (slot < honest + joining)
   order = jnp.where(from_pool, pool_order[jnp.clip(slot - honest, 0, capacity - 1)],
                     honest_order)
-  num_sampled = (honest + share).astype(jnp.int32)
+  num_sampled = (honest + joining).astype(jnp.int32)
   return Cohort(order.astype(jnp.int32), slot < num_sampled, num_sampled)
 
 
@@ -180,11 +186,13 @@ def fixed_cohort_size(num_clients: int, rate: float) -> int:
 
 
 def planned_cohort_sizes(round_keys: jax.Array, num_clients: int, rate: float,
-                         sampler: str = "poisson", malicious: Malicious | None = None
-                         ) -> np.ndarray:
-  """(rounds,) every round's cohort size |K_t|, from the keys the run will use."""
-  if malicious is not None:
-    sizes = jax.vmap(lambda k: sample_cohort(k, num_clients, rate, 1, sampler, malicious)
+                         sampler: str = "poisson", share: PoolShare | None = None, *,
+                         malicious: PoolShare | None = None) -> np.ndarray:
+  """(rounds,) every round's cohort size |K_t|, from the keys the run will use
+  (``malicious``: deprecated, ``share``)."""
+  share = _renamed_share(share, malicious)
+  if share is not None:
+    sizes = jax.vmap(lambda k: sample_cohort(k, num_clients, rate, 1, sampler, share)
                      .num_sampled)(round_keys)
     return np.asarray(sizes, np.int64)
   if sampler == "fixed":
@@ -228,17 +236,42 @@ def capacity_for(sizes: np.ndarray, num_clients: int, multiple: int = 4) -> int:
 
 def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
                        capacity: int, sampler: str, rounds_list,
-                       malicious: Malicious | None = None) -> list[int]:
+                       share: PoolShare | None = None, *,
+                       malicious: PoolShare | None = None) -> list[int]:
   """Largest number of rounds any client joined within rounds 1..t, per t.
 
   Recomputes every round's cohort from the run's sampling keys exactly as
-  the round does (:func:`sample_cohort` with the run's capacity).
+  the round does (:func:`sample_cohort` with the run's capacity;
+  ``malicious``: deprecated, ``share``).
   """
+  share = _renamed_share(share, malicious)
   cohorts = jax.jit(jax.vmap(lambda k: sample_cohort(k, num_clients, rate, capacity,
-                                                     sampler, malicious)))(sampling_keys)
+                                                     sampler, share)))(sampling_keys)
   indices, mask = np.asarray(cohorts.indices), np.asarray(cohorts.mask)
   joined = np.zeros((indices.shape[0], num_clients), np.int32)
   rows = np.repeat(np.arange(indices.shape[0]), indices.shape[1])
   np.add.at(joined, (rows, indices.reshape(-1)), mask.reshape(-1).astype(np.int32))
   running = np.cumsum(joined, axis=0).max(axis=1)
   return [int(running[t - 1]) if t >= 1 else 0 for t in rounds_list]
+
+
+def _renamed_share(share: PoolShare | None, malicious: PoolShare | None) -> PoolShare | None:
+  """``share``, or 0.1.0's ``malicious=`` with a DeprecationWarning."""
+  if malicious is None:
+    return share
+  deprecation.warn("sampling's malicious=", "share=", "0.3.0", stacklevel=3)
+  return malicious
+
+
+_RENAMED = {"Malicious": ("PoolShare", PoolShare),
+            "malicious_share": ("pool_slots", pool_slots),
+            "check_malicious": ("check_pool_share", check_pool_share)}
+
+
+def __getattr__(name: str):
+  """0.1.0's names for the pool share, with a DeprecationWarning (until 0.3.0)."""
+  if name in _RENAMED:
+    new, value = _RENAMED[name]
+    deprecation.warn(f"sampling.{name}", f"sampling.{new}", "0.3.0")
+    return value
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

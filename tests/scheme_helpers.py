@@ -28,7 +28,7 @@ def privatized_sum(scheme, messages, slot_mask, noise_keys, clip_norm, noise_mul
 def round_plan(scheme, *, num_clients, clients_per_round, capacity, num_kept, local_steps,
                batch_size, lr, sampler="poisson", noise_multiplier=0.0, clip_norm=1.0,
                secure_bits=None, secure_scale=1.0, client_chunk=None, mesh=None,
-               features=(), feature_slots=(), **settings):
+               features=(), feature_slots=(), scheme_constants=None, **settings):
   """A ``simulation.Plan`` built by hand, for a round outside ``simulation.prepare``.
 
   The local training, the cohort and sigma go to the plan's ``RunConfig``
@@ -45,7 +45,7 @@ def round_plan(scheme, *, num_clients, clients_per_round, capacity, num_kept, lo
                          clip_norm=clip_norm if dp else None,
                          noise_multiplier=noise_multiplier if dp else 0.0,
                          client_chunk=client_chunk, mesh=mesh, features=features,
-                         feature_slots=feature_slots,
+                         feature_slots=feature_slots, scheme_constants=scheme_constants,
                          comm=simulation.Communication(secure_bits, secure_scale))
 
 

@@ -25,7 +25,7 @@ from tiny_model import tiny_linear  # noqa: E402
 def rounds(model, scheme_name, mesh, data, capacity, steps, num_rounds=2):
   scheme = get_scheme(scheme_name)
   n = model.num_params
-  k = scheme.num_values(n, 0.05)
+  k = scheme.num_kept(n, 0.05)
   plan = round_plan(
       scheme, num_clients=int(data.x.shape[0]), clients_per_round=capacity - 2,
       capacity=capacity, sampler="poisson", num_kept=k, local_steps=steps, batch_size=5,

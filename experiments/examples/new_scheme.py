@@ -47,7 +47,7 @@ class QSGDScheme(schemes.Scheme):
     if self.levels < 1:
       raise ValueError(f"levels must be >= 1, got {self.levels}")
 
-  def num_values(self, num_params: int, ratio: float) -> int:
+  def num_kept(self, num_params: int, ratio: float) -> int:
     return num_params
 
   def num_downstream(self, num_params: int, ratio: float) -> int:
@@ -59,7 +59,7 @@ class QSGDScheme(schemes.Scheme):
   def calibrate_clip(self, setup_data: schemes.SetupData, state) -> float:
     return 1.0  # not a DP scheme: never clipped
 
-  def round_plan(self, state, key, num_params, m):
+  def round_plan(self, state, key, num_params, num_kept):
     return None  # nothing shared but the model
 
   def client_message(self, model, w, plan, x, y, key, local):

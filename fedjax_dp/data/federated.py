@@ -11,12 +11,13 @@ examples out of the clients' data as the server's public set
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import deprecation
 from fedjax_dp.data.idx import load_dataset
 
 __all__ = ["ClientData", "FederatedData", "as_float", "holdout_indices", "load_federated",
@@ -38,17 +39,31 @@ class ClientData(NamedTuple):
         x: (num_clients, samples, ...) examples; uint8 images are scaled to
             [0, 1] on the fly.
         y: (num_clients, samples) labels.
-        attacker_x: Examples that only the colluding malicious clients hold,
-            beyond their own rows (an out-backdoor's source class taken from
-            the honest clients, ``fedjax_dp.features.attack.adversary.out_backdoor_pool``);
-            None without.
-        attacker_y: Their labels.
+        feature_data: Data a round feature adds before the run, by the
+            feature's kind (``Feature.client_data``): under ``"attack"``,
+            an out-backdoor's (x, y) pool of source-class examples that only
+            the colluding malicious clients hold; None: none.
     """
 
     x: jax.Array
     y: jax.Array
-    attacker_x: jax.Array | None = None
-    attacker_y: jax.Array | None = None
+    feature_data: Mapping[str, Any] | None = None
+
+    @property
+    def attacker_x(self) -> jax.Array | None:
+        """Deprecated (0.1.0): ``feature_data["attack"][0]``."""
+        return self._attack_pool("attacker_x", 0)
+
+    @property
+    def attacker_y(self) -> jax.Array | None:
+        """Deprecated (0.1.0): ``feature_data["attack"][1]``."""
+        return self._attack_pool("attacker_y", 1)
+
+    def _attack_pool(self, name: str, part: int) -> jax.Array | None:
+        deprecation.warn(f"ClientData.{name}", f'ClientData.feature_data["attack"][{part}]',
+                         "0.3.0", stacklevel=3)
+        pool = (self.feature_data or {}).get("attack")
+        return None if pool is None else pool[part]
 
 
 @dataclass(frozen=True)

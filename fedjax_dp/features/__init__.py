@@ -21,7 +21,8 @@ from fedjax_dp.features import adaptive_clip, attack, audit, dropouts
 from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.features.attack import AttackConfig
 from fedjax_dp.features.audit import AuditConfig
-from fedjax_dp.features.base import (Chunk, Conflict, Feature, Noise, Observed, RunView)
+from fedjax_dp.features.base import (At, Chunk, Conflict, Feature, Noise, Observed, RunView,
+                                     Trainer)
 from fedjax_dp.errors import ConfigError
 
 REGISTRY: dict[str, type[Feature]] = {}
@@ -133,6 +134,7 @@ def build(config: Any, run: RunView) -> tuple[Feature, ...]:
   return tuple(cls(found, run) for cls, found in _present(config))
 
 
-__all__ = ["AdaptiveClipConfig", "AttackConfig", "AuditConfig", "Chunk", "Conflict", "Feature", "KINDS", "Noise", "Observed", "REGISTRY",
-           "RunView", "build", "check", "check_unique", "client_data", "find",
-           "from_options", "kind_of", "kinds", "register", "unregister", "with_kinds"]
+__all__ = ["AdaptiveClipConfig", "At", "AttackConfig", "AuditConfig", "Chunk", "Conflict",
+           "Feature", "KINDS", "Noise", "Observed", "REGISTRY", "RunView", "Trainer", "build",
+           "check", "check_unique", "client_data", "find", "from_options", "kind_of", "kinds",
+           "register", "unregister", "with_kinds"]

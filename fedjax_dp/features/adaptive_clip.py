@@ -32,7 +32,7 @@ import numpy as np
 
 from fedjax_dp import keys, options
 from fedjax_dp.errors import ConfigError
-from fedjax_dp.features.base import Chunk, Conflict, Feature, Noise, RunView
+from fedjax_dp.features.base import At, Conflict, Feature, Noise, RunView
 from fedjax_dp.options import Option, declared, setting
 
 
@@ -135,27 +135,30 @@ class AdaptiveClip(Feature):
     """C_t = S exp(log_factor)."""
     return self.run.clip_norm * jnp.exp(state.log_factor)
 
-  def begin(self, state: State, inputs) -> jax.Array:
-    del inputs
-    return self.clip_norm(state)
-
-  def noise(self, state: State, noise: Noise) -> Noise:
-    return noise._replace(clip_norm=self.clip_norm(state), noise_multiplier=self.update_noise)
-
-  def tally(self, state: State, chunk: Chunk, messages: jax.Array, noise: Noise) -> jax.Array:
-    del state
-    norms = jnp.linalg.norm(messages.astype(jnp.float32), axis=1)
-    return jnp.sum(chunk.present & (norms <= noise.clip_norm), dtype=jnp.float32)
-
-  def observe(self, state: State, value, observed) -> State:
+  def begin(self, at: At, value: None) -> jax.Array:
+    """The round's C_t."""
     del value
+    return self.clip_norm(at.state)
+
+  def noise(self, at: At, noise: Noise) -> Noise:
+    return noise._replace(clip_norm=self.clip_norm(at.state),
+                          noise_multiplier=self.update_noise)
+
+  def tally(self, at: At, tally: None) -> jax.Array:
+    """b: the chunk's present clients whose update is within C_t."""
+    del tally
+    norms = jnp.linalg.norm(at.messages.astype(jnp.float32), axis=1)
+    return jnp.sum(at.chunk.present & (norms <= at.noise.clip_norm), dtype=jnp.float32)
+
+  def observe(self, at: At, state: State) -> State:
+    observed = at.observed
     key = keys.purpose(observed.round_key, keys.ADAPTIVE_CLIP)
     m = self.run.clients_per_round
     fitted = (observed.tally + self.count_noise * jax.random.normal(key)) / m
     return State(state.log_factor - self.config.clip_lr * (fitted - self.config.target_quantile))
 
-  def info(self, value: jax.Array) -> dict:
-    return {"clip_norm": value}
+  def info(self, at: At, info: dict) -> dict:
+    return {**info, "clip_norm": at.value}
 
   def entry(self, labels, predictions, infos: dict) -> dict:
     del labels, predictions

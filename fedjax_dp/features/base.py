@@ -15,17 +15,20 @@ Before the run (Python):
   ``sampler_share``: clients that join cohorts besides the sampler's draw;
   ``init``: the feature's state (carried and checkpointed with the server
   state) and the extra cohort slots its rounds need.
-Each round (traced):
+Each round (traced), every hook has one shape, ``hook(self, at, x) -> x``:
+``at`` is the round as far as it is known (:class:`At`: the feature's state
+and round value, the round's inputs, noise, chunk, ...) and ``x`` is what
+the hook may change, returned unchanged by default:
   ``cohort``: extend the round's cohort (canaries);
-  ``begin``: the feature's round value (who attacks, who fails);
+  ``begin``: the feature's round value, from None (who attacks, who fails);
   ``train``: work once a round before the slots train (the attackers' message);
   ``noise``: the round's clip norm, sigma and noise shares;
-  ``failures``: slots that fail after the cohort is fixed;
+  ``failures``: add slots that fail after the cohort is fixed;
   ``messages``: replace some slots' messages;
   ``contributions``: replace some slots' contributions and clipped count;
-  ``tally``: a count summed over the cohort with the contributions;
+  ``tally``: a count summed over the cohort with the contributions, from None;
   ``observe``: the new state from the round's sum;
-  ``info``: the round's counts, returned beside the state.
+  ``info``: the round's counts, returned beside the state, from {}.
 After evaluations and the run (Python):
   ``entry``: fields of a history entry; ``record``: fields of the record.
 """
@@ -42,12 +45,11 @@ from fedjax_dp import deprecation, keys, sampling
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.options import Option
 from fedjax_dp.privacy.accounting import Mechanism
-from fedjax_dp.schemes.base import Traits
+from fedjax_dp.schemes.base import Noise, Traits
 
 if TYPE_CHECKING:  # the round's types name the features: annotations only
   from fedjax_dp.data import ClientData
   from fedjax_dp.models import FlatModel
-  from fedjax_dp.simulation.plan import Plan
   from fedjax_dp.simulation.round import RoundInputs
 
 
@@ -112,14 +114,6 @@ class Chunk(NamedTuple):
   take: Callable[[jax.Array], jax.Array]
 
 
-class Noise(NamedTuple):
-  """The round's DP parameters: S, sigma, and the shares the noise is split into."""
-
-  clip_norm: jax.Array | float
-  noise_multiplier: jax.Array | float
-  num_shares: jax.Array
-
-
 class Observed(NamedTuple):
   """What the round's sum tells a feature (``observe``).
 
@@ -138,6 +132,59 @@ class Observed(NamedTuple):
   present: jax.Array
   noise: Noise
   round_key: jax.Array
+
+
+class Trainer(NamedTuple):
+  """Local training as the round runs it, for a feature's ``train`` hook.
+
+  Attributes:
+    model: The run's model.
+    w: (n,) the round's global model.
+    data: The clients' data.
+    local: The clients' local training.
+    message: ``message(model, x, y, key, local)``: the scheme's
+      ``client_message`` for this round (its shared plan and noise), with
+      any model and local training.
+  """
+
+  model: FlatModel
+  w: jax.Array
+  data: ClientData
+  local: Any
+  message: Callable[..., jax.Array]
+
+
+class At(NamedTuple):
+  """The round as a feature's hook sees it; what is not known yet is None.
+
+  Attributes:
+    state: This feature's state (carried between rounds and checkpointed).
+    value: This feature's round value (``begin``'s; None before it).
+    t: The round, from 1 (``cohort``, ``begin``, ``observe``).
+    run_key: The run's root key (``cohort``, ``begin``, ``observe``; later
+      also ``inputs.run_key``).
+    slots: This feature's extra cohort slots (``init``'s).
+    inputs: The round's keys, cohort, shared plan and client keys
+      (``simulation.RoundInputs``; from ``begin`` on).
+    noise: The round's :class:`Noise` (from ``noise``'s result on).
+    trainer: Local training (``train``).
+    chunk: The slots being trained and summed (``messages``,
+      ``contributions``, ``tally``).
+    messages: The chunk's messages (``contributions``, ``tally``).
+    observed: The round's sum (``observe``).
+  """
+
+  state: Any = None
+  value: Any = None
+  t: jax.Array | None = None
+  run_key: jax.Array | None = None
+  slots: int = 0
+  inputs: RoundInputs | None = None
+  noise: Noise | None = None
+  trainer: Trainer | None = None
+  chunk: Chunk | None = None
+  messages: jax.Array | None = None
+  observed: Observed | None = None
 
 
 class Conflict(NamedTuple):
@@ -230,7 +277,7 @@ class Feature:
     del config, run_key
     return data
 
-  def sampler_share(self, run_key: jax.Array, num_clients: int) -> sampling.Malicious | None:
+  def sampler_share(self, run_key: jax.Array, num_clients: int) -> sampling.PoolShare | None:
     """Clients the sampler places in every cohort (None: the sampler alone)."""
     del run_key, num_clients
     return None
@@ -239,62 +286,64 @@ class Feature:
     """(the feature's initial state, extra cohort slots a round needs)."""
     return None, 0
 
-  # Each round (traced).
-  def cohort(self, state: Any, run_key: jax.Array, t: jax.Array, cohort: sampling.Cohort,
-             slots: int, num_clients: int) -> sampling.Cohort:
-    """The round's cohort with this feature's clients in its ``slots`` extra slots."""
-    del state, run_key, t, slots, num_clients
+  # Each round (traced): every hook is ``hook(self, at, x) -> x``, ``at`` the
+  # round as far as it is known (:class:`At`), ``x`` what the hook may change.
+  def cohort(self, at: At, cohort: sampling.Cohort) -> sampling.Cohort:
+    """The round's cohort with this feature's clients in its ``at.slots``
+    extra slots (``at``: ``state``, ``t``, ``run_key``, ``slots``)."""
+    del at
     return cohort
 
-  def begin(self, state: Any, inputs: RoundInputs) -> Any:
-    """The feature's value for the round (``inputs``: ``simulation.RoundInputs``
-    without feature values)."""
-    del state, inputs
-    return None
-
-  def train(self, value: Any, model: FlatModel, plan: Plan, w: jax.Array,
-            inputs: RoundInputs, data: ClientData) -> Any:
-    """The round value once the round's model ``w`` is known (before the slots train)."""
-    del model, plan, w, inputs, data
+  def begin(self, at: At, value: Any) -> Any:
+    """The feature's value for the round (``value`` None; ``at.inputs``: the
+    round's keys, cohort and client keys)."""
+    del at
     return value
 
-  def noise(self, state: Any, noise: Noise) -> Noise:
+  def train(self, at: At, value: Any) -> Any:
+    """The round value once the round's model is known, before the slots
+    train (``at.trainer``: the model, the data and the scheme's message)."""
+    del at
+    return value
+
+  def noise(self, at: At, noise: Noise) -> Noise:
     """The round's DP parameters."""
-    del state
+    del at
     return noise
 
-  def failures(self, value: Any, slots: int) -> jax.Array | None:
-    """(slots,) bool: slots that fail after the cohort is fixed (None: none)."""
-    del value, slots
-    return None
+  def failures(self, at: At, failed: jax.Array) -> jax.Array:
+    """(slots,) bool: the slots that fail after the cohort is fixed, with this
+    feature's failures added to ``failed``."""
+    del at
+    return failed
 
-  def messages(self, state: Any, value: Any, chunk: Chunk, messages: jax.Array,
-               noise: Noise) -> jax.Array:
-    """The chunk's messages as this feature's slots send them."""
-    del state, value, chunk, noise
+  def messages(self, at: At, messages: jax.Array) -> jax.Array:
+    """The chunk's messages (``at.chunk``) as this feature's slots send them."""
+    del at
     return messages
 
-  def contributions(self, value: Any, chunk: Chunk, messages: jax.Array,
-                    contributions: jax.Array, clipped: jax.Array
+  def contributions(self, at: At, contributions: tuple[jax.Array, jax.Array]
                     ) -> tuple[jax.Array, jax.Array]:
-    """(contributions, clipped real clients) of the chunk."""
-    del value, chunk, messages
-    return contributions, clipped
+    """(contributions, clipped real clients) of the chunk (``at.messages``:
+    what its slots sent)."""
+    del at
+    return contributions
 
-  def tally(self, state: Any, chunk: Chunk, messages: jax.Array, noise: Noise) -> Any:
-    """A pytree of counts over the chunk, summed over the cohort (None: none)."""
-    del state, chunk, messages, noise
-    return None
+  def tally(self, at: At, tally: Any) -> Any:
+    """A pytree of counts over the chunk, summed over the cohort (``tally``
+    None; None: no tally)."""
+    del at
+    return tally
 
-  def observe(self, state: Any, value: Any, observed: Observed) -> Any:
-    """The state after the round."""
-    del value, observed
+  def observe(self, at: At, state: Any) -> Any:
+    """The feature's state after the round (``at.observed``: the round's sum)."""
+    del at
     return state
 
-  def info(self, value: Any) -> dict[str, jax.Array]:
+  def info(self, at: At, info: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """The round's counts (stacked over the rounds of an evaluation interval)."""
-    del value
-    return {}
+    del at
+    return info
 
   # After evaluations and the run.
   def entry(self, labels: np.ndarray, predictions: np.ndarray, infos: dict) -> dict:

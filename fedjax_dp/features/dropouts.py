@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp.features.base import Feature, Noise
+from fedjax_dp.features.base import At, Feature, Noise
 
 
 class Counts(NamedTuple):
@@ -42,32 +42,33 @@ class Dropouts(Feature):
   def init(self):
     return Counts(jnp.int32(0), jnp.int32(0)), 0
 
-  def begin(self, state, inputs) -> jax.Array | None:
+  def begin(self, at: At, value: None) -> jax.Array | None:
     """(slots,) bool, the sampled slots whose client fails (None: no failures)."""
-    del state
+    del value
     if self.config.dropout_rate > 0:
+      inputs = at.inputs
       mask = inputs.cohort.mask
       return mask & jax.random.bernoulli(inputs.keys.dropout, self.config.dropout_rate,
                                          mask.shape)
     return None
 
-  def failures(self, value, slots):
-    del slots
-    return value
+  def failures(self, at: At, failed: jax.Array) -> jax.Array:
+    return failed if at.value is None else failed | at.value
 
-  def noise(self, state, noise: Noise) -> Noise:
-    del state
+  def noise(self, at: At, noise: Noise) -> Noise:
+    del at
     # Thesis 5.2.5: shares sized so that any |K| - l of them carry S*sigma.
     return noise._replace(num_shares=noise.num_shares - self.tolerated)
 
-  def observe(self, state: Counts, value, observed) -> Counts:
-    del observed
-    drops = self.info(value)["num_dropped"]
+  def observe(self, at: At, state: Counts) -> Counts:
+    drops = self.info(at, {})["num_dropped"]
     return Counts(state.dropped + drops,
                   state.under_noised + (drops > self.tolerated).astype(jnp.int32))
 
-  def info(self, value) -> dict:
-    return {"num_dropped": jnp.int32(0) if value is None else jnp.sum(value, dtype=jnp.int32)}
+  def info(self, at: At, info: dict) -> dict:
+    value = at.value
+    return {**info, "num_dropped": (jnp.int32(0) if value is None
+                                    else jnp.sum(value, dtype=jnp.int32))}
 
   def record(self, state: Counts, best: dict) -> dict:
     del best

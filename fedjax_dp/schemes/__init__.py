@@ -9,7 +9,7 @@ makes them flags), and :func:`register` adds a scheme of your own (see
 
 from fedjax_dp.options import Option
 from fedjax_dp.schemes import cdp_lq, coordinate_subset, cs, fedsmp, sign
-from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
+from fedjax_dp.schemes.base import Family, LocalTraining, Noise, Scheme, SetupData, Traits
 from fedjax_dp.schemes.cdp_lq import LatticeScheme
 from fedjax_dp.schemes.cs import CSScheme
 from fedjax_dp.schemes.fedsmp import FedSMPScheme
@@ -67,6 +67,6 @@ def get_scheme(name: str) -> Scheme:
                      f"{', '.join(SCHEMES)}") from None
 
 
-__all__ = ["CSScheme", "FAMILIES", "Family", "FedSMPScheme", "LatticeScheme",
+__all__ = ["CSScheme", "FAMILIES", "Family", "FedSMPScheme", "LatticeScheme", "Noise",
            "LocalTraining", "MaskedScheme", "Option", "SCHEMES", "Scheme", "SetupData",
            "SignScheme", "Traits", "family_of", "get_scheme", "register"]

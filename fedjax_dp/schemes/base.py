@@ -16,8 +16,11 @@ A round of any scheme (thesis Ch. 2, UAI 2021 Sec. 3) is, in
 5. ``server_update``: decode the mean and update the model and state.
 
 Before round 1 the server runs ``setup`` (public-data work such as the Top-K
-selection), ``calibrate_clip`` (S from public data) and ``bind`` (the
-scheme with the run's S and sigma, for schemes whose clients need them).
+selection), ``calibrate_clip`` (S from public data) and, for a scheme that
+declares ``traits.run_constants``, ``run_constants`` (what it computes once
+for the run: CDP-LQ's batch capacity, FL-SIGN-DP's alias tables). The
+constants are kept in the run's ``Plan``, never on the scheme, and passed
+back to the scheme's round methods with the round's :class:`Noise`.
 ``mechanism`` states what a round releases, as data
 (:class:`fedjax_dp.privacy.accounting.Mechanism`), and the accountant
 composes it; ``diagnostics`` and ``describe`` add fields to the run's record.
@@ -36,7 +39,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import local_training
+from fedjax_dp import deprecation, local_training
 from fedjax_dp.models import FlatModel
 from fedjax_dp.options import Option
 from fedjax_dp.privacy import noise
@@ -107,6 +110,11 @@ class Traits(NamedTuple):
     local_optimizers: The clients' optimisers the scheme's training follows
       (``local_training.OPTIMIZERS``); Fed-SMP's momentum SGD and CDP-LQ's DP-SGD
       are SGD only.
+    run_constants: The scheme computes constants once for a DP run
+      (:meth:`Scheme.run_constants`). The round then passes the keywords
+      ``noise`` (the round's :class:`Noise`) and ``constants`` to
+      ``client_message`` and ``client_stream``, and ``constants`` to
+      ``privatize`` and ``server_noise``; without the trait it passes neither.
   """
 
   dp: bool = False
@@ -119,6 +127,19 @@ class Traits(NamedTuple):
   measured_streams: int = 0
   public_holdout: int = 0
   local_optimizers: tuple[str, ...] = ("sgd", "adam")
+  run_constants: bool = False
+
+
+class Noise(NamedTuple):
+  """The round's DP parameters: S, sigma, and the shares the noise is split into.
+
+  The plan's S and sigma, as the run's features change them (adaptive
+  clipping); ``num_shares`` is the cohort's share count (``privatize``).
+  """
+
+  clip_norm: jax.Array | float
+  noise_multiplier: jax.Array | float
+  num_shares: jax.Array
 
 
 class SetupData(NamedTuple):
@@ -195,9 +216,24 @@ class Scheme(abc.ABC):
     option of the family sets it (``Option.field``), so that the command
     line names the option's flag."""
 
-  @abc.abstractmethod
+  def num_kept(self, num_params: int, ratio: float) -> int:
+    """K, the values of a client's message (``Plan.num_kept``).
+
+    Every scheme defines it. (0.1.0's schemes defined ``num_values``
+    instead; this default calls it, with a DeprecationWarning, until 0.3.0.)
+
+    Raises:
+      TypeError: The scheme defines neither.
+    """
+    if type(self).num_values is Scheme.num_values:
+      raise TypeError(f"{type(self).__name__} defines no num_kept")
+    deprecation.warn(f"{type(self).__name__}.num_values", "Scheme.num_kept", "0.3.0")
+    return self.num_values(num_params, ratio)
+
   def num_values(self, num_params: int, ratio: float) -> int:
-    """Length m of a client's message."""
+    """Deprecated (0.1.0): :meth:`num_kept`."""
+    deprecation.warn("Scheme.num_values", "Scheme.num_kept", "0.3.0")
+    return self.num_kept(num_params, ratio)
 
   @abc.abstractmethod
   def num_downstream(self, num_params: int, ratio: float) -> int:
@@ -213,21 +249,33 @@ class Scheme(abc.ABC):
   def calibrate_clip(self, data: SetupData, state: Any) -> float:
     """Clip norm S derived from public data (used by DP schemes)."""
 
+  def run_constants(self, data: SetupData, clip_norm: float) -> Any:
+    """What a scheme that declares ``traits.run_constants`` computes once
+    for a DP run with clip norm S (``data``: with the run's sigma and share
+    counts); kept in ``Plan.scheme_constants`` and passed back to the round
+    methods as ``constants``. Default: None."""
+    del data, clip_norm
+    return None
+
   def bind(self, data: SetupData, clip_norm: float) -> "Scheme":
-    """This scheme for a run with clip norm S (default: unchanged)."""
+    """Deprecated (0.1.0's way to give a scheme its run's values, stored on
+    the scheme): a scheme declares ``traits.run_constants`` and defines
+    :meth:`run_constants`. ``prepare`` still calls a subclass's own ``bind``,
+    with a DeprecationWarning, until 0.3.0."""
     del data, clip_norm
     return self
 
   # --- The round. -------------------------------------------------------------
 
   @abc.abstractmethod
-  def round_plan(self, state: Any, key: jax.Array, num_params: int, m: int) -> Any:
+  def round_plan(self, state: Any, key: jax.Array, num_params: int, num_kept: int) -> Any:
     """What every client shares this round, from the round's shared key."""
 
   @abc.abstractmethod
   def client_message(self, model: FlatModel, w: jax.Array, plan: Any, x: jax.Array,
                      y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
-    """One client's (m,) message: local training then encoding."""
+    """One client's (K,) message: local training then encoding (with
+    ``traits.run_constants``, also the keywords ``noise`` and ``constants``)."""
 
   def privatize(self, messages: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
                 clip_norm: float, noise_multiplier: float,
@@ -238,13 +286,15 @@ class Scheme(abc.ABC):
     25-27; ``fedjax_dp.privacy.noise.privatize``); otherwise the messages.
 
     Args:
-      messages: (capacity, m) messages.
+      messages: (capacity, K) messages.
       slot_mask: (capacity,) real participants.
       noise_keys: (capacity, 2) per-client noise keys.
       clip_norm: S.
       noise_multiplier: sigma.
       num_shares: How many shares the aggregate noise is split into (|K|, or
         |K| - l to tolerate l failures, thesis 5.2.5).
+
+    With ``traits.run_constants`` it also takes the keyword ``constants``.
 
     Returns:
       ``(contributions, num_clipped)``.
@@ -257,7 +307,8 @@ class Scheme(abc.ABC):
   def server_noise(self, key: jax.Array, shape: tuple[int, ...], clip_norm: float,
                    noise_multiplier: float) -> jax.Array:
     """The full aggregate noise ``G(0, S^2 sigma^2)``, added by the server
-    when no client's share arrives (DP schemes only)."""
+    when no client's share arrives (DP schemes only; with
+    ``traits.run_constants``, also the keyword ``constants``)."""
     return noise.server_noise(key, shape, jnp.float32, clip_norm, noise_multiplier)
 
   @abc.abstractmethod
@@ -269,7 +320,8 @@ class Scheme(abc.ABC):
 
   def client_stream(self, model: FlatModel, w: jax.Array, plan: Any, x: jax.Array,
                     y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
-    """The integer stream a client transmits (``traits.measured_streams``).
+    """The integer stream a client transmits (``traits.measured_streams``;
+    the keywords as :meth:`client_message`'s).
 
     Raises:
       TypeError: The scheme sends real values, not a coded stream (the round
@@ -277,7 +329,7 @@ class Scheme(abc.ABC):
     """
     raise TypeError(f"{self.name} sends real values, not a coded stream")
 
-  def measure_stream(self, stream, num_values: int):
+  def measure_stream(self, stream, num_params: int):
     """Coded size of one stream, outside jit (``traits.measured_streams``).
 
     Raises:
@@ -287,7 +339,7 @@ class Scheme(abc.ABC):
 
   # --- Privacy and the record. ---------------------------------------------------
 
-  def mechanism(self, noise_multiplier: float, num_values: int, local: LocalTraining,
+  def mechanism(self, noise_multiplier: float, num_kept: int, local: LocalTraining,
                 samples_per_client: int) -> Mechanism:
     """What one round releases, for the accountant.
 
@@ -296,11 +348,11 @@ class Scheme(abc.ABC):
 
     Args:
       noise_multiplier: sigma.
-      num_values: m, values per message.
+      num_kept: K, values per message.
       local: The clients' local training.
       samples_per_client: |D_k|.
     """
-    del num_values, local, samples_per_client
+    del num_kept, local, samples_per_client
     if not self.traits.dp:
       return Mechanism(kind="none")
     return Mechanism(kind="gaussian", noise_multiplier=noise_multiplier)
@@ -313,6 +365,11 @@ class Scheme(abc.ABC):
 
   def describe(self) -> dict:
     """The scheme's own options, as record fields (default none)."""
+    return {}
+
+  def describe_run(self, constants: Any, noise_multiplier: float) -> dict:
+    """Record fields of the run's ``run_constants`` and sigma (default none)."""
+    del constants, noise_multiplier
     return {}
 
 

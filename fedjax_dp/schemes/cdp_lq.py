@@ -56,7 +56,7 @@ from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import analytic_gaussian, per_sample
 from fedjax_dp.privacy.accounting import Mechanism
-from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
+from fedjax_dp.schemes.base import Family, LocalTraining, Noise, Scheme, SetupData, Traits
 
 TRAIN, DITHER = keys_lib.LQ_TRAIN, keys_lib.LQ_DITHER
 # The poster's lattice vector size (results section: "vectors of length 5").
@@ -80,10 +80,10 @@ class LatticeScheme(Scheme):
     step_epsilon: If set, sigma is calibrated (analytical Gaussian mechanism)
       so that one local step is (step_epsilon, delta)-DP (the command line's
       --lq-step-epsilon; see :func:`noise_multiplier`).
-    clip_norm: S, set for a run by :meth:`bind`.
-    noise_multiplier: sigma, set by :meth:`bind`.
-    batch_capacity: Poisson batch slots, set by :meth:`bind` (None:
-      all records).
+
+  A run's S and sigma reach the clients as the round's ``noise``, and its
+  Poisson batch capacity as the run's ``constants``
+  (:meth:`run_constants`).
   """
 
   name: str = "CDP-LQ"
@@ -94,16 +94,13 @@ class LatticeScheme(Scheme):
   measured_clients: int = 1
   reference: str = "poster (seed 001), Alg. 1-2"
   step_epsilon: float | None = None
-  clip_norm: float | None = None
-  noise_multiplier: float | None = None
-  batch_capacity: int | None = None
 
   @property
   def traits(self) -> Traits:
     """DP (record level, in the clients' DP-SGD), no ratio, coded streams."""
     # Alg. 1 is DP-SGD: its noise is calibrated to the SGD step.
     return Traits(dp=True, uses_ratio=False, measured_streams=self.measured_clients,
-                  local_optimizers=("sgd",))
+                  local_optimizers=("sgd",), run_constants=True)
 
   @property
   def quantizer(self) -> lattice_lib.Lattice:
@@ -132,7 +129,7 @@ class LatticeScheme(Scheme):
     if self.measured_clients < 0:
       raise ConfigError("measured_clients", f"must be >= 0, got {self.measured_clients}")
 
-  def num_values(self, num_params: int, ratio: float) -> int:
+  def num_kept(self, num_params: int, ratio: float) -> int:
     """n values (coded as lattice integers) up per client and round."""
     return num_params
 
@@ -159,13 +156,14 @@ class LatticeScheme(Scheme):
     """q = |B| / |D_k| (at most 1), the per-step Poisson rate."""
     return min(1.0, local.batch_size / num_records)
 
-  def bind(self, data: SetupData, clip_norm: float) -> "LatticeScheme":
-    """This scheme with S, sigma and an untruncated Poisson batch capacity.
+  def run_constants(self, data: SetupData, clip_norm: float) -> int:
+    """The run's untruncated Poisson batch capacity.
 
-    The capacity is the largest batch any client draws in any local step of
-    the run (:func:`fedjax_dp.privacy.per_sample.plan_batch_capacity`), so
-    every batch is exactly Poisson.
+    The largest batch any client draws in any local step of the run
+    (:func:`fedjax_dp.privacy.per_sample.plan_batch_capacity`), so every
+    batch is exactly Poisson.
     """
+    del clip_norm
     local, num_records = data.local, data.samples_per_client
     q = self.rate(local, num_records)
 
@@ -176,63 +174,69 @@ class LatticeScheme(Scheme):
                                                local.steps))(train)
       return ks.reshape(-1, ks.shape[-1])
 
-    capacity = per_sample.plan_batch_capacity(step_keys, data.rounds, num_records, q,
-                                              multiple=self.microbatch)
-    return dataclasses.replace(self, clip_norm=float(clip_norm),
-                               noise_multiplier=float(data.noise_multiplier),
-                               batch_capacity=capacity)
+    return per_sample.plan_batch_capacity(step_keys, data.rounds, num_records, q,
+                                          multiple=self.microbatch)
 
-  def round_plan(self, state, key, num_params, m):
+  def round_plan(self, state, key, num_params, num_kept):
     """Nothing shared beyond the model (each client's dither key is its own)."""
     return None
 
-  def _unit(self, local: LocalTraining, num_records: int) -> float:
+  def _unit(self, local: LocalTraining, num_records: int, clip_norm) -> float:
     """Weights per unit of v: ``lr S / (q |D_k|)``."""
-    return local.lr * self.clip_norm / (self.rate(local, num_records) * num_records)
+    return local.lr * clip_norm / (self.rate(local, num_records) * num_records)
 
   def client_update(self, model: FlatModel, w: jax.Array, x: jax.Array, y: jax.Array,
-                    key: jax.Array, local: LocalTraining) -> jax.Array:
-    """v = the noisy clipped gradient sums of T_gd DP-SGD steps, in units of S."""
-    if self.clip_norm is None or self.noise_multiplier is None:
-      raise ValueError("CDP-LQ needs bind (clip norm and noise multiplier) first")
+                    key: jax.Array, local: LocalTraining, *, noise: Noise,
+                    constants: int | None) -> jax.Array:
+    """v = the noisy clipped gradient sums of T_gd DP-SGD steps, in units of S.
+
+    Args:
+      noise: The round's S and sigma (``noise.num_shares`` is not used: each
+        client adds its whole noise).
+      constants: The run's batch capacity (:meth:`run_constants`); None: all
+        of the client's records.
+    """
     num_records = x.shape[0]
-    capacity = min(self.batch_capacity or num_records, num_records)
+    capacity = min(constants or num_records, num_records)
     w_end, _ = per_sample.local_dp_sgd(
         model.loss, w, x, y, jax.random.fold_in(key, TRAIN), steps=local.steps,
         rate=self.rate(local, num_records), capacity=capacity, lr=local.lr,
-        clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
+        clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier,
         microbatch=self.microbatch)
-    return (w - w_end) / self._unit(local, num_records)
+    return (w - w_end) / self._unit(local, num_records, noise.clip_norm)
 
   def client_stream(self, model: FlatModel, w: jax.Array, plan, x: jax.Array,
-                    y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
+                    y: jax.Array, key: jax.Array, local: LocalTraining, *, noise: Noise,
+                    constants: int | None) -> jax.Array:
     """The int32 lattice coordinates the client transmits (Alg. 1 lines 7-10)."""
-    v = self.client_update(model, w, x, y, key, local)
+    v = self.client_update(model, w, x, y, key, local, noise=noise, constants=constants)
     return lattice_lib.quantize(v, jax.random.fold_in(key, DITHER), self.quantizer)
 
   def client_message(self, model: FlatModel, w: jax.Array, plan, x: jax.Array,
-                     y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
+                     y: jax.Array, key: jax.Array, local: LocalTraining, *, noise: Noise,
+                     constants: int | None) -> jax.Array:
     """The server's decoding of the client's stream, as an (n,) model update.
 
     ``-lr S / (q |D_k|) (Q(v + u) - u)`` (Alg. 2 line 1; the minus makes it
     a descent step).
     """
-    coords = self.client_stream(model, w, plan, x, y, key, local)
+    coords = self.client_stream(model, w, plan, x, y, key, local, noise=noise,
+                                constants=constants)
     v_hat = lattice_lib.dequantize(coords, jax.random.fold_in(key, DITHER),
                                    self.quantizer, w.shape[0])
-    return -self._unit(local, x.shape[0]) * v_hat
+    return -self._unit(local, x.shape[0], noise.clip_norm) * v_hat
 
-  def measure_stream(self, coords: np.ndarray, num_values: int
+  def measure_stream(self, coords: np.ndarray, num_params: int
                      ) -> universal_coding.CodedSize:
     """bzip2-coded size of one transmitted stream (outside jit)."""
-    return universal_coding.coded_size(coords, num_values)
+    return universal_coding.coded_size(coords, num_params)
 
   def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                num_shares):
+                num_shares, *, constants=None):
     """The decoded messages themselves: the noise is already in them."""
     return messages, jnp.zeros((), jnp.int32)
 
-  def server_noise(self, key, shape, clip_norm, noise_multiplier):
+  def server_noise(self, key, shape, clip_norm, noise_multiplier, *, constants=None):
     """No server-side noise: the DP is each client's."""
     return jnp.zeros(shape, jnp.float32)
 
@@ -241,30 +245,32 @@ class LatticeScheme(Scheme):
     """``theta += mean`` (Alg. 2 line 2, the learning rate folded in the update)."""
     return w + mean, state
 
-  def mechanism(self, noise_multiplier: float, num_values: int, local: LocalTraining,
+  def mechanism(self, noise_multiplier: float, num_kept: int, local: LocalTraining,
                 samples_per_client: int) -> Mechanism:
     """Record level: T_gd Poisson-subsampled Gaussian steps per participation.
 
     Rate q = |B| / |D_k|, noise multiplier sigma, sensitivity S; the
     quantization noise is not counted (conservative).
     """
-    del num_values
+    del num_kept
     return Mechanism(kind="gaussian", level="record", noise_multiplier=noise_multiplier,
                      record_rate=self.rate(local, samples_per_client),
                      steps_per_round=local.steps)
 
   def describe(self) -> dict:
-    """The lattice, its step in noise units, the batch capacity, the poster's figure."""
+    """The lattice and the poster's figure."""
     return {
         "lq_step_epsilon": self.step_epsilon,
         "paper_compression_factor": presets.POSTER_CDP_LQ["compression_factor"],
-        "noise_in_steps": (self.noise_multiplier or 0.0) / self.step,
-        "batch_capacity": self.batch_capacity,
         "lattice": self.quantizer.kind,
         "lattice_step": self.quantizer.step,
         "lattice_dim": self.quantizer.dim,
         "lattice_error_std": float(np.sqrt(self.quantizer.error_variance)),
     }
+
+  def describe_run(self, constants: int | None, noise_multiplier: float) -> dict:
+    """The noise in lattice steps (sigma / Delta) and the batch capacity."""
+    return {"noise_in_steps": noise_multiplier / self.step, "batch_capacity": constants}
 
 
 CDP_LQ_SCHEMES = {"CDP-LQ": LatticeScheme()}

@@ -102,13 +102,13 @@ class MaskedScheme(Scheme):
       return optax.sgd(self.server_lr or 1.0, momentum=0.9)
     return optax.adam(self.server_lr or 0.01, b1=0.9, b2=0.99, eps=1e-3)
 
-  def num_values(self, num_params: int, ratio: float) -> int:
+  def num_kept(self, num_params: int, ratio: float) -> int:
     """Values each client sends up per round: K = r*n, or n for FL-STD."""
     return masks.num_kept(num_params, ratio) if self.uses_ratio else num_params
 
   def num_downstream(self, num_params: int, ratio: float) -> int:
     """n when the full model goes down, else K."""
-    return num_params if self.full_model_downstream else self.num_values(num_params, ratio)
+    return num_params if self.full_model_downstream else self.num_kept(num_params, ratio)
 
   def setup(self, data: SetupData) -> jax.Array:
     """The fixed subset: Top-K from public data (UAI Sec. 3.1) or random.
@@ -121,7 +121,7 @@ class MaskedScheme(Scheme):
       self.validate(data.w0.shape[0], data.ratio)
       return (jnp.zeros((0,), jnp.int32), self.server_transform().init(data.w0))
     n = data.w0.shape[0]
-    k = self.num_values(n, data.ratio)
+    k = self.num_kept(n, data.ratio)
     if self.selection == "topk":
       scores = calibration.topk_scores(data.model, data.w0, data.public_x,
                                        data.public_y, data.init_steps, data.local.lr)
@@ -137,7 +137,7 @@ class MaskedScheme(Scheme):
     public batch; for random subsets, the median over 100 random subsets.
     """
     n = data.w0.shape[0]
-    k = self.num_values(n, data.ratio)
+    k = self.num_kept(n, data.ratio)
 
     def message(train_key, indices):
       w1 = data.local.train(data.model.loss, data.w0, data.public_x, data.public_y,
@@ -151,19 +151,19 @@ class MaskedScheme(Scheme):
                                         None if self.selection == "full" else state)
 
   def round_plan(self, state: jax.Array, key: jax.Array, num_params: int,
-                 m: int) -> jax.Array | None:
+                 num_kept: int) -> jax.Array | None:
     """This round's subset T (None for FL-STD: every coordinate).
 
     Args:
       state: The subset chosen at setup (Top-K or the fixed random subset).
       key: This round's shared mask key (the "shared seed" of UAI Sec. 4).
       num_params: n.
-      m: K.
+      num_kept: K.
     """
     if self.selection == "full":
       return None
     if self.redraw:
-      return masks.random_indices(key, num_params, m)
+      return masks.random_indices(key, num_params, num_kept)
     return state
 
   def client_message(self, model: FlatModel, w: jax.Array, plan: jax.Array | None,

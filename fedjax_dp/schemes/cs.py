@@ -147,7 +147,7 @@ class CSScheme(Scheme):
     if not self.server_lr > 0:
       raise ConfigError("server_lr", f"eta_G must be > 0, got {self.server_lr}")
 
-  def num_values(self, num_params: int, ratio: float) -> int:
+  def num_kept(self, num_params: int, ratio: float) -> int:
     """m = P * round(r n / P), the compressed length."""
     return self.chunks * dct_cs.coeffs_per_chunk(num_params, ratio, self.chunks)
 
@@ -182,7 +182,7 @@ class CSScheme(Scheme):
     return calibration.public_clip_norm(data.key, message, state.op)
 
   def round_plan(self, state: CSState, key: jax.Array, num_params: int,
-                 m: int) -> dct_cs.ChunkedDCT:
+                 num_kept: int) -> dct_cs.ChunkedDCT:
     """Every round shares the same operator (fixed shuffling, Sec. 4.1.4)."""
     return state.op
 

@@ -178,7 +178,7 @@ class FedSMPScheme(Scheme):
                         f"got {self.public_holdout}")
     masks.num_kept(num_params, ratio)  # ratio in (0, 1]
 
-  def num_values(self, num_params: int, ratio: float) -> int:
+  def num_kept(self, num_params: int, ratio: float) -> int:
     """k = round(r d) values go up (Sec. 6.2: r = k / d)."""
     return masks.num_kept(num_params, ratio)
 
@@ -221,7 +221,7 @@ class FedSMPScheme(Scheme):
         public_x=public_x, public_y=jnp.asarray(data.public_y, jnp.int32),
         model=data.model, server_steps=self._server_steps(data.local, public_x.shape[0]),
         batch_size=data.local.batch_size)
-    k = self.num_values(n, data.ratio)
+    k = self.num_kept(n, data.ratio)
     select = jax.jit(functools.partial(self.server_topk, k=k))
     return dataclasses.replace(state, indices=select(state, data.w0))
 
@@ -252,17 +252,17 @@ class FedSMPScheme(Scheme):
     return masks.topk_indices(jnp.abs(w_end - w), k)
 
   def round_plan(self, state: FedSMPState, key: jax.Array, num_params: int,
-                 m: int) -> tuple[jax.Array, jax.Array]:
+                 num_kept: int) -> tuple[jax.Array, jax.Array]:
     """(mask indices, learning-rate factor) shared by the round's clients.
 
     rand_k draws the mask from the round's shared key (as FL-BASIC); top_k
     uses the mask the server computed from the global model.
     """
     scale = self.lr_scale(state.round)
-    if m >= num_params:
+    if num_kept >= num_params:
       return jnp.arange(num_params, dtype=jnp.int32), scale
     if self.sparsifier == "randk":
-      return masks.random_indices(key, num_params, m), scale
+      return masks.random_indices(key, num_params, num_kept), scale
     return state.indices, scale
 
   def server_update(self, w: jax.Array, state: FedSMPState, mean: jax.Array,
@@ -312,7 +312,7 @@ class FedSMPScheme(Scheme):
     mask for top_k.
     """
     n = data.w0.shape[0]
-    k = self.num_values(n, data.ratio)
+    k = self.num_kept(n, data.ratio)
 
     def message(train_key, indices):
       w1 = local_training.local_sgd(data.model.loss, data.w0, jnp.asarray(data.public_x),

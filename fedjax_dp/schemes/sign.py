@@ -41,7 +41,7 @@ from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Tra
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class NoiseTables:
-  """FL-SIGN-DP's discrete Gaussian tables for one run (built by ``bind``).
+  """FL-SIGN-DP's discrete Gaussian tables for one run (its ``run_constants``).
 
   Attributes:
     noise_multiplier: The run's sigma.
@@ -149,8 +149,10 @@ class SignScheme(Scheme):
     gamma: Server step size gamma (thesis Table 8.1: 0.001; Table 8.2:
       0.005 for FL-SIGN-DP).
     reference: Where the scheme is defined.
-    tables: FL-SIGN-DP's noise tables once bound to a run (``bind``);
-      unbound, the noise comes from the rejection sampler.
+
+  FL-SIGN-DP's noise tables for a run are its ``run_constants``, kept in
+  the run's plan; without them (a direct call) the noise comes from the
+  rejection sampler.
   """
 
   name: str
@@ -158,7 +160,6 @@ class SignScheme(Scheme):
   single_batch: bool
   gamma: float
   reference: str
-  tables: NoiseTables | None = None
 
   @property
   def traits(self) -> Traits:
@@ -174,9 +175,10 @@ class SignScheme(Scheme):
                   downstream_bits=1 if self.single_batch else 32,
                   fixed_sensitivity="sqrt(n): a sign vector's L2 norm (thesis Table 8.2)",
                   # signSGD sends one batch's gradient: no local optimiser runs.
-                  local_optimizers=("sgd",) if self.single_batch else ("sgd", "adam"))
+                  local_optimizers=("sgd",) if self.single_batch else ("sgd", "adam"),
+                  run_constants=self.private)
 
-  def num_values(self, num_params: int, ratio: float) -> int:
+  def num_kept(self, num_params: int, ratio: float) -> int:
     """n signs (or noisy integers) up per client and round."""
     return num_params
 
@@ -192,13 +194,17 @@ class SignScheme(Scheme):
     """S = sqrt(n), the L2 norm of a sign vector: no clipping (thesis Table 8.2)."""
     return math.sqrt(int(data.w0.shape[0]))
 
-  def round_plan(self, state, key, num_params, m):
+  def round_plan(self, state, key, num_params, num_kept):
     """Nothing shared beyond the model."""
     return None
 
   def client_message(self, model: FlatModel, w: jax.Array, plan, x: jax.Array,
-                     y: jax.Array, key: jax.Array, local: LocalTraining) -> jax.Array:
-    """(n,) int8 signs of the local update (of the negative gradient for signSGD)."""
+                     y: jax.Array, key: jax.Array, local: LocalTraining, *, noise=None,
+                     constants=None) -> jax.Array:
+    """(n,) int8 signs of the local update (of the negative gradient for signSGD);
+    FL-SIGN-DP's noise comes later (``privatize``), so ``noise`` and
+    ``constants`` are not used."""
+    del noise, constants
     train_key, tie_key = jax.random.split(key)
     if self.single_batch:
       delta = -local_training.batch_gradient(model.loss, w, x, y, train_key, local.batch_size)
@@ -212,32 +218,31 @@ class SignScheme(Scheme):
     shares = jnp.maximum(num_shares, 1).astype(jnp.float32)
     return math.sqrt(num_params) * noise_multiplier / jnp.sqrt(shares)
 
-  def bind(self, data: SetupData, clip_norm: float) -> "SignScheme":
+  def run_constants(self, data: SetupData, clip_norm: float) -> NoiseTables:
     """FL-SIGN-DP: the alias tables of every share scale the run can use.
 
     One row per share count from the fewest of the planned rounds to the
     most the capacity allows (``data.num_shares``), and the server's full
     noise; built once (``fedjax_dp.privacy.dg_table``).
     """
-    if not self.private:
-      return self
+    del clip_norm  # sqrt(n) by construction
     n, sigma = int(data.w0.shape[0]), float(data.noise_multiplier)
     fewest, most = data.num_shares
     scale = lambda shares: math.sqrt(n) * sigma / math.sqrt(shares)
-    tables = NoiseTables(
+    return NoiseTables(
         sigma, fewest, discrete_gaussian_table([scale(r) for r in range(fewest, most + 1)]),
         discrete_gaussian_table(scale(1)))
-    return dataclasses.replace(self, tables=tables)
 
   def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                num_shares):
+                num_shares, *, constants: NoiseTables | None = None):
     """(capacity, n) int32: the signs, or ``DG(sign, share scale)`` for -DP.
 
     ``clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
-    Bound to a run, the shares come from the alias table of the round's
-    share count (:func:`table_shares`); a count outside the tables (a round
-    the run did not plan, with fewer clients than any planned one) and an
-    unbound scheme use the rejection sampler. Padding slots are zero. All
+    With the run's ``constants`` (:meth:`run_constants`), the shares come
+    from the alias table of the round's share count (:func:`table_shares`);
+    a count outside the tables (a round the run did not plan, with fewer
+    clients than any planned one) and a call without them use the rejection
+    sampler. Padding slots are zero. All
     device code (no host callback).
     """
     zero = jnp.zeros((), jnp.int32)
@@ -249,14 +254,14 @@ class SignScheme(Scheme):
       return _over_clients(lambda m, key: m.astype(jnp.int32) + sample_discrete_gaussian(
           key, 0.0, scale, (n,), max_levels), messages, slot_mask, noise_keys)
 
-    if self.tables is None:
+    if constants is None:
       return rejection(self.share_scale(n, noise_multiplier, num_shares)), zero
-    sigma = self.tables.noise_multiplier
+    sigma = constants.noise_multiplier
     if isinstance(noise_multiplier, (int, float)) and noise_multiplier != sigma:
       raise ValueError(f"noise_multiplier {noise_multiplier} differs from the "
-                       f"{sigma} the scheme was bound with")
-    row = num_shares - self.tables.fewest_shares
-    table = self.tables.shares
+                       f"{sigma} the tables were built for")
+    row = num_shares - constants.fewest_shares
+    table = constants.shares
     return jax.lax.cond(
         (row >= 0) & (row < table.rows),
         lambda: table_shares(messages, slot_mask, noise_keys, table, row),
@@ -265,10 +270,11 @@ class SignScheme(Scheme):
         lambda: rejection(self.share_scale(n, sigma, num_shares), max_levels=2),
     ), zero
 
-  def server_noise(self, key, shape, clip_norm, noise_multiplier):
+  def server_noise(self, key, shape, clip_norm, noise_multiplier, *,
+                   constants: NoiseTables | None = None):
     """``DG(0, sqrt(n) sigma)`` when no client's share arrives."""
-    if self.tables is not None:
-      return sample_table(key, self.tables.server, shape)
+    if constants is not None:
+      return sample_table(key, constants.server, shape)
     n = int(shape[0])
     return sample_discrete_gaussian(key, 0.0, math.sqrt(n) * noise_multiplier, shape)
 
@@ -277,13 +283,13 @@ class SignScheme(Scheme):
     """``w += gamma * sign(sum)`` (Alg. 3 line 8; a tie moves nothing)."""
     return w + self.gamma * jnp.sign(mean), state
 
-  def mechanism(self, noise_multiplier: float, num_values: int, local: LocalTraining,
+  def mechanism(self, noise_multiplier: float, num_kept: int, local: LocalTraining,
                 samples_per_client: int) -> Mechanism:
     """FL-SIGN-DP: the distributed discrete Gaussian of thesis Theorem 3."""
     if not self.private:
       return Mechanism(kind="none")
     return Mechanism(kind="discrete_gaussian", noise_multiplier=noise_multiplier,
-                     dimension=num_values)
+                     dimension=num_kept)
 
   def describe(self) -> dict:
     """The server step gamma."""

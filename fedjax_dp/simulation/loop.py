@@ -21,7 +21,8 @@ from fedjax_dp.schemes.base import Scheme
 from fedjax_dp.simulation import record as record_lib
 from fedjax_dp.simulation.config import RunConfig
 from fedjax_dp.simulation.plan import Plan
-from fedjax_dp.simulation.round import RoundInfo, ServerState, make_rounds_fn, round_inputs
+from fedjax_dp.simulation.round import (RoundInfo, ServerState, make_rounds_fn, round_inputs,
+                                        round_noise)
 from fedjax_dp.simulation.setup import prepare
 
 
@@ -74,8 +75,9 @@ def make_stream_fn(model: FlatModel, plan: Plan, num_measured: int):
   def streams(state, data, run_key, t):
     inputs = round_inputs(plan, state, run_key, t)
     ids = inputs.cohort.indices[:num]
+    keywords = plan.scheme_keywords(round_noise(plan, inputs, state.features))
     out = jax.vmap(lambda xk, yk, kk: scheme.client_stream(
-        model, state.weights, inputs.shared, xk, yk, kk, local))(
+        model, state.weights, inputs.shared, xk, yk, kk, local, **keywords))(
             as_float(data.x[ids]), data.y[ids], inputs.train_keys[:num])
     return out, inputs.cohort.mask[:num]
 

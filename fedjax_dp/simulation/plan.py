@@ -20,7 +20,7 @@ import jax
 
 from fedjax_dp import deprecation, sampling
 from fedjax_dp.privacy import accounting
-from fedjax_dp.schemes.base import LocalTraining, Scheme
+from fedjax_dp.schemes.base import LocalTraining, Noise, Scheme
 from fedjax_dp.simulation import sums
 from fedjax_dp.simulation.config import RunConfig
 
@@ -52,10 +52,10 @@ class Plan:
 
   Attributes:
     config: The run's nested config, as given (its fingerprint).
-    scheme: The scheme, bound to the run (``Scheme.bind``: FL-SIGN-DP's
-      alias tables, CDP-LQ's batch capacity).
+    scheme: The scheme, as configured (nothing of the run stored on it).
     num_clients: N.
-    num_kept: K, the values a client's message keeps (m for FL-CS).
+    num_kept: K, the values a client's message keeps (``Scheme.num_kept``;
+      the papers' m for FL-CS).
     capacity: The cohort's slots (every planned round's cohort fits).
     num_params: n, the model's weights.
     samples_per_client: |D_k|, the width of the clients' data.
@@ -72,6 +72,9 @@ class Plan:
     feature_slots: The extra slots each feature's clients take after the cohort's.
     comm: Secure aggregation and bits per value.
     mechanism: What a round releases, for the accountant.
+    scheme_constants: What the scheme computed once for the run
+      (``Scheme.run_constants``: FL-SIGN-DP's alias tables, CDP-LQ's batch
+      capacity); None for a scheme without ``traits.run_constants``.
     sampling_keys: (rounds, 2) every planned round's sampling key.
     run_key: The run's root key.
   """
@@ -92,8 +95,17 @@ class Plan:
   feature_slots: tuple[int, ...] = ()
   comm: Communication = Communication()
   mechanism: accounting.Mechanism | None = None
+  scheme_constants: Any = None
   sampling_keys: jax.Array | None = None
   run_key: jax.Array | None = None
+
+  def scheme_keywords(self, noise: Noise | None = None) -> dict:
+    """The keywords the round passes the scheme's methods when it declares
+    ``traits.run_constants``: ``constants`` and, given, the round's ``noise``
+    (``client_message``, ``client_stream``); {} for any other scheme."""
+    if not self.scheme.traits.run_constants:
+      return {}
+    return {"constants": self.scheme_constants, **({} if noise is None else {"noise": noise})}
 
   @property
   def clients_per_round(self) -> int:
@@ -132,7 +144,7 @@ class Plan:
     return sums.make(self.comm.secure_bits, self.comm.secure_scale,
                      self.config.secure.secure_neighbours, self.aggregator)
 
-  def sampler_share(self, run_key: jax.Array) -> sampling.Malicious | None:
+  def sampler_share(self, run_key: jax.Array) -> sampling.PoolShare | None:
     """The clients a feature places in every cohort (the attackers), if any."""
     shares = [f.sampler_share(run_key, self.num_clients) for f in self.features]
     return next((s for s in shares if s is not None), None)

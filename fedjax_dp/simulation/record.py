@@ -6,7 +6,6 @@ import dataclasses
 import warnings
 from typing import Any, TypedDict
 
-import numpy as np
 
 from fedjax_dp import bandwidth, sampling, sharding
 from fedjax_dp.compression import universal_coding
@@ -171,6 +170,7 @@ def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> R
       **features,
       **scheme.diagnostics(trained.state.scheme_state, train.rounds),
       **scheme.describe(),
+      **scheme.describe_run(plan.scheme_constants, plan.noise_multiplier),
       **privacy.fields,
       **coded,
   )

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from fedjax_dp import fast_prng, keys, sampling, sharding
 from fedjax_dp.data import ClientData, as_float
-from fedjax_dp.features.base import Chunk, Feature, Noise, Observed
+from fedjax_dp.features.base import At, Chunk, Noise, Observed, Trainer
 from fedjax_dp.models import FlatModel
 from fedjax_dp.simulation import sums
 from fedjax_dp.simulation.plan import Plan
@@ -90,28 +90,34 @@ def round_inputs(plan: Plan, state: ServerState, run_key: jax.Array,
   shared = plan.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
                                   plan.num_kept)
   for f, fstate, slots in zip(plan.features, state.features, plan.feature_slots):
-    cohort = f.cohort(fstate, run_key, t, cohort, slots, plan.num_clients)
+    cohort = f.cohort(At(fstate, t=t, run_key=run_key, slots=slots), cohort)
   train_keys, noise_keys = keys.client_keys(rk.round, cohort.indices)
   inputs = RoundInputs(rk, cohort, shared, train_keys, noise_keys, run_key)
   return inputs._replace(features=tuple(
-      f.begin(fstate, inputs) for f, fstate in zip(plan.features, state.features)))
+      f.begin(At(fstate, t=t, run_key=run_key, inputs=inputs), None)
+      for f, fstate in zip(plan.features, state.features)))
 
 
 def make_train_fn(model: FlatModel, plan: Plan) -> Callable[..., jax.Array]:
-  """``train(w, shared, data, indices, train_keys) -> messages``: every slot's
-  ``scheme.client_message`` (local training from w, then C(.)), one row per
-  slot, the slots vmapped and split over ``plan.mesh``'s devices."""
+  """``train(w, shared, data, indices, train_keys, noise) -> messages``: every
+  slot's ``scheme.client_message`` (local training from w, then C(.)), one row
+  per slot, the slots vmapped and split over ``plan.mesh``'s devices.
+  ``noise``, the round's :class:`Noise`, reaches a scheme that declares
+  ``traits.run_constants`` (``Plan.scheme_keywords``)."""
   scheme, local = plan.scheme, plan.local
 
-  def train_slots(shared, data, indices, train_keys):
-    w, round_plan = shared
-    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
-        model, w, round_plan, xk, yk, kk, local))(as_float(data.x[indices]), data.y[indices],
-                                                 train_keys)
+  def train(w, shared, data, indices, train_keys, noise: Noise):
+    keywords = plan.scheme_keywords(noise)
 
-  train_sharded = sharding.shard_clients(train_slots, plan.mesh)
-  return lambda w, shared, data, indices, train_keys: train_sharded((w, shared), data, indices,
-                                                                     train_keys)
+    def train_slots(shared, data, indices, train_keys):
+      w, round_plan = shared
+      return jax.vmap(lambda xk, yk, kk: scheme.client_message(
+          model, w, round_plan, xk, yk, kk, local, **keywords))(
+              as_float(data.x[indices]), data.y[indices], train_keys)
+
+    return sharding.shard_clients(train_slots, plan.mesh)((w, shared), data, indices,
+                                                          train_keys)
+  return train
 
 
 def make_privatize_fn(plan: Plan) -> Callable[..., tuple[jax.Array, jax.Array]]:
@@ -120,10 +126,22 @@ def make_privatize_fn(plan: Plan) -> Callable[..., tuple[jax.Array, jax.Array]]:
   slots sharded over ``plan.mesh`` like local training."""
   def privatize(messages, slot_mask, noise_keys, noise: Noise):
     fn = sharding.shard_privatize(
-        lambda m, s, k, shares: plan.scheme.privatize(m, s, k, noise.clip_norm,
-                                                     noise.noise_multiplier, shares), plan.mesh)
+        lambda m, s, k, shares: plan.scheme.privatize(
+            m, s, k, noise.clip_norm, noise.noise_multiplier, shares, **plan.scheme_keywords()),
+        plan.mesh)
     return fn(messages, slot_mask, noise_keys, noise.num_shares)
   return privatize
+
+
+def make_trainer(plan: Plan, model: FlatModel, w: jax.Array, data: ClientData,
+                 inputs: RoundInputs, noise: Noise) -> Trainer:
+  """Local training as this round runs it, for the features' ``train`` hook."""
+  keywords = plan.scheme_keywords(noise)
+
+  def message(any_model, x, y, key, local):
+    return plan.scheme.client_message(any_model, w, inputs.shared, x, y, key, local,
+                                      **keywords)
+  return Trainer(model, w, data, plan.local, message)
 
 
 class Aggregate(NamedTuple):
@@ -138,21 +156,23 @@ class Aggregate(NamedTuple):
   tallies: tuple
 
 
+def round_noise(plan: Plan, inputs: RoundInputs, fstates) -> Noise:
+  """The round's :class:`Noise`: the plan's S and sigma over the cohort's
+  shares, as the features' ``noise`` change them (at least one share)."""
+  noise = Noise(_CLIP_UNUSED if plan.clip_norm is None else plan.clip_norm,
+                plan.noise_multiplier, jnp.sum(inputs.cohort.mask))
+  for f, fstate, value in zip(plan.features, fstates, inputs.features):
+    noise = f.noise(At(fstate, value, inputs=inputs), noise)
+  return noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
+
+
 def _present_and_noise(plan: Plan, inputs: RoundInputs, fstates) -> tuple[jax.Array, Noise]:
   """The sampled slots whose client did not fail (the features' ``failures``),
-  and the round's :class:`Noise` (the plan's S and sigma over the cohort's
-  shares, as the features' ``noise`` change them; at least one share)."""
-  slot_mask = inputs.cohort.mask
+  and the round's :class:`Noise` (:func:`round_noise`)."""
   fails = jnp.zeros((plan.slots,), bool)
-  for f, value in zip(plan.features, inputs.features):
-    failed = f.failures(value, plan.slots)
-    fails = fails if failed is None else fails | failed
-  present = slot_mask & ~fails
-  noise = Noise(_CLIP_UNUSED if plan.clip_norm is None else plan.clip_norm,
-                plan.noise_multiplier, jnp.sum(slot_mask))
-  for f, fstate in zip(plan.features, fstates):
-    noise = f.noise(fstate, noise)
-  return present, noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
+  for f, fstate, value in zip(plan.features, fstates, inputs.features):
+    fails = f.failures(At(fstate, value, inputs=inputs), fails)
+  return inputs.cohort.mask & ~fails, round_noise(plan, inputs, fstates)
 
 
 def make_aggregate_fn(model: FlatModel, plan: Plan):
@@ -179,8 +199,11 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
   def aggregate(w, inputs: RoundInputs, data, fstates) -> Aggregate:
     slot_mask = inputs.cohort.mask
     present, noise = _present_and_noise(plan, inputs, fstates)
-    values = tuple(f.train(v, model, plan, w, inputs, data)
-                   for f, v in zip(features, inputs.features))
+    trainer = make_trainer(plan, model, w, data, inputs, noise)
+    values = tuple(f.train(At(fstate, v, inputs=inputs, noise=noise, trainer=trainer), v)
+                   for f, fstate, v in zip(features, fstates, inputs.features))
+    at = [At(fstate, value, inputs=inputs, noise=noise)
+          for fstate, value in zip(fstates, values)]
     ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask), pad(present)
     tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
 
@@ -190,14 +213,14 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
       # Slots of feature clients (ids >= N) train on client 0's data; a feature
       # replaces their message.
       messages = train(w, inputs.shared, data, jnp.minimum(part.ids, plan.num_clients - 1),
-                       take(tkeys))
-      for f, fstate, value in zip(features, fstates, values):
-        messages = f.messages(fstate, value, part, messages, noise)
+                       take(tkeys), noise)
+      for f, fat in zip(features, at):
+        messages = f.messages(fat._replace(chunk=part), messages)
       contribs, clipped = privatize(messages, part.mask, take(nkeys), noise)
-      for f, value in zip(features, values):
-        contribs, clipped = f.contributions(value, part, messages, contribs, clipped)
-      tallies = tuple(f.tally(fstate, part, messages, noise)
-                      for f, fstate in zip(features, fstates))
+      sent = [fat._replace(chunk=part, messages=messages) for fat in at]
+      for f, fat in zip(features, sent):
+        contribs, clipped = f.contributions(fat, (contribs, clipped))
+      tallies = tuple(f.tally(fat, None) for f, fat in zip(features, sent))
       return contribs, jnp.asarray(clipped, jnp.int32), part, tallies
 
     def sum_shapes(c):  # what the chunks add: contributions and the features' tallies
@@ -225,7 +248,8 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
       total = jax.lax.cond(
           num_present == 0,
           lambda t: t + scheme.server_noise(inputs.keys.server_noise, t.shape, noise.clip_norm,
-                                            noise.noise_multiplier).astype(jnp.float32),
+                                            noise.noise_multiplier,
+                                            **plan.scheme_keywords()).astype(jnp.float32),
           lambda t: t, total)
     return Aggregate(total, num_clipped, num_present, overflow, present, noise, tallies)
 
@@ -272,12 +296,13 @@ def make_round_fn(model: FlatModel, plan: Plan
       mean = agg.total / jnp.maximum(agg.num_present, 1)  # equal |D_k|: FedAvg
     new_w, new_scheme_state = scheme.server_update(state.weights, state.scheme_state, mean,
                                                    inputs.shared)
-    observed = [Observed(agg.total, tally, inputs.cohort.mask, agg.present, agg.noise,
-                         inputs.keys.round) for tally in agg.tallies]
-    fstates = tuple(f.observe(fstate, value, seen) for f, fstate, value, seen in
-                    zip(features, state.features, inputs.features, observed))
+    at = [At(fstate, value, t=t, run_key=run_key, inputs=inputs, noise=agg.noise,
+             observed=Observed(agg.total, tally, inputs.cohort.mask, agg.present, agg.noise,
+                               inputs.keys.round))
+          for fstate, value, tally in zip(state.features, inputs.features, agg.tallies)]
+    fstates = tuple(f.observe(fat, fat.state) for f, fat in zip(features, at))
     info = RoundInfo(inputs.cohort.num_sampled, agg.num_clipped, agg.overflow,
-                     tuple(f.info(value) for f, value in zip(features, inputs.features)))
+                     tuple(f.info(fat, {}) for f, fat in zip(features, at)))
     return ServerState(new_w, new_scheme_state, fstates), info
 
   return round_fn

@@ -196,7 +196,7 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
     raise ConfigError("selection_metric", f"{metric!r} needs a binary model; {model.name} "
                       "is evaluated by accuracy")
   _check_aggregator(cfg, scheme)
-  k = scheme.num_values(n, cfg.ratio)
+  k = scheme.num_kept(n, cfg.ratio)
   mechanism = scheme.mechanism(cfg.privacy.noise_multiplier, k, cfg.local, samples_per_client)
   train, priv = cfg.training, cfg.privacy
   run = features_lib.RunView(
@@ -283,8 +283,8 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   dropouts = cfg.dropouts.max_dropouts if traits.dp else 0
   num_shares = (max(1, int(min(sizes.min(), capacity)) - dropouts),
                 max(1, capacity + extra - dropouts))
-  if traits.dp:
-    scheme = scheme.bind(setup_data._replace(num_shares=num_shares), clip_norm)
+  scheme, constants = _run_constants(scheme, setup_data._replace(num_shares=num_shares),
+                                     clip_norm)
   comm = communication(traits, cfg, capacity + extra, clip_norm)
   client_chunk = cfg.execution.client_chunk
   if client_chunk is None:
@@ -296,6 +296,24 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       clip_norm=clip_norm, noise_multiplier=noise_multiplier, num_shares=num_shares,
       client_chunk=client_chunk, mesh=mesh, features=features,
       feature_slots=tuple(slots for _, slots in inits), comm=comm, mechanism=run.mechanism,
-      sampling_keys=sampling_keys, run_key=root)
+      scheme_constants=constants, sampling_keys=sampling_keys, run_key=root)
   state = ServerState(setup_data.w0, scheme_state, tuple(fstate for fstate, _ in inits))
   return Prepared(state, plan)
+
+
+def _run_constants(scheme: Scheme, data: SetupData, clip_norm: float | None
+                   ) -> tuple[Scheme, Any]:
+  """(the scheme, its ``run_constants``) for a DP run (``traits.run_constants``).
+
+  A 0.1.0 scheme that overrides ``Scheme.bind`` is bound as before, with a
+  DeprecationWarning, until 0.3.0.
+  """
+  if not scheme.traits.dp:
+    return scheme, None
+  if type(scheme).bind is not Scheme.bind:
+    deprecation.warn(f"{type(scheme).__name__}.bind",
+                     "traits.run_constants and Scheme.run_constants", "0.3.0")
+    scheme = scheme.bind(data, clip_norm)
+  if not scheme.traits.run_constants:
+    return scheme, None
+  return scheme, scheme.run_constants(data, clip_norm)

@@ -59,7 +59,7 @@ def test_the_count_is_released_with_noise_sigma_b():
 
   def step(key):
     seen = features.Observed(None, jnp.float32(12.0), None, None, noise, key)
-    return feature.observe(state, None, seen).log_factor
+    return feature.observe(features.At(state, observed=seen), state).log_factor
 
   steps = np.asarray(jax.vmap(step)(jax.random.split(jax.random.PRNGKey(3), 2000)),
                      np.float64)

@@ -78,7 +78,7 @@ def test_malicious_set_is_a_fixed_fraction_drawn_from_the_key():
 
 def _pool_cohorts(sampler, fraction=0.1, num_clients=1000, rate=0.1, trials=400):
   pool = adversary.malicious_set(jax.random.PRNGKey(0), num_clients, fraction)
-  share = sampling.Malicious(pool, fraction)
+  share = sampling.PoolShare(pool, fraction)
   ks = jax.random.split(jax.random.PRNGKey(1), trials)
   cohorts = jax.vmap(lambda k: sampling.sample_cohort(k, num_clients, rate, 160, sampler,
                                                       share))(ks)
@@ -113,16 +113,16 @@ def test_poisson_honest_clients_join_at_rate_q_beside_an_alpha_share_of_attacker
 def test_a_pool_of_nobody_leaves_the_cohort_as_it_was(sampler):
   key = jax.random.PRNGKey(5)
   plain = sampling.sample_cohort(key, 1000, 0.1, 160, sampler)
-  empty = sampling.Malicious(jnp.zeros(1000, bool), 0.0)
+  empty = sampling.PoolShare(jnp.zeros(1000, bool), 0.0)
   pooled = sampling.sample_cohort(key, 1000, 0.1, 160, sampler, empty)
   for a, b in zip(plain, pooled):
     np.testing.assert_array_equal(a, b)
 
 
 def test_a_pool_too_small_for_its_share_of_a_fixed_cohort_is_refused():
-  sampling.check_malicious(1000, 0.1, "fixed", 100, 0.1)  # 10 of 100, from 100: fine
+  sampling.check_pool_share(1000, 0.1, "fixed", 100, 0.1)  # 10 of 100, from 100: fine
   with pytest.raises(ValueError, match="cannot fill 2 of 10 cohort slots"):
-    sampling.check_malicious(10, 1.0, "fixed", 1, 0.14)  # round(1.4) = 1 < ceil(1.4)
+    sampling.check_pool_share(10, 1.0, "fixed", 1, 0.14)  # round(1.4) = 1 < ceil(1.4)
 
 
 def test_fixed_selection_samples_the_pool_like_everyone():
@@ -234,9 +234,15 @@ def _messages(small_federation, name, attack):
   model, scheme = tiny_linear(), get_scheme(name)
   state, plan = simulation.prepare(model, scheme, data, public, cfg)
   inputs, attacked = _attacked_round(plan, state)
-  sent = attack_feature.attack_messages(model, plan, cfg.feature("attack"), state.weights,
-                                        inputs, attacked.attackers, data)
+  sent = _sent(model, plan, cfg.feature("attack"), state, inputs, attacked, data)
   return np.asarray(sent(inputs.cohort.indices)), (inputs, attacked)
+
+
+def _sent(model, plan, attack, state, inputs, attacked, data):
+  """``attack_messages`` with the round's own local training (``simulation.make_trainer``)."""
+  noise = simulation.round_noise(plan, inputs, state.features)
+  trainer = simulation.make_trainer(plan, model, state.weights, data, inputs, noise)
+  return attack_feature.attack_messages(trainer, attack, inputs, attacked.attackers)
 
 
 def _attacked_round(plan, state):
@@ -282,8 +288,7 @@ def _pooled_messages(small_federation, name, attack, **kw):
   model, scheme = tiny_linear(), get_scheme(name)
   state, plan = simulation.prepare(model, scheme, data, public, cfg)
   inputs, attacked = _attacked_round(plan, state)
-  sent = attack_feature.attack_messages(model, plan, attack, state.weights, inputs,
-                                        attacked.attackers, data)
+  sent = _sent(model, plan, attack, state, inputs, attacked, data)
   message = np.asarray(sent(inputs.cohort.indices))[0]
   ids = np.asarray(attacked.attackers)
   x = jnp.asarray(data.x)[ids].reshape((-1,) + data.x.shape[2:]).astype(jnp.float32)
@@ -339,18 +344,20 @@ def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clie
   model, scheme = tiny_linear(), get_scheme("FL-STD")
   state, plan = simulation.prepare(model, scheme, poisoned, public, cfg)
   inputs, attacked = _attacked_round(plan, state)
-  sent = attack_feature.attack_messages(model, plan, attack, state.weights, inputs,
-                                        attacked.attackers, poisoned)
+  sent = _sent(model, plan, attack, state, inputs, attacked, poisoned)
   message = np.asarray(sent(inputs.cohort.indices))[0]
   ids = np.asarray(attacked.attackers)
   honest = np.ones(data.y.shape[0], bool)
   honest[ids] = False
   taken = honest[:, None] & (np.asarray(data.y) == 0)
-  np.testing.assert_array_equal(np.asarray(poisoned.attacker_x), np.asarray(data.x)[taken])
-  assert (np.asarray(poisoned.attacker_y) == 1).all() and taken.sum() > 400
+  given_x, given_y = poisoned.feature_data["attack"]
+  np.testing.assert_array_equal(np.asarray(given_x), np.asarray(data.x)[taken])
+  assert (np.asarray(given_y) == 1).all() and taken.sum() > 400
+  with pytest.warns(DeprecationWarning, match=r'use ClientData.feature_data\["attack"\]\[0\]'):
+    assert poisoned.attacker_x is given_x  # 0.1.0's name, until 0.3.0
   pool_x = jnp.concatenate([poisoned.x[ids].reshape((-1,) + data.x.shape[2:]),
-                            poisoned.attacker_x]).astype(jnp.float32) / 255.0
-  pool_y = jnp.concatenate([poisoned.y[ids].reshape(-1), poisoned.attacker_y])
+                            given_x]).astype(jnp.float32) / 255.0
+  pool_y = jnp.concatenate([poisoned.y[ids].reshape(-1), given_y])
   grad = jax.grad(model.loss)(state.weights, pool_x, pool_y)
   np.testing.assert_allclose(message, -cfg.training.lr * grad, rtol=1e-4, atol=1e-6)
 

@@ -51,8 +51,8 @@ class Toy(Feature):
   def init(self):
     return jnp.float32(0.0), 0
 
-  def observe(self, state, value, observed):
-    del value
+  def observe(self, at, state):
+    observed = at.observed
     noise = 1e-3 * jax.random.normal(keys.purpose(observed.round_key, TOY_KEY))
     return state + self.config.scale * (jnp.sum(observed.slot_mask) + noise)
 

@@ -16,7 +16,7 @@ from fedjax_dp import bandwidth, keys, sampling, simulation
 from fedjax_dp.compression import lattice as lat_lib
 from fedjax_dp.privacy import accounting, per_sample
 from fedjax_dp.privacy import analytic_gaussian as agm
-from fedjax_dp.schemes import LocalTraining, get_scheme
+from fedjax_dp.schemes import LocalTraining, Noise, get_scheme
 from fedjax_dp.schemes import cdp_lq
 from scheme_helpers import round_plan
 from tiny_model import tiny_linear
@@ -185,24 +185,24 @@ def test_local_dp_sgd_is_clipped_gd_plus_gaussian_noise_of_std_sigma_s(tiny):
 
 # --- The client's message --------------------------------------------------
 
-def _bound(scheme, **kw):
-  return dataclasses.replace(scheme, clip_norm=0.05, noise_multiplier=1.0, **kw)
+# The round's S and sigma as a CDP-LQ client receives them (no batch capacity: all records).
+NOISE = dict(noise=Noise(0.05, 1.0, jnp.int32(1)), constants=None)
 
 
 @pytest.mark.parametrize("kind", ["scalar", "hexagonal"])
 def test_message_is_the_decoded_dithered_lattice_point_of_the_update(tiny, kind):
   model, w, x, y = tiny
-  scheme = _bound(dataclasses.replace(CDP_LQ, lattice=kind))
+  scheme = dataclasses.replace(CDP_LQ, lattice=kind)
   local = LocalTraining(steps=2, batch_size=6, lr=0.2)
   key = jax.random.PRNGKey(6)
   v, coords, msg = jax.jit(lambda: (
-      scheme.client_update(model, w, x, y, key, local),
-      scheme.client_stream(model, w, None, x, y, key, local),
-      scheme.client_message(model, w, None, x, y, key, local)))()
+      scheme.client_update(model, w, x, y, key, local, **NOISE),
+      scheme.client_stream(model, w, None, x, y, key, local, **NOISE),
+      scheme.client_message(model, w, None, x, y, key, local, **NOISE)))()
   v = np.asarray(v)
   assert coords.dtype == jnp.int32
   assert coords.shape == (scheme.quantizer.padded_size(w.shape[0]),)
-  unit = local.lr * scheme.clip_norm / (6 / 30 * 30)  # lr S / (q |D_k|)
+  unit = local.lr * 0.05 / (6 / 30 * 30)  # lr S / (q |D_k|)
   v_hat = -np.asarray(msg) / unit
   dither = lat_lib.dither(jax.random.fold_in(key, cdp_lq.DITHER), scheme.quantizer, v.size)
   np.testing.assert_allclose(
@@ -269,10 +269,11 @@ def test_the_measured_stream_is_what_the_round_sends(small_federation):
   """One client, C = 1: the model moves by exactly the decoded measured stream."""
   data = simulation.ClientData(small_federation[0].x[:1], small_federation[0].y[:1])
   model = tiny_linear()
-  scheme = _bound(CDP_LQ, batch_capacity=8)
+  scheme = CDP_LQ
   plan = round_plan(scheme, num_clients=1, clients_per_round=1, capacity=1,
                     sampler="poisson", num_kept=model.num_params, local_steps=1,
-                    batch_size=4, lr=0.2)
+                    batch_size=4, lr=0.2, clip_norm=0.05, noise_multiplier=1.0,
+                    scheme_constants=8)
   state = simulation.ServerState(model.init(jax.random.PRNGKey(0)), jnp.zeros((0,), jnp.int32))
   run_key, t = jax.random.PRNGKey(8), jnp.int32(1)
   streams, real = simulation.make_stream_fn(model, plan, 1)(state, data, run_key, t)

@@ -50,7 +50,7 @@ def test_registry_and_default_sweep():
 def test_bandwidth_is_r_n_up_and_the_model_down(name, ratio):
   # Thesis Table 4.2: r * n values up per client, the full model down.
   scheme = get_scheme(name)
-  m = scheme.num_values(CNN_N, ratio)
+  m = scheme.num_kept(CNN_N, ratio)
   assert abs(m - ratio * CNN_N) <= 200 / 2 + 1
   assert scheme.num_downstream(CNN_N, ratio) == CNN_N
 
@@ -79,7 +79,7 @@ def test_fl_cs_server_follows_algorithm_4():
                                tol=1e-5, restart=True)
   state = scheme.setup(_setup_data(n, ratio))
   op = state.op
-  assert state.momentum.shape == state.e.shape == (scheme.num_values(n, ratio),)
+  assert state.momentum.shape == state.e.shape == (scheme.num_kept(n, ratio),)
   rng = np.random.default_rng(0)
   w = jnp.asarray(rng.standard_normal(n), jnp.float32)
   update = jnp.asarray(rng.standard_normal(n) * (rng.random(n) < 0.02), jnp.float32)
@@ -143,7 +143,7 @@ def test_fl_freq_server_is_the_adjoint_low_pass():
 def test_fl_rnd_draws_a_new_shared_subset_each_round():
   scheme = get_scheme("FL-RND")
   n, ratio = 10_000, 0.05
-  m = scheme.num_values(n, ratio)
+  m = scheme.num_kept(n, ratio)
   run_key = jax.random.PRNGKey(0)
   plans = [scheme.round_plan(None, jax.random.fold_in(run_key, t), n, m) for t in (1, 2)]
   again = scheme.round_plan(None, jax.random.fold_in(run_key, 1), n, m)
@@ -174,7 +174,7 @@ def test_every_new_scheme_learns_on_real_data(name, small_federation, linear):
                              noise_multiplier=0.3, clip_norm=None)
   record = simulation.run(linear, scheme, data, test, public, cfg)
   assert record["best_accuracy"] > 0.35, record["history"]  # chance: 0.1
-  assert record["upstream_values"] == scheme.num_values(7850, 0.05)
+  assert record["upstream_values"] == scheme.num_kept(7850, 0.05)
   assert record["downstream_values"] == 7850
   if scheme.dp:
     assert 0 < record["clip_norm"] < np.inf and 0 < record["epsilon"] < np.inf

@@ -44,7 +44,7 @@ def _setup(model, ratio, public, key=0, lr=0.1, steps=2):
 
 def _round_fn(model, scheme, ratio, **kw):
   base = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
-              num_kept=scheme.num_values(model.num_params, ratio), local_steps=2,
+              num_kept=scheme.num_kept(model.num_params, ratio), local_steps=2,
               batch_size=10, lr=0.1, noise_multiplier=0.0, clip_norm=1.0)
   return jax.jit(simulation.make_round_fn(model, round_plan(scheme, **{**base, **kw})))
 
@@ -71,7 +71,7 @@ def test_registry_alias_and_presets():
   assert SCHEMES["Fed-SMP-randk"].public_holdout == 0
   assert SCHEMES["Fed-SMP-randk"].lr_decay == 0.99  # Sec. 6.2
   for name in NEW:  # k values up, the full model down
-    assert get_scheme(name).num_values(1_663_370, 0.01) == 16_634
+    assert get_scheme(name).num_kept(1_663_370, 0.01) == 16_634
     assert get_scheme(name).num_downstream(1_663_370, 0.01) == 1_663_370
 
 
@@ -119,7 +119,7 @@ def test_local_momentum_sgd_matches_heavy_ball_and_resets(held_out, model):
 def test_learning_rate_decays_every_round(model, held_out):
   scheme = SCHEMES["Fed-SMP-randk"]
   state = scheme.setup(_setup(model, 0.1, held_out[2]))
-  k = scheme.num_values(N_TINY, 0.1)
+  k = scheme.num_kept(N_TINY, 0.1)
   w = jnp.zeros(N_TINY)
   for t in range(3):
     indices, factor = scheme.round_plan(state, jax.random.PRNGKey(t), N_TINY, k)
@@ -174,7 +174,7 @@ def test_noise_only_on_the_mask_with_variance_s_sigma_squared(model, held_out, s
   """Clients that do not move (eta = 0): the update is the noise mean alone."""
   data = held_out[0]
   scheme, ratio, clip, sigma, per_round = SCHEMES["Fed-SMP-randk"], 0.5, 0.7, 1.3, 10
-  k = scheme.num_values(N_TINY, ratio)
+  k = scheme.num_kept(N_TINY, ratio)
   extra = dict(secure_bits=28, secure_scale=2.0 ** 16) if secure else {}
   fn = _round_fn(model, scheme, ratio, lr=0.0, clip_norm=clip, noise_multiplier=sigma,
                  clients_per_round=per_round, **extra)
@@ -237,7 +237,7 @@ def test_public_set_is_held_out_of_the_clients_data(held_out):
 def test_topk_mask_is_independent_of_client_data(model, held_out):
   data, _, public = held_out
   scheme, ratio = SCHEMES["FedAvg-topk"], 0.05
-  k = scheme.num_values(N_TINY, ratio)
+  k = scheme.num_kept(N_TINY, ratio)
   setup = _setup(model, ratio, public)
   state = scheme.setup(setup)
   s0 = simulation.ServerState(setup.w0, state)
@@ -283,7 +283,7 @@ def test_dp_fedavg_alias_and_randk_at_ratio_one_equal_fl_std_dp(model, held_out)
     setup = _setup(model, 1.0, public)
     state = scheme.setup(setup)
     plan = scheme.round_plan(state, jax.random.PRNGKey(4), N_TINY,
-                             scheme.num_values(N_TINY, 1.0))
+                             scheme.num_kept(N_TINY, 1.0))
     msgs = jax.vmap(lambda xk, yk, kk: scheme.client_message(
         model, setup.w0, plan, xk, yk, kk, local))(x, data.y[:4], train_keys)
     total, clipped = privatized_sum(scheme, msgs, jnp.ones(4, bool), noise_keys, 0.3, 0.8)

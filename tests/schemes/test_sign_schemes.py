@@ -1,6 +1,7 @@
 """FL-SIGN, FL-SIGN-DP and signSGD: signs, majority vote, discrete Gaussian
 shares and their accounting (thesis Sec. 4.1.1, 5.2, Theorems 2-3)."""
 
+import functools
 import math
 
 import jax
@@ -96,19 +97,20 @@ def test_signsgd_round_is_the_majority_vote_of_all_clients_in_chunks(small_feder
 K, DIM, SIGMA = 10, 20_000, 0.5
 
 
-def _bound(fewest, most):
-  """FL-SIGN-DP bound to a run of DIM weights whose rounds have fewest..most shares."""
+def _tables(fewest, most):
+  """FL-SIGN-DP's run constants for DIM weights and rounds of fewest..most shares."""
   data = SetupData(model=None, w0=jnp.zeros(DIM), public_x=None, public_y=None,
                    key=jax.random.PRNGKey(0), ratio=1.0, init_steps=0,
                    local=LocalTraining(1, 10, 0.1), noise_multiplier=SIGMA,
                    num_shares=(fewest, most))
-  return FL_SIGN_DP.bind(data, math.sqrt(DIM))
+  return FL_SIGN_DP.run_constants(data, math.sqrt(DIM))
 
 
-# One compilation per sampler: the rejection sampler (unbound scheme) and
-# the alias tables of share counts K - 4 .. K (bound).
+# One compilation per sampler: the rejection sampler (no run constants) and
+# the alias tables of share counts K - 4 .. K (the run's constants).
 _PRIVATIZE = {"rejection": jax.jit(FL_SIGN_DP.privatize),
-              "tables": jax.jit(_bound(K - 4, K).privatize)}
+              "tables": jax.jit(functools.partial(FL_SIGN_DP.privatize,
+                                                  constants=_tables(K - 4, K)))}
 
 
 def _noise_sum(num_shares, dropped, sampler, seed=0):
@@ -158,10 +160,10 @@ def test_a_share_count_below_the_tables_is_drawn_by_the_rejection_sampler():
   lo, hi = _var_pvalues(noise, DIM * SIGMA ** 2)
   assert min(lo, hi) > 5e-4
   assert _var_pvalues(noise, DIM * (SIGMA * 0.95) ** 2)[1] < 5e-4
-  bound = _bound(K - 4, K)
   with pytest.raises(ValueError, match="noise_multiplier 0.4 differs"):
-    bound.privatize(jnp.ones((K, DIM), jnp.int8), jnp.ones((K,), bool),
-                    jax.random.split(jax.random.PRNGKey(0), K), 1.0, 0.4, jnp.int32(K))
+    FL_SIGN_DP.privatize(jnp.ones((K, DIM), jnp.int8), jnp.ones((K,), bool),
+                         jax.random.split(jax.random.PRNGKey(0), K), 1.0, 0.4, jnp.int32(K),
+                         constants=_tables(K - 4, K))
 
 
 def test_table_shares_are_each_slots_own_draw_either_way():
@@ -209,7 +211,7 @@ def test_fl_sign_dp_round_lowers_without_host_callbacks_for_gpus(small_federatio
   # The check sees a host callback where there is one.
   host = lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((3,), jnp.float32), x)
   assert "callback" in _lowered(host, (jnp.ones(3),), "cpu")
-  table = plan.scheme.tables.shares
+  table = plan.scheme_constants.shares
   shares = lambda m, s, k, r: table_shares(m, s, k, table, r)
   share_args = (jnp.ones((6, 100), jnp.int8), jnp.ones((6,), bool),
                 jax.random.split(jax.random.PRNGKey(0), 6), jnp.int32(0))
@@ -218,14 +220,14 @@ def test_fl_sign_dp_round_lowers_without_host_callbacks_for_gpus(small_federatio
   assert _lowered(shares, share_args, "cpu").count("stablehlo.while") >= 3
 
 
-def test_bound_tables_cover_the_run_share_counts():
-  bound = _bound(7, 12)
-  tables = bound.tables
+def test_the_run_constants_tables_cover_the_run_share_counts():
+  tables = _tables(7, 12)
   assert tables.fewest_shares == 7 and tables.shares.rows == 6
   assert tables.shares.scales[0] == pytest.approx(math.sqrt(DIM) * SIGMA / math.sqrt(7))
   assert tables.shares.scales[-1] == pytest.approx(math.sqrt(DIM) * SIGMA / math.sqrt(12))
   assert tables.server.scales == pytest.approx((math.sqrt(DIM) * SIGMA,))
-  assert FL_SIGN.bind(None, 1.0) is FL_SIGN  # nothing to bind without noise
+  # Only FL-SIGN-DP computes constants for a run: nothing without noise.
+  assert FL_SIGN_DP.traits.run_constants and not FL_SIGN.traits.run_constants
 
 
 # --- Accounting: thesis Lemma 1, Theorems 2-3. -------------------------------

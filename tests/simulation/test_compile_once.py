@@ -33,7 +33,7 @@ def _data():
 def test_rounds_fn_compiles_once_and_copies_nothing_to_the_host():
   model, traces = _counting(tiny_linear())
   scheme = get_scheme("FL-TOP-DP")
-  k = scheme.num_values(model.num_params, 0.05)
+  k = scheme.num_kept(model.num_params, 0.05)
   plan = round_plan(scheme, num_clients=50, clients_per_round=5, capacity=8,
                     sampler="poisson", num_kept=k, local_steps=2, batch_size=5, lr=0.1,
                     noise_multiplier=1.0, clip_norm=0.5)

@@ -5,12 +5,14 @@ import dataclasses
 import re
 import warnings
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from fedjax_dp import simulation
 from fedjax_dp.features import adaptive_clip, dropouts
 from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
-from fedjax_dp.schemes import get_scheme
+from fedjax_dp.schemes import Scheme, get_scheme
 from scheme_helpers import round_plan
 from tiny_model import tiny_linear
 
@@ -101,3 +103,79 @@ def test_features_are_built_once_per_run(small_federation, monkeypatch):
   record = simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public, cfg)
   assert len(record["history"]) == 2 and "adaptive_clip" in record
   assert sorted(built) == ["adaptive_clip", "dropouts"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _SchemeOf010(Scheme):
+  """Research code written against 0.1.0: ``num_values`` and ``bind`` (which
+  stores the run's S on the scheme); FL-STD-DP underneath."""
+
+  name: str = "old-style"
+  reference: str = "tests"
+  bound_clip: float | None = None
+
+  inner = get_scheme("FL-STD-DP")
+  traits = property(lambda self: self.inner.traits)
+
+  def num_values(self, num_params, ratio):
+    return self.inner.num_kept(num_params, ratio)
+
+  def num_downstream(self, num_params, ratio):
+    return self.inner.num_downstream(num_params, ratio)
+
+  def setup(self, data):
+    return self.inner.setup(data)
+
+  def calibrate_clip(self, data, state):
+    return self.inner.calibrate_clip(data, state)
+
+  def bind(self, data, clip_norm):
+    return dataclasses.replace(self, bound_clip=clip_norm)
+
+  def round_plan(self, state, key, num_params, m):
+    return self.inner.round_plan(state, key, num_params, m)
+
+  def client_message(self, model, w, plan, x, y, key, local):
+    return self.inner.client_message(model, w, plan, x, y, key, local)
+
+  def server_update(self, w, state, mean, plan):
+    return self.inner.server_update(w, state, mean, plan)
+
+
+def test_a_scheme_written_for_0_1_0_still_runs_and_is_told_the_new_names(small_federation):
+  """``bind`` is still called (the plan holds the bound scheme), ``num_values``
+  still gives K, each with a DeprecationWarning naming the new spelling."""
+  data, _, public = small_federation
+  model = tiny_linear()
+  with pytest.warns(DeprecationWarning) as caught:
+    state, plan = simulation.prepare(model, _SchemeOf010(), data, public, _CFG)
+    new_state, _ = jax.jit(simulation.make_round_fn(model, plan))(
+        state, data, plan.run_key, jnp.int32(1))
+  said = {str(w.message).split(" (removed")[0] for w in caught}
+  assert said == {
+      "_SchemeOf010.bind is deprecated; use traits.run_constants and Scheme.run_constants",
+      "_SchemeOf010.num_values is deprecated; use Scheme.num_kept"}
+  assert plan.scheme.bound_clip == plan.clip_norm > 0 and plan.scheme_constants is None
+  assert plan.num_kept == model.num_params
+  assert bool(jnp.all(jnp.isfinite(new_state.weights)))
+  with pytest.warns(DeprecationWarning, match=_deprecated("Scheme.num_values", "Scheme.num_kept")):
+    assert get_scheme("FL-TOP").num_values(1000, 0.1) == 100
+  # A scheme that defines neither name is told which one it needs.
+  neither = type("Neither", (_SchemeOf010,), {"num_values": Scheme.num_values})
+  with pytest.raises(TypeError, match="Neither defines no num_kept"):
+    neither().num_kept(10, 1.0)
+
+
+def test_the_run_constants_are_in_the_plan_not_on_the_scheme(small_federation):
+  """CDP-LQ's batch capacity and FL-SIGN-DP's tables: computed once by
+  ``run_constants`` into ``plan.scheme_constants``; the plan's scheme is the
+  scheme as given (nothing of the run on it)."""
+  data, _, public = small_federation
+  cfg = _CFG.replace(clip_norm=0.5)
+  for name in ("CDP-LQ", "FL-SIGN-DP", "FL-STD-DP"):
+    scheme = get_scheme(name)
+    _, plan = simulation.prepare(tiny_linear(), scheme, data, public, cfg)
+    assert plan.scheme is scheme
+    assert (plan.scheme_constants is not None) == scheme.traits.run_constants, name
+  _, lq = simulation.prepare(tiny_linear(), get_scheme("CDP-LQ"), data, public, cfg)
+  assert isinstance(lq.scheme_constants, int) and lq.scheme_constants >= 1

@@ -156,9 +156,9 @@ def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
   def counting(model, plan):
     train = make_train(model, plan)
 
-    def train_and_count(w, shared, data, indices, keys):
+    def train_and_count(w, shared, data, indices, keys, noise):
       jax.debug.callback(lambda ids: trained.append(np.asarray(ids)), indices)
-      return train(w, shared, data, indices, keys)
+      return train(w, shared, data, indices, keys, noise)
     return train_and_count
 
   monkeypatch.setattr(simulation.round, "make_train_fn", counting)

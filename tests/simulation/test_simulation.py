@@ -1,7 +1,6 @@
 """End-to-end rounds on real Fashion-MNIST: every scheme on the linear model (the
 paper CNN learns in test_golden.py)."""
 
-import dataclasses
 
 import numpy as np
 import pytest

@@ -25,12 +25,10 @@ from fedjax_dp.data import ClientData, as_float
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.features.attack import adversary
 from fedjax_dp.features.attack.adversary import AttackConfig
-from fedjax_dp.features.base import Chunk, Feature, RunView
+from fedjax_dp.features.base import At, Feature, RunView, Trainer
 from fedjax_dp.options import Option, declared
-from fedjax_dp.models import FlatModel
 
 if TYPE_CHECKING:
-  from fedjax_dp.simulation.plan import Plan
   from fedjax_dp.simulation.round import RoundInputs
 
 
@@ -98,7 +96,7 @@ class Attack(Feature):
         raise ConfigError("max_cohort", "(truncated Poisson sampling) would cut the malicious "
                           "share of the cohort; sample the attackers like every client "
                           "(selection 'fixed')")
-      sampling.check_malicious(run.num_clients, run.rate, run.sampler,
+      sampling.check_pool_share(run.num_clients, run.rate, run.sampler,
                                adversary.num_malicious(run.num_clients, attack.fraction),
                                attack.fraction)
 
@@ -108,38 +106,44 @@ class Attack(Feature):
     """The clients' data as a backdoor leaves it (:func:`poisoned`)."""
     return poisoned(data, config, run_key)
 
-  def sampler_share(self, run_key: jax.Array, num_clients: int) -> sampling.Malicious | None:
+  def sampler_share(self, run_key: jax.Array, num_clients: int) -> sampling.PoolShare | None:
     return adversary.cohort_share(keys.purpose(run_key, keys.MALICIOUS), num_clients,
                                 self.config)
 
-  def begin(self, state: Any, inputs: Any) -> Round:
-    del state
+  def begin(self, at: At, value: None) -> Round:
+    """Who attacks: the malicious pool and its slots in the cohort."""
+    del value
+    inputs = at.inputs
     n, fraction = self.run.num_clients, self.config.fraction
     malicious = adversary.malicious_set(keys.purpose(inputs.run_key, keys.MALICIOUS), n, fraction)
     attackers = jnp.nonzero(malicious, size=adversary.num_malicious(n, fraction))[0]
     cohort = inputs.cohort
     return Round(malicious[cohort.indices] & cohort.mask, attackers)
 
-  def train(self, value: Round, model, plan, w, inputs, data) -> Round:
-    return value._replace(sent=attack_messages(model, plan, self.config, w, inputs,
-                                               value.attackers, data))
+  def train(self, at: At, value: Round) -> Round:
+    """What the attackers send this round (``Round.sent``)."""
+    return value._replace(sent=attack_messages(at.trainer, self.config, at.inputs,
+                                               value.attackers))
 
-  def messages(self, state, value: Round, chunk: Chunk, messages, noise):
-    del state, noise
+  def messages(self, at: At, messages: jax.Array) -> jax.Array:
+    value, chunk = at.value, at.chunk
     if value.sent is None:
       return messages
     return jnp.where(chunk.take(value.roles)[:, None],
                      value.sent(chunk.ids).astype(messages.dtype), messages)
 
-  def contributions(self, value: Round, chunk: Chunk, messages, contributions, clipped):
+  def contributions(self, at: At, contributions: tuple[jax.Array, jax.Array]
+                    ) -> tuple[jax.Array, jax.Array]:
+    value, chunk, messages = at.value, at.chunk, at.messages
+    contributions, clipped = contributions
     if value.sent is None or not self.config.skip_noise:
       return contributions, clipped
     # Attackers who skip their noise send eta_adv times their message, unclipped.
     raw = (float(self.config.boost) * messages.astype(jnp.float32)).astype(contributions.dtype)
     return jnp.where(chunk.take(value.roles)[:, None], raw, contributions), clipped
 
-  def info(self, value: Round) -> dict:
-    return {"num_malicious": jnp.sum(value.roles, dtype=jnp.int32)}
+  def info(self, at: At, info: dict) -> dict:
+    return {**info, "num_malicious": jnp.sum(at.value.roles, dtype=jnp.int32)}
 
   def entry(self, labels: np.ndarray, predictions: np.ndarray, infos: dict) -> dict:
     """The malicious senders since the last evaluation and, for a backdoor, the
@@ -154,9 +158,8 @@ class Attack(Feature):
             **{k: best[k] for k in adversary.METRICS if k in best}}
 
 
-def attack_messages(model: FlatModel, plan: Plan, attack: adversary.AttackConfig, w: jax.Array,
-                    inputs: RoundInputs, attackers: jax.Array, data: ClientData
-                    ) -> Callable[[jax.Array], jax.Array] | None:
+def attack_messages(trainer: Trainer, attack: adversary.AttackConfig, inputs: RoundInputs,
+                    attackers: jax.Array) -> Callable[[jax.Array], jax.Array] | None:
   """``messages(client_ids)``: what malicious clients at these slots send
   (None when alpha N rounds to no attacker).
 
@@ -165,34 +168,35 @@ def attack_messages(model: FlatModel, plan: Plan, attack: adversary.AttackConfig
   random-update) train once on their pooled data and all send that message
   (thesis l.1655); a random-update attacker draws its own.
   """
-  scheme = plan.scheme
+  data = trainer.data
   if attackers.shape[0] == 0:
     return None
   # Skipping the noise, attackers boost the message itself (after encoding).
   boost = 1.0 if attack.skip_noise else attack.boost
-  attacker_model = adversary.adversarial_model(model, attack, boost)
+  attacker_model = adversary.adversarial_model(trainer.model, attack, boost)
   if attack.colluding:
     pooled_x = data.x[attackers].reshape((-1,) + data.x.shape[2:])
     pooled_y = data.y[attackers].reshape(-1)
-    if data.attacker_x is not None:  # an out-backdoor's source class (l.1720)
-      pooled_x = jnp.concatenate([pooled_x, data.attacker_x])
-      pooled_y = jnp.concatenate([pooled_y, data.attacker_y])
+    given = (data.feature_data or {}).get(Attack.kind)
+    if given is not None:  # an out-backdoor's source class (l.1720)
+      pooled_x = jnp.concatenate([pooled_x, given[0]])
+      pooled_y = jnp.concatenate([pooled_y, given[1]])
     # Real examples first: local training draws its batches below their count.
     real_first = jnp.argsort(pooled_y < 0, stable=True)
     pooled_x, pooled_y = pooled_x[real_first], pooled_y[real_first]
-    local = plan.local
+    local = trainer.local
     if attack.pool_training == "epochs":
       local = local._replace(steps=adversary.pooled_steps(local.steps, pooled_x.shape[0],
                                                         data.x.shape[1]))
-    message = scheme.client_message(attacker_model, w, inputs.shared, as_float(pooled_x),
-                                    pooled_y, keys.purpose(inputs.keys.round, keys.ATTACK), local)
+    message = trainer.message(attacker_model, as_float(pooled_x), pooled_y,
+                              keys.purpose(inputs.keys.round, keys.ATTACK), local)
     return lambda ids: jnp.broadcast_to(message, (ids.shape[0],) + message.shape)
 
   def own(ids):
     draw_keys = keys.attacker_keys(inputs.keys.round, ids)
-    return jax.vmap(lambda xk, yk, kk: scheme.client_message(
-        attacker_model, w, inputs.shared, xk, yk, kk, plan.local))(
-            as_float(data.x[ids]), data.y[ids], draw_keys)
+    return jax.vmap(lambda xk, yk, kk: trainer.message(attacker_model, xk, yk, kk,
+                                                       trainer.local))(
+        as_float(data.x[ids]), data.y[ids], draw_keys)
 
   return own
 
@@ -200,8 +204,8 @@ def attack_messages(model: FlatModel, plan: Plan, attack: adversary.AttackConfig
 def poisoned(data: ClientData, attack: adversary.AttackConfig | None,
              run_key: jax.Array) -> ClientData:
   """The clients' data as a backdoor attack leaves it (else ``data``); under an
-  out-backdoor ``attacker_x``/``attacker_y`` hold the source-class examples
-  taken from the honest clients, relabelled.
+  out-backdoor ``feature_data["attack"]`` holds the source-class examples
+  taken from the honest clients, relabelled, as (x, y).
 
   The malicious set is the one every round's roles use (the run key's
   ``keys.MALICIOUS`` key), so the poisoned clients are the attacking ones.
@@ -217,5 +221,6 @@ def poisoned(data: ClientData, attack: adversary.AttackConfig | None,
   if given is None:
     return ClientData(jnp.asarray(px), jnp.asarray(py))
   rows = tuple(given.T)
-  return ClientData(jnp.asarray(px), jnp.asarray(py), jnp.asarray(x[rows]),
-                    jnp.full(len(given), attack.target, y.dtype))
+  pool = (jnp.asarray(x[rows]), jnp.full(len(given), attack.target, y.dtype))
+  return ClientData(jnp.asarray(px), jnp.asarray(py),
+                    feature_data={**(data.feature_data or {}), Attack.kind: pool})

@@ -31,7 +31,7 @@ from the run's seed, holds the poisoned data (the thesis' colluding
 "malicious nodes" are parties, l.1655). Each round either
 
 * ``selection="cohort"`` (the default): the pool makes up a fraction alpha
-  of every cohort (``fedjax_dp.sampling.Malicious``): honest clients are
+  of every cohort (``fedjax_dp.sampling.PoolShare``): honest clients are
   sampled as without attackers among the honest ones, and the pool fills
   the share alpha. This is what the thesis implies: "the model fails to
   converge even if only 1% of all selected nodes are malicious at each
@@ -245,12 +245,12 @@ def malicious_set(key: jax.Array, num_clients: int, fraction: float) -> jax.Arra
 
 
 def cohort_share(key: jax.Array, num_clients: int,
-                 config: AttackConfig | None) -> sampling.Malicious | None:
+                 config: AttackConfig | None) -> sampling.PoolShare | None:
   """The pool as the sampler sees it: a share of every cohort under
   ``selection="cohort"``; None (sampled like everyone) otherwise."""
   if config is None or config.selection != "cohort":
     return None
-  return sampling.Malicious(malicious_set(key, num_clients, config.fraction), config.fraction)
+  return sampling.PoolShare(malicious_set(key, num_clients, config.fraction), config.fraction)
 
 
 def adversarial_model(model: FlatModel, config: AttackConfig, boost: float) -> FlatModel:

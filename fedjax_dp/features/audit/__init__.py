@@ -17,7 +17,7 @@ from fedjax_dp import keys
 from fedjax_dp.features.audit import canaries
 from fedjax_dp.features.audit.canaries import AuditConfig
 from fedjax_dp.errors import ConfigError
-from fedjax_dp.features.base import Chunk, Conflict, Feature, RunView
+from fedjax_dp.features.base import At, Conflict, Feature, RunView
 from fedjax_dp.options import declared
 
 
@@ -52,30 +52,30 @@ class Audit(Feature):
     return state, canaries.planned_capacity(run.run_key, state, run.rate, run.rounds,
                                             run.slot_multiple)
 
-  def cohort(self, state, run_key, t, cohort, slots, num_clients):
-    which, joined = canaries.canary_cohort(canaries.round_key(run_key, t), state.inserted,
-                                           self.run.rate, slots)
-    return cohort._replace(indices=jnp.concatenate([cohort.indices, num_clients + which]),
-                           mask=jnp.concatenate([cohort.mask, joined]))
+  def cohort(self, at: At, cohort):
+    """The canaries that join round t, in the feature's extra slots (ids N + j)."""
+    which, joined = canaries.canary_cohort(canaries.round_key(at.run_key, at.t),
+                                           at.state.inserted, self.run.rate, at.slots)
+    return cohort._replace(
+        indices=jnp.concatenate([cohort.indices, self.run.num_clients + which]),
+        mask=jnp.concatenate([cohort.mask, joined]))
 
-  def messages(self, state, value, chunk: Chunk, messages, noise):
-    del value
-    n = self.run.num_clients
+  def messages(self, at: At, messages):
+    n, chunk = self.run.num_clients, at.chunk
     is_canary = chunk.ids >= n
-    sent = canaries.messages(state, jnp.where(is_canary, chunk.ids - n, 0), noise.clip_norm,
-                             self.run.traits.fixed_sensitivity is not None,
+    sent = canaries.messages(at.state, jnp.where(is_canary, chunk.ids - n, 0),
+                             at.noise.clip_norm, self.run.traits.fixed_sensitivity is not None,
                              messages.dtype)
     return jnp.where(is_canary[:, None], sent, messages)
 
-  def contributions(self, value, chunk: Chunk, messages, contributions, clipped):
-    del value, messages
+  def contributions(self, at: At, contributions):
+    contributions, clipped = contributions
     if not self.run.traits.fixed_sensitivity:  # canaries are always clipped
-      clipped = clipped - jnp.sum(chunk.mask & (chunk.ids >= self.run.num_clients))
+      clipped = clipped - jnp.sum(at.chunk.mask & (at.chunk.ids >= self.run.num_clients))
     return contributions, clipped
 
-  def observe(self, state, value, observed):
-    del value
-    return canaries.observe(state, observed.total)
+  def observe(self, at: At, state):
+    return canaries.observe(state, at.observed.total)
 
   def record(self, state, best: dict) -> dict:
     """The audit's estimates beside the accountant's epsilon; both threat
