@@ -20,6 +20,33 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "reproduce.py"
 
 
+# (data set, folders searched) -> datasets.reachable's answer, for this process
+# (pytest-xdist may set the module's fixtures up more than once in a worker).
+_REACHABLE = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _reachable_verified_once():
+  """datasets.reachable verifies every file of a data set against its
+  checksums (the idx files alone: ~0.5 s a call, ~12 s a report, which asks
+  once per table). The files do not change while this module runs, so each
+  data set is verified once per folder list (the real function, the same
+  answer); tests that replace reachable still do. reachable itself is tested
+  in tests/data/test_datasets_archives.py."""
+  from fedjax_dp import data, datasets  # pylint: disable=import-outside-toplevel
+  real = datasets.reachable
+
+  def reachable(name):
+    key = (name, tuple(data.data_dirs()))
+    if key not in _REACHABLE:
+      _REACHABLE[key] = real(name)
+    return _REACHABLE[key]
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(datasets, "reachable", reachable)
+    yield
+
+
 def _run(*args, timeout=300):
   return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
                         text=True, env=dict(os.environ), timeout=timeout, cwd=ROOT)
