@@ -35,6 +35,7 @@ SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), fa
 ATTACK, ATTACK_CLIENTS = 6, 7  # colluding attackers' training; each attacker's draw
 CANARY_SAMPLING = 8  # which canary clients join the round
 ADAPTIVE_CLIP = 9  # the noise on the clipped count (fedjax_dp.features.adaptive_clip)
+CORRELATED_NOISE = 10  # the server's z_t (fedjax_dp.features.correlated_noise)
 TRAIN, NOISE = 0, 1
 # Sub-keys of the setup key. A run has one scheme, which uses each at most
 # once; SETUP_PERMUTATION (FL-CS's shared shuffle) and SETUP_SERVER (Fed-SMP's

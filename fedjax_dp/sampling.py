@@ -20,6 +20,13 @@ of ``capacity`` of the sampled clients) and :class:`Cohort` reports the
 untruncated size, so the truncation can be detected and accounted for
 (``TruncatedSubsampledGaussianDpEvent``, PLD accountant).
 
+Cyclic Poisson sampling (Choquette-Choo et al. 2023, "(Amplified) Banded
+Matrix Factorization", Sec. 4; ``cycle_length`` b > 1): the clients form b
+groups (client i is in group i mod b), round t draws only from group
+(t - 1) mod b, each of its clients with probability min(1, b q), so the
+expected cohort is still q N and a client's participations are at least b
+rounds apart (the min-separation that banded and BLT noise assume).
+
 A pool of clients may make up a set share of every cohort
 (:class:`PoolShare`; the attack's malicious clients, thesis Ch. 6,
 ``fedjax_dp.features.attack``): the other clients are then sampled exactly as
@@ -71,6 +78,7 @@ class Cohort(NamedTuple):
 
 def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
                   sampler: str = "poisson", share: PoolShare | None = None, *,
+                  cycle_length: int = 1, t: jax.Array | int = 1,
                   malicious: PoolShare | None = None) -> Cohort:
   """Samples one round's cohort.
 
@@ -87,6 +95,9 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
     sampler: "poisson" or "fixed".
     share: A pool that makes up a share of the cohort (see the module
       docstring; :func:`_with_pool`); None: every client alike.
+    cycle_length: b, cyclic Poisson sampling over b groups (module
+      docstring; Poisson only, no ``share``); 1: every client every round.
+    t: The round, from 1 (which group a cycle samples).
     malicious: Deprecated (0.1.0): ``share``.
 
   Returns:
@@ -100,6 +111,11 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
   """
   share = _renamed_share(share, malicious)
   u = jax.random.uniform(key, (num_clients,))
+  if cycle_length > 1:
+    check_cycle(cycle_length, sampler, share is not None)
+    # Clients outside the round's group never join: u past every rate.
+    u = jnp.where(jnp.arange(num_clients) % cycle_length == (t - 1) % cycle_length, u, 2.0)
+    rate = min(1.0, rate * cycle_length)
   if share is not None:
     return _with_pool(u, rate, capacity, sampler, share)
   _, order = jax.lax.top_k(-u, capacity)
@@ -140,6 +156,25 @@ def check_pool_share(num_clients: int, rate: float, sampler: str, pool_size: int
     raise ValueError(f"malicious fraction {fraction:g} of {num_clients} clients cannot fill "
                      f"{share} of {size} cohort slots without sampling honest clients more "
                      f"often than q = {size / num_clients:g}; use selection 'fixed'")
+
+
+def check_cycle(cycle_length: int, sampler: str, pooled: bool = False) -> None:
+  """Raises ValueError (one line) for cyclic sampling the run cannot use.
+
+  >>> check_cycle(4, "poisson")
+  >>> check_cycle(4, "fixed")
+  Traceback (most recent call last):
+  ...
+  ValueError: cyclic sampling (cycle_length 4) is Poisson sampling within a group; got sampler 'fixed'
+  """
+  if int(cycle_length) != cycle_length or cycle_length < 1:
+    raise ValueError(f"cycle_length must be a positive int, got {cycle_length}")
+  if cycle_length > 1 and sampler != "poisson":
+    raise ValueError(f"cyclic sampling (cycle_length {cycle_length}) is Poisson sampling "
+                     f"within a group; got sampler {sampler!r}")
+  if cycle_length > 1 and pooled:
+    raise ValueError(f"cyclic sampling (cycle_length {cycle_length}) cannot place a pool in "
+                     "every cohort")
 
 
 def _with_pool(u: jax.Array, rate: float, capacity: int, sampler: str,
@@ -187,10 +222,17 @@ def fixed_cohort_size(num_clients: int, rate: float) -> int:
 
 def planned_cohort_sizes(round_keys: jax.Array, num_clients: int, rate: float,
                          sampler: str = "poisson", share: PoolShare | None = None, *,
+                         cycle_length: int = 1,
                          malicious: PoolShare | None = None) -> np.ndarray:
   """(rounds,) every round's cohort size |K_t|, from the keys the run will use
-  (``malicious``: deprecated, ``share``)."""
+  (round t's key in row t - 1; ``malicious``: deprecated, ``share``)."""
   share = _renamed_share(share, malicious)
+  if cycle_length > 1:
+    ts = jnp.arange(1, round_keys.shape[0] + 1)
+    sizes = jax.vmap(lambda k, t: sample_cohort(k, num_clients, rate, 1, sampler, share,
+                                                cycle_length=cycle_length, t=t).num_sampled
+                     )(round_keys, ts)
+    return np.asarray(sizes, np.int64)
   if share is not None:
     sizes = jax.vmap(lambda k: sample_cohort(k, num_clients, rate, 1, sampler, share)
                      .num_sampled)(round_keys)
@@ -236,7 +278,7 @@ def capacity_for(sizes: np.ndarray, num_clients: int, multiple: int = 4) -> int:
 
 def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
                        capacity: int, sampler: str, rounds_list,
-                       share: PoolShare | None = None, *,
+                       share: PoolShare | None = None, *, cycle_length: int = 1,
                        malicious: PoolShare | None = None) -> list[int]:
   """Largest number of rounds any client joined within rounds 1..t, per t.
 
@@ -245,8 +287,10 @@ def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
   ``malicious``: deprecated, ``share``).
   """
   share = _renamed_share(share, malicious)
-  cohorts = jax.jit(jax.vmap(lambda k: sample_cohort(k, num_clients, rate, capacity,
-                                                     sampler, share)))(sampling_keys)
+  ts = jnp.arange(1, sampling_keys.shape[0] + 1)
+  cohorts = jax.jit(jax.vmap(lambda k, t: sample_cohort(
+      k, num_clients, rate, capacity, sampler, share, cycle_length=cycle_length, t=t)
+                             ))(sampling_keys, ts)
   indices, mask = np.asarray(cohorts.indices), np.asarray(cohorts.mask)
   joined = np.zeros((indices.shape[0], num_clients), np.int32)
   rows = np.repeat(np.arange(indices.shape[0]), indices.shape[1])

@@ -17,10 +17,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fedjax_dp import keys
-from fedjax_dp.features import adaptive_clip, attack, audit, dropouts
+from fedjax_dp.features import adaptive_clip, attack, audit, correlated_noise, dropouts
 from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.features.attack import AttackConfig
 from fedjax_dp.features.audit import AuditConfig
+from fedjax_dp.features.correlated_noise import CorrelatedNoiseConfig
 from fedjax_dp.features.base import (At, Chunk, Conflict, Feature, Noise, Observed, RunView,
                                      Trainer)
 from fedjax_dp.errors import ConfigError
@@ -60,7 +61,8 @@ def unregister(kind: str) -> None:
   KINDS = tuple(REGISTRY)
 
 
-for _feature in (attack.Attack, audit.Audit, adaptive_clip.AdaptiveClip):
+for _feature in (attack.Attack, audit.Audit, adaptive_clip.AdaptiveClip,
+                 correlated_noise.CorrelatedNoise):
   register(_feature)
 
 
@@ -129,6 +131,13 @@ def client_data(config: Any, data: Any, run_key: Any) -> Any:
   return data
 
 
+def mechanism(config: Any, released: Any) -> Any:
+  """What a round releases as the run's features leave it (``Feature.mechanism``)."""
+  for cls, found in _present(config):
+    released = cls.mechanism(found, released)
+  return released
+
+
 def build(config: Any, run: RunView) -> tuple[Feature, ...]:
   """The run's features, built once (``run``: S known)."""
   return tuple(cls(found, run) for cls, found in _present(config))
@@ -136,5 +145,6 @@ def build(config: Any, run: RunView) -> tuple[Feature, ...]:
 
 __all__ = ["AdaptiveClipConfig", "At", "AttackConfig", "AuditConfig", "Chunk", "Conflict",
            "Feature", "KINDS", "Noise", "Observed", "REGISTRY", "RunView", "Trainer", "build",
-           "check", "check_unique", "client_data", "find", "from_options", "kind_of", "kinds",
-           "register", "unregister", "with_kinds"]
+           "check", "check_unique", "client_data", "CorrelatedNoiseConfig", "find",
+           "from_options", "kind_of", "kinds", "mechanism", "register", "unregister",
+           "with_kinds"]

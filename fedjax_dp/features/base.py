@@ -12,6 +12,8 @@ Before the run (Python):
   ``check`` (a classmethod, before the server's setup): refuse a setting,
   one line naming the field;
   ``client_data`` (a classmethod): change the clients' data (poisoning);
+  ``mechanism`` (a classmethod): what a round releases, as the feature
+  changes it (correlated noise), for the accountant;
   ``sampler_share``: clients that join cohorts besides the sampler's draw;
   ``init``: the feature's state (carried and checkpointed with the server
   state) and the extra cohort slots its rounds need.
@@ -27,6 +29,7 @@ the hook may change, returned unchanged by default:
   ``messages``: replace some slots' messages;
   ``contributions``: replace some slots' contributions and clipped count;
   ``tally``: a count summed over the cohort with the contributions, from None;
+  ``total``: the round's (noisy) sum, before the server's update;
   ``observe``: the new state from the round's sum;
   ``info``: the round's counts, returned beside the state, from {}.
 After evaluations and the run (Python):
@@ -74,6 +77,7 @@ class RunView(NamedTuple):
     kinds: The kinds of the run's features (``fedjax_dp.features.KINDS``).
     run_key: The run's root key.
     rate: q = C, the sampling rate (``RunConfig.rate``).
+    cycle_length: b, cyclic Poisson sampling over b groups (1: none).
     slot_multiple: Slot counts are multiples of this (devices).
     clip_norm: S (None without DP; None while a config is only validated).
   """
@@ -94,6 +98,7 @@ class RunView(NamedTuple):
   kinds: tuple[str, ...]
   run_key: jax.Array
   rate: float
+  cycle_length: int = 1
   slot_multiple: int = 4
   clip_norm: float | None = None
 
@@ -277,6 +282,12 @@ class Feature:
     del config, run_key
     return data
 
+  @classmethod
+  def mechanism(cls, config: Any, mechanism: Mechanism) -> Mechanism:
+    """What a round releases once this feature is on (default: unchanged)."""
+    del config
+    return mechanism
+
   def sampler_share(self, run_key: jax.Array, num_clients: int) -> sampling.PoolShare | None:
     """Clients the sampler places in every cohort (None: the sampler alone)."""
     del run_key, num_clients
@@ -334,6 +345,12 @@ class Feature:
     None; None: no tally)."""
     del at
     return tally
+
+  def total(self, at: At, total: jax.Array) -> jax.Array:
+    """The round's sum of contributions (noise included) before the server's
+    update (``at.value``, ``at.noise``)."""
+    del at
+    return total
 
   def observe(self, at: At, state: Any) -> Any:
     """The feature's state after the round (``at.observed``: the round's sum)."""

@@ -525,6 +525,9 @@ def discrete_gaussian_label(accountant: str, sampler: str, noise_multiplier: flo
 # ---------------------------------------------------------------------------
 
 MECHANISMS = ("none", "gaussian", "discrete_gaussian")
+# How a Gaussian mechanism's noise is correlated across rounds (DP-FTRL by
+# matrix factorization; fedjax_dp.features.correlated_noise).
+CORRELATIONS = ("independent", "banded", "blt")
 LEVELS = ("client", "record")
 
 
@@ -542,6 +545,11 @@ class Mechanism(NamedTuple):
     dimension: Values per message n, for the discrete Gaussian bound.
     record_rate: Record level: the per-step Poisson rate q = |B| / |D_k|.
     steps_per_round: Record level: local steps per participation (T_gd).
+    correlation: ``CORRELATIONS``: "independent" (fresh noise every round),
+      "banded" (column-normalized banded matrix factorization, at most as
+      many bands as the sampling's cycle: amplified banded MF) or "blt"
+      (buffered linear Toeplitz, noise scaled to the strategy's
+      min-separation sensitivity: one Gaussian release, no amplification).
   """
 
   kind: str = "none"
@@ -550,6 +558,7 @@ class Mechanism(NamedTuple):
   dimension: int = 0
   record_rate: float = 1.0
   steps_per_round: int = 1
+  correlation: str = "independent"
 
 
 class Sampling(NamedTuple):
@@ -563,6 +572,7 @@ class Sampling(NamedTuple):
     max_cohort: Truncated Poisson cap, or None.
     participations: ``participations(rounds_list)``: the largest number of
       rounds any client joined within rounds 1..T, per T (record level).
+    cycle_length: b, cyclic Poisson sampling over b groups (1: none).
   """
 
   rate: float
@@ -571,6 +581,7 @@ class Sampling(NamedTuple):
   capacity: int
   max_cohort: int | None = None
   participations: Callable[[list[int]], list[int]] | None = None
+  cycle_length: int = 1
 
 
 class PrivacyReport(NamedTuple):
@@ -587,6 +598,13 @@ def check_mechanism(mechanism: Mechanism, accountant: str, sampler: str) -> None
     raise ValueError(f"unknown mechanism {mechanism.kind!r}; expected one of {MECHANISMS}")
   if mechanism.level not in LEVELS:
     raise ValueError(f"unknown privacy level {mechanism.level!r}; expected one of {LEVELS}")
+  if mechanism.correlation not in CORRELATIONS:
+    raise ValueError(f"unknown noise correlation {mechanism.correlation!r}; expected one of "
+                     f"{CORRELATIONS}")
+  if mechanism.correlation != "independent" and (mechanism.kind, mechanism.level) != (
+      "gaussian", "client"):
+    raise ValueError(f"{mechanism.correlation} noise is accounted for a client-level "
+                     "Gaussian mechanism only")
   if mechanism.kind == "discrete_gaussian" and accountant not in DG_ACCOUNTANTS:
     raise ValueError("the discrete Gaussian bound (thesis Thm 3) is a moments/RDP bound; "
                      "use accountant 'moments' or accountant 'rdp'")
@@ -653,8 +671,54 @@ def report(mechanism: Mechanism, rounds_list, delta: float, accountant: str,
     label = discrete_gaussian_label(accountant, sampling.sampler, sigma,
                                     mechanism.dimension, sampling.capacity)
     return PrivacyReport(eps, label, {})
+  if mechanism.correlation != "independent" or sampling.cycle_length > 1:
+    return _correlated_report(mechanism, rounds_list, delta, accountant, sampling)
   eps = epsilon_curve(sigma, sampling.rate, rounds_list, delta, accountant,
                       sampling.sampler, num_clients=sampling.num_clients,
                       truncated_cohort=sampling.max_cohort)
   return PrivacyReport(eps, accountant_label(accountant, sampling.sampler,
                                              sampling.max_cohort), {})
+
+
+def cyclic_epsilon_curve(noise_multiplier: float, sampling_rate: float, cycle_length: int,
+                         rounds_list, delta: float, accountant: str = "rdp") -> list[float]:
+  """Epsilon of T rounds of cyclic Poisson sampling over b groups, per T.
+
+  Amplified banded matrix factorization (Choquette-Choo et al. 2023,
+  "(Amplified) Banded Matrix Factorization", Thm 4; jax-privacy's
+  ``DpsgdTrainingAccountant`` with ``cycle_length``): with at most b bands
+  and column-normalized strategy, the run is as private as ceil(T / b)
+  Poisson-subsampled Gaussian steps at rate min(1, b q) with noise
+  multiplier sigma. b = 1 is :func:`epsilon_curve`.
+
+  >>> a = cyclic_epsilon_curve(1.0, 0.01, 1, [100], 1e-5)
+  >>> a == epsilon_curve(1.0, 0.01, [100], 1e-5, "rdp")
+  True
+  """
+  steps = [-(-_check_rounds(t) // cycle_length) for t in rounds_list]
+  return epsilon_curve(noise_multiplier, min(1.0, sampling_rate * cycle_length), steps, delta,
+                       accountant, "poisson")
+
+
+def _correlated_report(mechanism: Mechanism, rounds_list, delta: float, accountant: str,
+                       sampling: Sampling) -> PrivacyReport:
+  """Client-level Gaussian noise under cyclic sampling or correlated across rounds."""
+  sigma, cycle = mechanism.noise_multiplier, sampling.cycle_length
+  if mechanism.correlation == "blt":
+    # The noise is scaled to the strategy's (k, b)-min-sep sensitivity: the
+    # whole run is one Gaussian release with noise multiplier sigma (exact
+    # analytical Gaussian mechanism, Balle and Wang 2018); the Poisson
+    # sampling within a group is not counted.
+    eps = analytic_gaussian.epsilon_for_sigma(sigma, delta) if sigma > 0 else math.inf
+    label = (f"BLT matrix factorization (McMahan et al. 2024): one Gaussian release, noise "
+             f"multiplier {sigma:g} at the strategy's min-separation sensitivity (b = "
+             f"{cycle}), analytical Gaussian mechanism; sampling not amplified")
+    return PrivacyReport([0.0 if t == 0 else eps for t in rounds_list], label,
+                         {"noise_correlation": "blt", "cycle_length": cycle})
+  eps = cyclic_epsilon_curve(sigma, sampling.rate, cycle, rounds_list, delta, accountant)
+  label = (f"{accountant_label(accountant, 'poisson')}, cyclic Poisson sampling over "
+           f"b = {cycle} groups: ceil(T/b) steps at rate min(1, b q) = "
+           f"{min(1.0, sampling.rate * cycle):.4g} (amplified banded MF, Choquette-Choo et "
+           f"al. 2023)")
+  return PrivacyReport(eps, label, {"noise_correlation": mechanism.correlation,
+                                    "cycle_length": cycle})

@@ -123,6 +123,9 @@ class Privacy:
     accountant: ``accounting.ACCOUNTANTS``.
     sampler: ``sampling.SAMPLERS``: poisson or fixed.
     max_cohort: Truncated Poisson sampling (PLD accounting); None: none.
+    cycle_length: b, cyclic Poisson sampling over b groups of clients
+      (``sampling``'s module docstring; amplified banded matrix
+      factorization); 1: plain Poisson sampling.
   """
 
   noise_multiplier: float = setting(_UAI["noise_multiplier"], "sigma of DP schemes",
@@ -144,6 +147,10 @@ class Privacy:
   max_cohort: int | None = setting(
       None, "cap the Poisson cohort at B clients (truncated Poisson sampling: a random B "
       "of the sampled clients; accounted with --accountant pld)", int)
+  cycle_length: int = setting(
+      1, "cyclic Poisson sampling: the clients form B groups, round t samples group t mod "
+      "B at rate B q, so a client's rounds are at least B apart (the min-separation of "
+      "--noise banded/blt); 1: plain Poisson sampling", options.positive_int)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -164,6 +171,9 @@ class Privacy:
         (self.max_cohort is None or (self.sampler == "poisson" and self.accountant == "pld"),
          "max_cohort", "(truncated Poisson sampling) needs sampler 'poisson' and "
          "accountant 'pld'"),
+        (self.cycle_length == 1 or (self.sampler == "poisson" and self.max_cohort is None),
+         "cycle_length", "(cyclic Poisson sampling) needs sampler 'poisson' and no "
+         "max_cohort"),
         (self.sampler != "fixed" or self.accountant == "rdp", "accountant",
          f"{self.accountant!r} assumes Poisson sampling; use accountant 'rdp' with "
          "sampler 'fixed'"),

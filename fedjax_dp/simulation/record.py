@@ -78,12 +78,13 @@ def privacy_report(plan: Plan, rounds_list) -> accounting.PrivacyReport:
 
   def participations(ts):
     return sampling.max_participations(plan.sampling_keys, plan.num_clients, plan.rate,
-                                       plan.capacity, plan.sampler, ts, share)
+                                       plan.capacity, plan.sampler, ts, share,
+                                       cycle_length=priv.cycle_length)
 
   return accounting.report(
       plan.mechanism, rounds_list, priv.delta, priv.accountant,
       accounting.Sampling(plan.rate, plan.sampler, plan.num_clients, plan.capacity,
-                          priv.max_cohort, participations))
+                          priv.max_cohort, participations, priv.cycle_length))
 
 
 def _warn(name: str, comm, counters, history: list[dict]) -> list[int]:

@@ -86,7 +86,8 @@ def round_inputs(plan: Plan, state: ServerState, run_key: jax.Array,
   """
   rk = keys.round_keys(run_key, t)
   cohort = sampling.sample_cohort(rk.sampling, plan.num_clients, plan.rate, plan.capacity,
-                                  plan.sampler, plan.sampler_share(run_key))
+                                  plan.sampler, plan.sampler_share(run_key),
+                                  cycle_length=plan.config.privacy.cycle_length, t=t)
   shared = plan.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
                                   plan.num_kept)
   for f, fstate, slots in zip(plan.features, state.features, plan.feature_slots):
@@ -251,6 +252,8 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
                                             noise.noise_multiplier,
                                             **plan.scheme_keywords()).astype(jnp.float32),
           lambda t: t, total)
+    for f, fat in zip(features, at):
+      total = f.total(fat, total)
     return Aggregate(total, num_clipped, num_present, overflow, present, noise, tallies)
 
   return aggregate

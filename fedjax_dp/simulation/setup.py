@@ -197,7 +197,8 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
                       "is evaluated by accuracy")
   _check_aggregator(cfg, scheme)
   k = scheme.num_kept(n, cfg.ratio)
-  mechanism = scheme.mechanism(cfg.privacy.noise_multiplier, k, cfg.local, samples_per_client)
+  mechanism = features_lib.mechanism(
+      cfg, scheme.mechanism(cfg.privacy.noise_multiplier, k, cfg.local, samples_per_client))
   train, priv = cfg.training, cfg.privacy
   run = features_lib.RunView(
       scheme_name=scheme.name, traits=scheme.traits, mechanism=mechanism,
@@ -206,7 +207,7 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
       noise_multiplier=priv.noise_multiplier, delta=priv.delta, sampler=priv.sampler,
       max_cohort=priv.max_cohort, secure_aggregation=cfg.secure.secure_aggregation,
       kinds=features_lib.kinds(cfg), run_key=run_key, rate=cfg.rate(num_clients),
-      slot_multiple=slot_multiple)
+      cycle_length=priv.cycle_length, slot_multiple=slot_multiple)
   features_lib.check(cfg, run)
   accounting.check_mechanism(mechanism, priv.accountant, priv.sampler)
   return run
@@ -273,7 +274,7 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   share = next((s for s in (f.sampler_share(root, num_clients) for f in features)
                 if s is not None), None)
   sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, run.rate, priv.sampler,
-                                        share)
+                                        share, cycle_length=priv.cycle_length)
   capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
   if priv.max_cohort is not None:  # truncated Poisson: keep a random subset
     capacity = min(capacity, priv.max_cohort)

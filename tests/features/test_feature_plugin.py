@@ -16,7 +16,7 @@ from fedjax_dp.features import Conflict, Feature
 
 # --- The feature's module: a config, its options, its feature class. -------------
 
-TOY_KEY = 10  # a round-level purpose of its own
+TOY_KEY = 11  # a round-level purpose of its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +116,7 @@ def test_registration_refuses_a_taken_kind_a_taken_key_and_an_unknown_conflict(t
 
   with pytest.raises(ValueError, match="neither a feature kind nor a RunView field"):
     features.register(Unknown)
-  assert set(features.KINDS) == {"attack", "audit", "adaptive_clip", "toy"}
+  assert set(features.KINDS) == {"attack", "audit", "adaptive_clip", "correlated_noise", "toy"}
 
 
 def test_every_declared_key_purpose_is_distinct():
@@ -124,4 +124,4 @@ def test_every_declared_key_purpose_is_distinct():
   declared = [p for f in features.REGISTRY.values() for p in f.key_purposes]
   keys.check_purposes(declared)
   slots = [(p.level, p.value) for p in (*keys.CORE_PURPOSES, *declared)]
-  assert len(slots) == len(set(slots)) and len(declared) == 6
+  assert len(slots) == len(set(slots)) and len(declared) == 7

@@ -1,0 +1,199 @@
+"""Correlated noise (DP-FTRL by matrix factorization) and cyclic Poisson sampling."""
+
+import json
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedjax_dp import features, sampling, simulation
+from fedjax_dp.privacy import accounting, correlated
+from fedjax_dp.schemes import get_scheme
+from tiny_model import tiny_linear
+
+_CFG = simulation.RunConfig.of(rounds=8, clients_per_round=30, eval_every=4,
+                               noise_multiplier=1.0, clip_norm=0.5, accountant="rdp")
+_TEST = slice(0, 300)
+
+
+def _run(data, test, public, scheme="FL-STD-DP", **settings):
+  cfg = _CFG.replace(**settings)
+  return simulation.run(tiny_linear(), get_scheme(scheme), data,
+                        (test[0][_TEST], test[1][_TEST]), public, cfg)
+
+
+def test_one_band_and_one_group_is_todays_gaussian_epsilon(small_federation):
+  """Banded noise with one band over plain Poisson sampling is independent
+  noise: the record's epsilon is today's for the same z, q and T."""
+  data, test, public = small_federation
+  plain = _run(data, test, public)
+  banded = _run(data, test, public,
+                correlated_noise=features.CorrelatedNoiseConfig("banded", bands=1))
+  assert banded["epsilon"] == plain["epsilon"] > 0
+  assert banded["correlated_noise"]["final_prefix_noise_std"] == pytest.approx(8 ** 0.5,
+                                                                                rel=1e-6)
+  # The curve itself, at every T: the same dp-accounting composition.
+  for t in (1, 50, 200):
+    assert accounting.cyclic_epsilon_curve(1.2, 0.01, 1, [t], 1e-5) == \
+        accounting.epsilon_curve(1.2, 0.01, [t], 1e-5, "rdp")
+
+
+def test_cyclic_epsilon_is_jax_privacys_amplified_banded_mf():
+  """ceil(T/b) steps at rate b q, as jax-privacy's DpsgdTrainingAccountant
+  accounts cyclic Poisson sampling (cycle_length b)."""
+  from jax_privacy import accounting as jpa
+  num, batch, sigma, delta = 6000, 60, 1.3, 1e-5
+  for cycle, rounds in ((1, 200), (4, 200), (5, 37)):
+    params = jpa.DpParams(noise_multipliers=sigma, num_samples=num, delta=delta,
+                          batch_size=batch, cycle_length=cycle)
+    # dp-accounting's default RDP orders (ours; jax-privacy's default is coarser).
+    orders = dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS
+    theirs = jpa.DpsgdTrainingAccountant(jpa.RdpAccountantConfig(orders=orders)
+                                         ).compute_epsilon(rounds, params)
+    ours = accounting.cyclic_epsilon_curve(sigma, batch / num, cycle, [rounds], delta)[0]
+    assert ours == pytest.approx(theirs, rel=1e-9), cycle
+
+
+@pytest.mark.parametrize("kind,bands,separation", [("banded", 3, 3), ("blt", 1, 4)])
+def test_the_stream_adds_the_strategys_noise_round_by_round(kind, bands, separation):
+  """The streaming inverse (jax-privacy's) gives scale * C^{-1} z round by
+  round, from a state the server carries; its noise is jointly Gaussian with
+  covariance scale^2 C^{-1} C^{-T}: accepted at that covariance, rejected at
+  independent noise of the same variance."""
+  rounds, n = 12, 4000
+  strategy = correlated.make_strategy(kind, rounds, bands, separation)
+  z = jax.random.normal(jax.random.PRNGKey(0), (rounds, n))
+  state, out = strategy.init(n), []
+  step = jax.jit(strategy.next)
+  for t in range(rounds):
+    noise, state = step(z[t], state)
+    out.append(np.asarray(noise, np.float64))
+  out = np.stack(out)
+  want = strategy.scale * np.linalg.solve(strategy.matrix, np.asarray(z, np.float64))
+  np.testing.assert_allclose(out, want, atol=1e-4 * strategy.scale)
+  cov = correlated.noise_correlation(strategy)
+  # Whitened by the claimed covariance, the rounds are independent N(0, 1)
+  # over the n coordinates: their variances (chi-square of the sum of
+  # squares) and their cross-round correlations (n r_ij^2 ~ chi-square(1)).
+  for claimed, accept in ((cov, True), (np.diag(np.diag(cov)), False)):
+    white = np.linalg.solve(np.linalg.cholesky(claimed), out)
+    stat = np.sum(white ** 2)
+    p_var = min(stats.chi2.cdf(stat, white.size), stats.chi2.sf(stat, white.size))
+    cross = (white @ white.T / n)[np.triu_indices(rounds, 1)]
+    p_cross = stats.chi2.sf(n * np.sum(cross ** 2), cross.size)
+    assert (min(p_var, p_cross) > 1e-3) == accept, (kind, accept, p_var, p_cross)
+
+
+def test_cyclic_sampling_keeps_participations_b_apart_at_rate_b_q():
+  """Client i joins only rounds t with t = i + 1 (mod b), each with
+  probability b q: accepted at b q, rejected at q and at 1.2 b q."""
+  num, rate, cycle, rounds = 400, 0.02, 5, 200
+  keys = jax.random.split(jax.random.PRNGKey(1), rounds)
+  ts = jnp.arange(1, rounds + 1)
+  cohorts = jax.vmap(lambda k, t: sampling.sample_cohort(
+      k, num, rate, 64, cycle_length=cycle, t=t))(keys, ts)
+  joined = np.zeros((rounds, num), bool)
+  for t in range(rounds):
+    ids = np.asarray(cohorts.indices[t])[np.asarray(cohorts.mask[t])]
+    joined[t, ids] = True
+  groups = np.arange(num) % cycle
+  for t in range(rounds):
+    assert not joined[t, groups != t % cycle].any()
+  eligible = rounds * (num // cycle)  # one group of N / b clients a round
+  count = int(joined.sum())
+  for claimed, accept in ((cycle * rate, True), (rate, False), (1.2 * cycle * rate, False)):
+    p = stats.binomtest(count, eligible, claimed).pvalue
+    assert (p > 1e-3) == accept, (claimed, p)
+  assert sampling.max_participations(keys, num, rate, 64, "poisson", [rounds],
+                                     cycle_length=cycle)[0] <= rounds // cycle
+  with pytest.raises(ValueError, match="Poisson sampling within a group; got sampler 'fixed'"):
+    sampling.sample_cohort(keys[0], num, rate, 64, "fixed", cycle_length=cycle, t=1)
+
+
+class _Killed(Exception):
+  pass
+
+
+def _kill_after(evaluations):
+  seen = []
+
+  def progress(entry):
+    seen.append(entry)
+    if len(seen) == evaluations:
+      raise _Killed
+  return progress
+
+
+def test_a_run_with_banded_noise_resumes_its_noise_state_exactly(small_federation, tmp_path):
+  """The strategy's buffers are the feature's state, checkpointed with the
+  server's: a run killed after its first evaluation and resumed from the
+  checkpoint ends with the uninterrupted run's weights and buffers."""
+  data, test, public = small_federation
+  test = (test[0][_TEST], test[1][_TEST])
+  model, scheme = tiny_linear(), get_scheme("FL-TOP-DP")
+  cfg = _CFG.replace(cycle_length=3, eval_every=2, rounds=6, ratio=0.05,
+                     correlated_noise=features.CorrelatedNoiseConfig("banded", bands=3))
+  whole, whole_state = simulation.run(model, scheme, data, test, public, cfg,
+                                      return_state=True)
+  path = tmp_path / "run.npz"
+  with pytest.raises(_Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(1),
+                   checkpoint=path)
+  assert path.exists()
+  record, state = simulation.run(model, scheme, data, test, public, cfg, checkpoint=path,
+                                 return_state=True)
+  assert record["history"] == whole["history"]
+  np.testing.assert_array_equal(state.weights, whole_state.weights)
+  jax.tree.map(np.testing.assert_array_equal, state.features, whole_state.features)
+  kept = [f for f in jax.tree.leaves(state.features) if np.ndim(f) == 2]
+  # b buffers of K, the compressed sum's length.
+  assert kept and kept[0].shape == (3, round(0.05 * model.num_params))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--schemes", "FL-STD-DP", "--noise", "banded", "--bands", "4"],
+     "--bands 4 bands need a client's participations at least 4 rounds apart; the run keeps "
+     "them 1 apart"),
+    (["--schemes", "FL-STD-DP", "--noise", "blt", "--cycle-length", "4",
+      "--min-separation", "5"],
+     "--min-separation 5 rounds between a client's participations are not what the sampler "
+     "guarantees"),
+    (["--schemes", "FL-SIGN-DP", "--noise", "blt", "--cycle-length", "2"],
+     "--noise blt noise goes on a client-level Gaussian sum; FL-SIGN-DP releases a "
+     "client-level discrete gaussian"),
+    (["--schemes", "CDP-LQ", "--noise", "banded"],
+     "CDP-LQ releases a record-level gaussian"),
+    (["--bands", "2"], "--bands needs --noise banded or --noise blt"),
+    (["--noise", "banded", "--cycle-length", "2", "--sampling", "fixed",
+      "--accountant", "rdp"], "--cycle-length (cyclic Poisson sampling) needs sampler"),
+])
+def test_the_command_line_refuses_what_the_accountant_cannot_vouch_for(tmp_path, capsys,
+                                                                         args, needle):
+  from fedjax_dp.cli import sweep
+  out = tmp_path / "bad"
+  assert sweep.main(["--dataset", "medical-synth", "--rounds", "2", "--num-clients", "60",
+                     "--samples-per-client", "10", "--clients-per-round", "6", *args,
+                     "--out", str(out)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and needle in err[0], err
+  assert not out.exists()
+
+
+def test_the_command_line_runs_banded_noise_and_records_its_accounting(tmp_path, capsys):
+  from fedjax_dp.cli import sweep
+  out = tmp_path / "res"
+  code = sweep.main([
+      "--dataset", "medical-synth", "--schemes", "FL-STD-DP", "--rounds", "4",
+      "--num-clients", "60", "--samples-per-client", "10", "--clients-per-round", "6",
+      "--local-steps", "1", "--test-size", "100", "--quiet", "--accountant", "rdp",
+      "--noise", "banded", "--bands", "2", "--cycle-length", "2", "--out", str(out)])
+  assert code == 0, capsys.readouterr().err
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  assert run["correlated_noise"]["noise"] == "banded" and run["cycle_length"] == 2
+  assert run["noise_correlation"] == "banded"
+  q = 6 / 60
+  assert run["epsilon_final"] == pytest.approx(accounting.cyclic_epsilon_curve(
+      run["noise_multiplier"], q, 2, [4], run["delta"])[0])
