@@ -57,3 +57,19 @@ def run_view(scheme, config, num_clients=600, model=None, samples_per_client=10,
   run_key = jax.random.PRNGKey(0) if run_key is None else run_key
   view = simulation.validate(config, scheme, model, num_clients, samples_per_client, run_key)
   return view._replace(clip_norm=clip_norm)
+
+
+class Killed(Exception):
+  """Raised by :func:`kill_after`'s progress callback: a run killed mid-way."""
+
+
+def kill_after(evaluations):
+  """A ``progress`` callback that kills the run at its ``evaluations``-th
+  evaluation (after the checkpoint of that interval is written)."""
+  seen = []
+
+  def progress(rounds):
+    seen.append(rounds)
+    if len(seen) == evaluations:
+      raise Killed
+  return progress

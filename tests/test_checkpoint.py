@@ -9,21 +9,8 @@ import pytest
 
 from fedjax_dp import checkpoint, simulation
 from fedjax_dp.schemes import get_scheme
+from scheme_helpers import Killed, kill_after
 from tiny_model import tiny_linear
-
-
-class _Killed(Exception):
-  pass
-
-
-def _kill_after(evaluations):
-  seen = []
-
-  def progress(rounds):
-    seen.append(rounds)
-    if len(seen) == evaluations:
-      raise _Killed
-  return progress
 
 
 # Schemes with server state beyond the weights (Top-K set and its public-data
@@ -37,8 +24,8 @@ def test_resumed_run_equals_the_uninterrupted_run(name, small_federation, tmp_pa
   whole, whole_state = simulation.run(model, scheme, data, test, public, cfg,
                                       return_state=True)
   path = tmp_path / "run.npz"
-  with pytest.raises(_Killed):
-    simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(2),
+  with pytest.raises(Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
                    checkpoint=path)
   assert path.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
   with np.load(path) as f:
@@ -66,8 +53,8 @@ def test_a_checkpoint_of_another_run_is_not_used(small_federation, tmp_path):
   model, scheme = tiny_linear(), get_scheme("FL-STD")
   cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1)
   path = tmp_path / "run.npz"
-  with pytest.raises(_Killed):
-    simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(2),
+  with pytest.raises(Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
                    checkpoint=path)
   other = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1, seed=1)
   rounds = []

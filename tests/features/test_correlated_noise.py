@@ -12,6 +12,7 @@ from scipy import stats
 from fedjax_dp import features, sampling, simulation
 from fedjax_dp.privacy import accounting, correlated
 from fedjax_dp.schemes import get_scheme
+from scheme_helpers import Killed, kill_after
 from tiny_model import tiny_linear
 
 _CFG = simulation.RunConfig.of(rounds=8, clients_per_round=30, eval_every=4,
@@ -113,20 +114,6 @@ def test_cyclic_sampling_keeps_participations_b_apart_at_rate_b_q():
     sampling.sample_cohort(keys[0], num, rate, 64, "fixed", cycle_length=cycle, t=1)
 
 
-class _Killed(Exception):
-  pass
-
-
-def _kill_after(evaluations):
-  seen = []
-
-  def progress(entry):
-    seen.append(entry)
-    if len(seen) == evaluations:
-      raise _Killed
-  return progress
-
-
 def test_a_run_with_banded_noise_resumes_its_noise_state_exactly(small_federation, tmp_path):
   """The strategy's buffers are the feature's state, checkpointed with the
   server's: a run killed after its first evaluation and resumed from the
@@ -139,8 +126,8 @@ def test_a_run_with_banded_noise_resumes_its_noise_state_exactly(small_federatio
   whole, whole_state = simulation.run(model, scheme, data, test, public, cfg,
                                       return_state=True)
   path = tmp_path / "run.npz"
-  with pytest.raises(_Killed):
-    simulation.run(model, scheme, data, test, public, cfg, progress=_kill_after(1),
+  with pytest.raises(Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(1),
                    checkpoint=path)
   assert path.exists()
   record, state = simulation.run(model, scheme, data, test, public, cfg, checkpoint=path,
