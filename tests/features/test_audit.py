@@ -93,6 +93,19 @@ def test_a_correct_mechanism_stays_at_or_below_the_accountants_epsilon(small_fed
   assert record["epsilon_lower_bound_every_round"] <= eps
   audit = record["audit"]
   assert audit["inserted"] + audit["held_out"] == 400 and audit["confidence"] == 0.95
+  # Every figure labelled; no lower bound, ours or jax-privacy's, above the
+  # accountant's epsilon, so no violation (the estimates never decide).
+  for model in ("final_model", "every_round"):
+    figures = audit[model]["figures"]
+    assert set(figures) == set(audit_stats.FIGURE_KINDS)
+    for name, figure in figures.items():
+      assert figure["kind"] == audit_stats.FIGURE_KINDS[name]
+      if figure["kind"] == "bound":
+        assert figure["value"] <= eps, (model, name)
+    low, high = audit[model]["empirical_epsilon_interval"]
+    assert low <= audit[model]["empirical_epsilon"] <= high
+  assert record["epsilon_lower_bound_decision"] == audit["decision_lower_bound"] <= eps
+  assert canaries.violation(record) is False
 
 
 @pytest.mark.parametrize("fault", ["tenth-noise", "no-clipping", "shares-by-cohort"])
@@ -112,6 +125,10 @@ def test_no_noise_gives_a_large_empirical_epsilon(small_federation):
   assert record["epsilon_final"] == float("inf")
   assert record["empirical_epsilon_every_round"] > 20
   assert record["epsilon_lower_bound_every_round"] > 1
+  figures = record["audit"]["every_round"]["figures"]
+  assert figures["jax_privacy_one_run"]["value"] > 1  # jax-privacy's bound catches it too
+  assert record["epsilon_lower_bound_decision"] > 1
+  assert canaries.violation(record) is False  # the accountant claimed no privacy (inf)
 
 
 def test_canaries_join_like_clients_and_leave_honest_keys_alone(small_federation):

@@ -78,13 +78,21 @@ class Audit(Feature):
     return canaries.observe(state, at.observed.total)
 
   def record(self, state, best: dict) -> dict:
-    """The audit's estimates beside the accountant's epsilon; both threat
+    """The audit's figures beside the accountant's epsilon; both threat
     models' statistics cover every round, so they compare with
-    ``epsilon_final``."""
+    ``epsilon_final``.
+
+    ``empirical_epsilon*`` are estimates (Andrew et al. 2024, with a
+    bootstrap interval in ``audit``), ``epsilon_lower_bound*`` lower bounds
+    (Steinke et al. 2023); ``epsilon_lower_bound_decision`` is the largest of
+    all lower bounds (ours and jax-privacy's, both threat models) at the
+    audit's confidence jointly: the run violates its claim only when it
+    exceeds ``epsilon_final`` (``canaries.violation(record)``)."""
     del best
     found = canaries.report(state, self.run.delta, self.config.confidence)
     return {"empirical_epsilon": found["final_model"]["empirical_epsilon"],
             "empirical_epsilon_every_round": found["every_round"]["empirical_epsilon"],
             "epsilon_lower_bound": found["final_model"]["epsilon_lower_bound"],
             "epsilon_lower_bound_every_round": found["every_round"]["epsilon_lower_bound"],
+            "epsilon_lower_bound_decision": found["decision_lower_bound"],
             "audit": found}

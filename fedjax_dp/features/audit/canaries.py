@@ -27,9 +27,12 @@ clients measure what a run actually releases (Andrew et al., ICLR 2024,
   aggregate is released).
 * After the run, :func:`report` fits a Gaussian to the inserted and the
   held-out statistics and returns Andrew et al.'s ``empirical_epsilon`` at
-  the run's delta, and the one-run lower bound of Steinke, Nasr and
-  Jagielski (2023) at a stated confidence: an estimate and a proof of a
-  violation, respectively.
+  the run's delta with a bootstrap interval over the canaries (an
+  *estimate*, biased upwards), the one-run lower bound of Steinke, Nasr and
+  Jagielski (2023) at a stated confidence, and the figures of jax-privacy's
+  ``CanaryScoreAuditor`` on the same statistics, each labelled a bound or
+  an estimate. Only a lower bound above the reported epsilon proves a
+  violation (:func:`violation`).
 
 The honest clients' training, sampling and keys are those of the run
 without canaries; the canaries add about qK clipped random directions to
@@ -178,31 +181,95 @@ def observe(state: AuditState, aggregate: jax.Array) -> AuditState:
 THREAT_MODELS = {"final_model": "dot_sum", "every_round": "max_cos"}
 
 
-def report(state: AuditState, delta: float, confidence: float) -> dict:
-  """The audit's record: per threat model, Andrew et al.'s estimate and the
-  one-run lower bound (``fedjax_dp.privacy.audit``).
+def report(state: AuditState, delta: float, confidence: float,
+           reported_epsilon: float | None = None) -> dict:
+  """The audit's record: per threat model, every figure labelled a bound or an
+  estimate (``fedjax_dp.privacy.audit.audit_figures``), and the lower bound
+  that decides a violation.
+
+  Per threat model: Andrew et al.'s (ICLR 2024) ``empirical_epsilon``, an
+  *estimate* (biased upwards), with a bootstrap interval over the canaries;
+  the one-run lower bound of Steinke, Nasr and Jagielski (NeurIPS 2023),
+  ``epsilon_lower_bound``; and jax-privacy's ``CanaryScoreAuditor`` fed the
+  same statistics (its Clopper-Pearson and one-run figures are lower
+  bounds, its Gaussian-DP figure an estimate). A violation is claimed only
+  when a lower bound exceeds the reported epsilon: ``decision_lower_bound``
+  is the largest of all the bounds of both threat models, each computed at
+  a Bonferroni-corrected confidence so that the largest holds at
+  ``confidence`` (``audit.decision_lower_bound``).
+
+  Args:
+    state: The audit's state after the run.
+    delta: The run's delta.
+    confidence: Of the bounds, the intervals and the decision.
+    reported_epsilon: The accountant's epsilon to check (e.g. the record's
+      ``epsilon_final``); None: ``violation`` is not decided here (see
+      :func:`violation`).
 
   Returns:
     ``{"canaries", "inserted", "held_out", "confidence", "final_model":
-    {...}, "every_round": {...}}``, each threat model with
-    ``empirical_epsilon``, ``epsilon_lower_bound``, the guesses behind the
-    bound, and the two samples' means and standard deviations.
+    {...}, "every_round": {...}, "decision_lower_bound", "decision",
+    "violation_rule"}`` (and ``"violation"`` when ``reported_epsilon`` is
+    given), each threat model with ``empirical_epsilon``,
+    ``empirical_epsilon_interval``, ``epsilon_lower_bound``, the guesses
+    behind it, the two samples' means and standard deviations, and
+    ``figures``: ``{name: {"value", "kind": "bound" | "estimate", "method",
+    "confidence", ...}}``.
   """
   inserted = np.asarray(state.inserted)
   out = {"canaries": int(inserted.size), "inserted": int(inserted.sum()),
          "held_out": int((~inserted).sum()), "confidence": confidence}
+  samples = {}
   for name, field in THREAT_MODELS.items():
     stat = np.asarray(getattr(state, field), np.float64)
+    samples[name] = (stat, inserted)
     inside, outside = stat[inserted], stat[~inserted]
-    bound = audit_stats.one_run_lower_bound(stat, inserted, delta, confidence)
+    figures = audit_stats.audit_figures(stat, inserted, delta, confidence)
+    estimate, bound = figures["empirical_epsilon"], figures["epsilon_lower_bound"]
     out[name] = {
-        "empirical_epsilon": _finite(audit_stats.estimate_epsilon(inside, outside, delta)),
-        "epsilon_lower_bound": _finite(bound["epsilon_lower_bound"]),
+        "empirical_epsilon": _finite(estimate["value"]),
+        "empirical_epsilon_interval": estimate["interval"],
+        "epsilon_lower_bound": _finite(bound["value"]),
         "guesses": bound["guesses"], "correct": bound["correct"],
         "inserted_mean": float(inside.mean()), "inserted_std": float(inside.std(ddof=1)),
         "held_out_mean": float(outside.mean()), "held_out_std": float(outside.std(ddof=1)),
+        "figures": figures,
     }
+  decision = audit_stats.decision_lower_bound(samples, delta, confidence)
+  out["decision_lower_bound"] = decision["value"]
+  out["decision"] = decision
+  out["violation_rule"] = VIOLATION_RULE
+  if reported_epsilon is not None:
+    out["violation"] = bool(decision["value"] > reported_epsilon)
   return out
+
+
+VIOLATION_RULE = ("a violation is claimed only when decision_lower_bound (the largest lower "
+                  "bound, jointly at the audit's confidence) exceeds the reported epsilon "
+                  "(epsilon_final); estimates and their intervals never decide")
+
+
+def violation(record: dict) -> bool | None:
+  """Whether an audited run's record proves its accountant's epsilon wrong.
+
+  True only when a lower bound exceeds the reported epsilon:
+  ``record["epsilon_lower_bound_decision"] > record["epsilon_final"]`` (at
+  the audit's confidence; see :func:`report`). Estimates never decide.
+
+  Args:
+    record: A run's record (``simulation.run``) with an audit.
+
+  Returns:
+    The verdict; None for a record without an audit or without an epsilon.
+  """
+  bound = record.get("epsilon_lower_bound_decision")
+  if bound is None:
+    audit = record.get("audit") or {}
+    bound = audit.get("decision_lower_bound")
+  eps = record.get("epsilon_final")
+  if bound is None or eps is None:
+    return None
+  return bool(bound > eps)
 
 
 def _finite(value: float) -> float:
