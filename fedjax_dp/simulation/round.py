@@ -201,12 +201,12 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
     slot_mask = inputs.cohort.mask
     present, noise = _present_and_noise(plan, inputs, fstates)
     trainer = make_trainer(plan, model, w, data, inputs, noise)
-    values = tuple(f.train(At(fstate, v, inputs=inputs, noise=noise, trainer=trainer), v)
-                   for f, fstate, v in zip(features, fstates, inputs.features))
-    at = [At(fstate, value, inputs=inputs, noise=noise)
-          for fstate, value in zip(fstates, values)]
-    ids, smask, pres = pad(inputs.cohort.indices), pad(slot_mask), pad(present)
-    tkeys, nkeys = pad(inputs.train_keys), pad(inputs.noise_keys)
+    # Each feature's view of the round once its train hook has run.
+    at = [At(fstate, f.train(At(fstate, v, inputs=inputs, noise=noise, trainer=trainer), v),
+             inputs=inputs, noise=noise)
+          for f, fstate, v in zip(features, fstates, inputs.features)]
+    ids, smask, pres, tkeys, nkeys = map(pad, (inputs.cohort.indices, slot_mask, present,
+                                               inputs.train_keys, inputs.noise_keys))
 
     def contributions(c):
       take = lambda a: jax.lax.dynamic_slice_in_dim(pad(a), c * chunk, chunk)
