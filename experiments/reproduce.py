@@ -11,7 +11,7 @@ thesis-5.1, thesis-5.2, fedsmp, fedsmp-table1, fedsmp-svhn,
 fedsmp-shakespeare, thesis-6.1, thesis-6.2, thesis-6.3, thesis-6.4,
 thesis-6.5, thesis-6.6, thesis-6.7, thesis-6.8, thesis-6.9, thesis-6.10,
 thesis-6.11, thesis-6.12, poster-cdp-lq
-(``fedjax_dp.reproduction.tables()``; ``list`` shows their rows, with the
+(``fedjax_dp.paper_tables.tables()``; ``list`` shows their rows, with the
 records kept and the runs in progress). A row whose data set this
 machine cannot read (SVHN, CIFAR-10, IMDB, EMNIST by writer: not shipped here)
 is never run; it is reported "data not reachable on this machine", with the
@@ -47,7 +47,11 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure([])  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, reproduction, runlock  # noqa: E402
+from fedjax_dp import datasets, runlock  # noqa: E402
+from fedjax_dp.paper import report as paper_report  # noqa: E402
+from fedjax_dp.paper import runner as paper_runner  # noqa: E402
+from fedjax_dp.paper import stats as paper_stats  # noqa: E402
+from fedjax_dp.paper import tables as paper_tables  # noqa: E402
 from fedjax_dp.cli import sweep as experiment  # noqa: E402
 
 DEFAULT_OUT = "experiments/reference/reproduction"
@@ -85,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-def _state(state: reproduction.RunState, rounds: int) -> str:
+def _state(state: paper_runner.RunState, rounds: int) -> str:
   """One run's state for ``list``: ``seed 0 kept (0.8 h)``, ``seed 1 at round 17/200 ...``."""
   where = "reduced " if state.reduced else ""
   if state.finished:
@@ -106,8 +110,8 @@ def _state(state: reproduction.RunState, rounds: int) -> str:
 def _list(name: str | None, out: str) -> int:
   """Prints the tables, with the runs running now, or one table's rows with
   what ``out`` holds of them."""
-  for table in ([reproduction.get_table(name)] if name else reproduction.tables().values()):
-    states = {row.slug: reproduction.run_states(out, table, row) for row in table.rows}
+  for table in ([paper_tables.get_table(name)] if name else paper_tables.tables().values()):
+    states = {row.slug: paper_runner.run_states(out, table, row) for row in table.rows}
     kept = sum(any(s.finished for s in v) for v in states.values())
     going = sum(any(not s.finished for s in v) for v in states.values())
     running = sum(any(s.running is not None for s in v) for v in states.values())
@@ -124,7 +128,7 @@ def _list(name: str | None, out: str) -> int:
   return 0
 
 
-def _rounds(row: reproduction.Row, state: reproduction.RunState, out: str) -> int:
+def _rounds(row: paper_tables.Row, state: paper_runner.RunState, out: str) -> int:
   """The rounds of the row's run in the setting of ``state`` (paper's or reduced)."""
   flags = row.reduced if state.reduced else ()
   args = experiment.build_parser().parse_args(row.argv(state.seed, out, flags))
@@ -134,15 +138,15 @@ def _rounds(row: reproduction.Row, state: reproduction.RunState, out: str) -> in
 class Job(NamedTuple):
   """One table's runs, as one command line asks for them."""
 
-  table: reproduction.Table
-  rows: tuple[reproduction.Row, ...]
+  table: paper_tables.Table
+  rows: tuple[paper_tables.Row, ...]
   seeds: tuple[int, ...] | None
   extra: tuple[str, ...]
   reduced: bool
 
-  def row_seeds(self, row: reproduction.Row) -> tuple[int, ...]:
+  def row_seeds(self, row: paper_tables.Row) -> tuple[int, ...]:
     """The seeds to run for a row: the job's, else 0 1 2 (headline) or 0."""
-    return self.seeds or (reproduction.SEEDS_HEADLINE if row.headline else (0,))
+    return self.seeds or (paper_runner.SEEDS_HEADLINE if row.headline else (0,))
 
 
 def _no_second_argument(args: argparse.Namespace) -> None:
@@ -170,7 +174,7 @@ def _job(args: argparse.Namespace) -> Job:
     UsageError, ValueError: One line.
   """
   _no_second_argument(args)
-  table = reproduction.get_table(args.target)
+  table = paper_tables.get_table(args.target)
   rows = table.select(args.rows)
   if args.seeds is not None and any(s < 0 for s in args.seeds):
     raise ValueError("--seeds must be >= 0")
@@ -231,13 +235,13 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str], li
     if reason := datasets.reachable(row.dataset):
       print(f"reproduce.py: {job.table.name} {row.name}: data not reachable on this machine "
             f"({reason}); not run. Where the data is: "
-            f"{reproduction.rerun_command(job.table, [row])}", file=sys.stderr)
+            f"{paper_report.rerun_command(job.table, [row])}", file=sys.stderr)
       away.append(row.slug)
       continue
     for seed in job.row_seeds(row):
       print(f"reproduce.py: {job.table.name} {row.name} seed {seed}", file=sys.stderr)
       try:
-        kept = reproduction.run_row(job.table, row, seed, out, experiment.main, machine,
+        kept = paper_runner.run_row(job.table, row, seed, out, experiment.main, machine,
                                     row.reduced if job.reduced else job.extra,
                                     progress=sys.stderr.isatty())
       except runlock.Busy as e:  # another campaign on the same records
@@ -250,7 +254,7 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str], li
         continue
       rec = kept["record"]
       print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
-            f"round {rec['best_round']} (paper: {reproduction.paper_cell(row)})",
+            f"round {rec['best_round']} (paper: {paper_report.paper_cell(row)})",
             file=sys.stderr)
   return failed, elsewhere, away
 
@@ -268,7 +272,7 @@ class _Pace(NamedTuple):
   seconds_per_round: float
 
 
-def _run_size(row: reproduction.Row, seed: int, extra: tuple[str, ...]) -> tuple[int, int]:
+def _run_size(row: paper_tables.Row, seed: int, extra: tuple[str, ...]) -> tuple[int, int]:
   """(rounds, forward-pass images a round) of a row's run: a trained image
   counts three (forward and backward), a test image one."""
   args = experiment.build_parser().parse_args(row.argv(seed, "OUT", extra))
@@ -277,7 +281,7 @@ def _run_size(row: reproduction.Row, seed: int, extra: tuple[str, ...]) -> tuple
   return setting["rounds"], 3 * trained + (args.test_size or _TEST_IMAGES)
 
 
-def _kind(row: reproduction.Row, images: int) -> tuple[str, int, bool]:
+def _kind(row: paper_tables.Row, images: int) -> tuple[str, int, bool]:
   """What tells runs of like pace: (scheme, images a round, attacked)."""
   return row.scheme, images, "--attack" in row.flags
 
@@ -290,24 +294,24 @@ def _paces(out: str, here: str) -> tuple[list[_Pace], str]:
   (the 2-core CPU VMs of this project differed five-fold in pace, and a GPU
   run took 40-130 s where such a CPU takes hours)."""
   paces = []
-  for table in reproduction.tables().values():
+  for table in paper_tables.tables().values():
     for row in table.rows:
-      for state in reproduction.run_states(out, table, row):
+      for state in paper_runner.run_states(out, table, row):
         if state.finished and not state.same_run_as and state.round:
           _, images = _run_size(row, state.seed, row.reduced if state.reduced else ())
           paces.append((state.machine, _Pace(table.name, row.slug, _kind(row, images),
                                              state.seconds / state.round)))
-  model = reproduction.machine_model(here)
-  same = [p for m, p in paces if reproduction.machine_model(m) == model]
+  model = paper_stats.machine_model(here)
+  same = [p for m, p in paces if paper_stats.machine_model(m) == model]
   if same:
     return same, "on this machine"
-  accelerator = reproduction.on_accelerator(here)
+  accelerator = paper_stats.on_accelerator(here)
   kind = "accelerator" if accelerator else "CPU"
-  return ([p for m, p in paces if reproduction.on_accelerator(m) == accelerator],
+  return ([p for m, p in paces if paper_stats.on_accelerator(m) == accelerator],
           f"on other {kind} machines")
 
 
-def _pace(paces: list[_Pace], table: reproduction.Table, row: reproduction.Row,
+def _pace(paces: list[_Pace], table: paper_tables.Table, row: paper_tables.Row,
           images: int) -> tuple[float, str] | None:
   """Estimated seconds a round of a row's run, and what the estimate rests
   on: the row's kept seeds, else kept runs of its scheme and size (attacked
@@ -349,13 +353,13 @@ def _plan(path: str, out: str) -> int:
         continue
       for seed in job.row_seeds(row):
         argv = tuple(row.argv(seed, "OUT", extra))
-        if argv in planned or reproduction.is_kept(out, job.table, row, seed, extra):
+        if argv in planned or paper_runner.is_kept(out, job.table, row, seed, extra):
           continue  # listed above, or kept (for this table or another)
         planned.add(argv)
         name = f"{job.table.name} {row.name} seed {seed}{' (reduced)' if job.reduced else ''}"
         rounds, images = _run_size(row, seed, extra)
         # run_states knows the paper's and the reduced settings' runs, not others.
-        states = [] if job.extra else reproduction.run_states(out, job.table, row)
+        states = [] if job.extra else paper_runner.run_states(out, job.table, row)
         started = next((s for s in states if (s.seed, s.reduced) == (seed, job.reduced)
                         and not s.older and 0 < s.round <= rounds), None)
         if started is not None and started.seconds:
@@ -389,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.target == "report":
       _no_second_argument(args)
       experiment.check_out(args.out)
-      path = reproduction.write_report(
+      path = paper_report.write_report(
           args.out, args.report, "python experiments/reproduce.py report"
           + ("" if args.out == DEFAULT_OUT else f" --out {args.out}"))
       print(f"wrote {path}", file=sys.stderr)
@@ -419,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
   except KeyboardInterrupt:
     print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
           f"progress are in {args.out}: the same command continues", file=sys.stderr)
-    return reproduction.INTERRUPTED
+    return paper_runner.INTERRUPTED
   if elsewhere:
     print(f"reproduce.py: left to the processes running them: {', '.join(elsewhere)}",
           file=sys.stderr)

@@ -203,7 +203,7 @@ def plot_ratio_curve(curves: dict[str, list[tuple[float, float, float, float]]],
 
   Args:
     curves: For each scheme, (r, mean, min, max) sorted by r
-      (``fedjax_dp.reproduction.ratio_curves``).
+      (``fedjax_dp.paper.stats.ratio_curves``).
     path: The PNG to write.
     title: The plot's title.
 

@@ -2,7 +2,9 @@
 
 import pytest
 
-from fedjax_dp import bandwidth, presets, report
+from fedjax_dp import bandwidth
+from fedjax_dp.cli import results as report
+from fedjax_dp.paper import results as paper_results
 
 
 def test_bandwidth_formula_reproduces_uai_table1():
@@ -20,14 +22,14 @@ def test_measured_cost_counts_actual_participations():
 
 
 def test_paper_tables():
-  assert presets.paper_result("FL-TOP-DP", 0.005) == (0.81, 200, 1.0)
-  assert presets.paper_result("FL-STD-DP", 1.0) == (0.56, 60, 0.76)
-  assert presets.paper_result("FL-BASIC-DP", 0.05) == (0.76, 195, 0.99)
-  assert presets.paper_result("FL-BAS-3-DP", 0.001) is None  # "-" in Table 8
-  assert presets.paper_result("FL-TOP", 0.3) is None
-  assert presets.paper_clip_norm("FL-TOP-DP", 0.005) == 0.61
-  assert presets.paper_clip_norm("FL-STD-DP", 1.0) == 2.40
-  assert presets.paper_clip_norm("FL-TOP", 0.005) is None
+  assert paper_results.paper_result("FL-TOP-DP", 0.005) == (0.81, 200, 1.0)
+  assert paper_results.paper_result("FL-STD-DP", 1.0) == (0.56, 60, 0.76)
+  assert paper_results.paper_result("FL-BASIC-DP", 0.05) == (0.76, 195, 0.99)
+  assert paper_results.paper_result("FL-BAS-3-DP", 0.001) is None  # "-" in Table 8
+  assert paper_results.paper_result("FL-TOP", 0.3) is None
+  assert paper_results.paper_clip_norm("FL-TOP-DP", 0.005) == 0.61
+  assert paper_results.paper_clip_norm("FL-STD-DP", 1.0) == 2.40
+  assert paper_results.paper_clip_norm("FL-TOP", 0.005) is None
 
 
 def test_markdown_table_sets_paper_figures_beside_ours():

@@ -16,7 +16,13 @@
   generated from the declared options);
 - :mod:`~fedjax_dp.cli.sweep`: the sweep itself (planning, loading,
   running, ``main``);
+- :mod:`~fedjax_dp.cli.results`: the sweep's results (Markdown, JSON,
+  CSV), each figure beside the paper's;
 - :mod:`~fedjax_dp.cli.types`: the flags' argparse value types.
+
+The command line is the app layer above the library: it applies the papers'
+presets (``fedjax_dp.paper.presets``) and compares with their figures
+(``fedjax_dp.paper.results``); the library imports neither.
 
 The library outside ``cli`` (``fedjax_dp.schemes`` included) imports no argparse.
 """

@@ -16,8 +16,9 @@ import argparse
 import os
 
 from fedjax_dp import (aggregators, datasets, distributed, features, host_devices, options,
-                       presets, simulation)
+                       simulation)
 from fedjax_dp.cli import schemes, types
+from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.schemes import FAMILIES, SCHEMES
 from fedjax_dp.schemes.coordinate_subset import MASKED_SCHEMES
 
@@ -27,8 +28,6 @@ PROG = "sweep.py"
 # (thesis Tables 4.2 / 5.3). The other schemes have their own settings and
 # run with --schemes (their presets apply).
 DEFAULT_SCHEMES = tuple(MASKED_SCHEMES) + ("FL-CS", "FL-CS-DP")
-
-P = presets.FASHION_MNIST
 
 
 class UsageError(Exception):
@@ -60,20 +59,32 @@ def _values(setting) -> str:
   return ", ".join(f"{_SYMBOLS[k]}={v}" for k, v in setting.items() if k in _SYMBOLS)
 
 
+def family_presets(family) -> dict[str, tuple[dict, str]]:
+  """A family's presets on the image data with their sources: its papers'
+  (``fedjax_dp.paper.presets``), then its own (``Family.presets``)."""
+  found = {scheme: (setting, paper_presets.IMAGE_SOURCES[scheme])
+           for scheme, setting in paper_presets.IMAGE_PRESETS.items()
+           if scheme in family.schemes}
+  return {**found, **{scheme: (setting, family.preset_sources[scheme])
+                      for scheme, setting in family.presets.items()}}
+
+
 def _presets_epilog() -> str:
-  """The scheme families' presets and each data set's setting, from their
-  declarations (``Family.presets``, ``Dataset.settings``)."""
+  """The scheme families' presets and each data set's setting: the papers'
+  (``fedjax_dp.paper.presets``) and the declarations (``Family.presets``,
+  ``Dataset.settings``)."""
   lines = ["scheme presets (used where the flag is not given; all other schemes use "
            "the data set's setting):"]
   for family in FAMILIES:
-    for scheme, setting in family.presets.items():
-      lines.append(f"  {scheme}: {_values(setting)} ({family.preset_sources[scheme]})")
+    for scheme, (setting, source) in family_presets(family).items():
+      lines.append(f"  {scheme}: {_values(setting)} ({source})")
   lines.append("data set settings (every scheme, unless a preset of the data set's says "
                "otherwise):")
   for name, dataset in datasets.DATASETS.items():
     settings = dataset.settings
+    papers = paper_presets.presets_on(dataset)[0] if settings.scheme_presets is not None else {}
     own = "".join(f"; {scheme}: {_values(setting)}"
-                  for scheme, setting in (settings.scheme_presets or {}).items())
+                  for scheme, setting in {**papers, **(settings.scheme_presets or {})}.items())
     lines.append(f"  --dataset {name}: {_values(settings.setting)} ({settings.source}){own}")
   return "\n".join(lines)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 
-from fedjax_dp import aggregators, datasets, distributed, features, presets, simulation
+from fedjax_dp import aggregators, datasets, distributed, features, simulation
 from fedjax_dp.cli import schemes
 from fedjax_dp.models import DROPOUT_MODELS
+from fedjax_dp.paper import results as paper_results
 from fedjax_dp.schemes import Scheme
 
 
@@ -27,9 +28,9 @@ def clip_for(args: argparse.Namespace, scheme: Scheme,
   if isinstance(args.clip, float):
     return args.clip, "user"
   if args.clip == "paper":
-    s = presets.paper_clip_norm(scheme.name, ratio, args.dataset)
+    s = paper_results.paper_clip_norm(scheme.name, ratio, args.dataset)
     if s is not None:
-      return s, f"paper ({presets.paper_clip_source(scheme.name, ratio, args.dataset)})"
+      return s, f"paper ({paper_results.paper_clip_source(scheme.name, ratio, args.dataset)})"
   if args.clip_ratio is not None:
     return None, f"calibrated at r = {args.clip_ratio:g} for every ratio (Fed-SMP Sec. 6.2)"
   return None, "calibrated (UAI Sec. 4)"

@@ -4,8 +4,9 @@ Defaults are the UAI 2021 Fashion-MNIST setting (Table 5); ``--dataset``
 picks MNIST or the medical-synth stand-in, whose base setting, model, clip
 norms and selection metric follow it (``fedjax_dp.datasets``). Schemes whose
 papers used another setting (FL-SIGN: thesis Table 8.1; FL-SIGN-DP: Table
-8.2; signSGD: all clients, one batch; CDP-LQ; Fed-SMP) get it as a preset of
-their family (``Family.presets``): for each of --rounds, --num-clients,
+8.2; signSGD: all clients, one batch; CDP-LQ; Fed-SMP) get it as their
+papers' preset (``fedjax_dp.paper.presets``; a family of research code's own
+declares its own, ``Family.presets``): for each of --rounds, --num-clients,
 --samples-per-client, --clients-per-round, --local-steps, --batch-size and
 --lr the value is the flag if given, else the scheme's preset, else the UAI
 default. The flags and their mapping to the library's settings are
@@ -35,9 +36,9 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from fedjax_dp import (datasets, distributed, keys, plots, presets, report, runlock,
-                       sharding, simulation)
+from fedjax_dp import datasets, distributed, keys, plots, runlock, sharding, simulation
 from fedjax_dp.cli import errors as cli_errors
+from fedjax_dp.cli import results as report
 from fedjax_dp.cli import schemes as cli_schemes
 from fedjax_dp.cli import settings as cli_settings
 from fedjax_dp.cli.parser import (DEFAULT_SCHEMES, PRESET_FLAGS, PROG, UsageError,
@@ -47,6 +48,8 @@ from fedjax_dp.cli.settings import apply_dataset_defaults
 from fedjax_dp.data import DataError
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel, get_model
+from fedjax_dp.paper import presets as paper_presets
+from fedjax_dp.paper import results as paper_results
 from fedjax_dp.schemes import Scheme, family_of, get_scheme
 
 __all__ = ["DEFAULT_SCHEMES", "PRESET_FLAGS", "PROCESS_FLAGS", "Data", "PlannedRun",
@@ -62,7 +65,11 @@ _OWN_FLAGS = ("process_id", "process_timeout", "out", "quiet", "plot")
 
 
 def _scheme_presets(scheme: Scheme, dataset: datasets.Dataset) -> tuple[dict, str]:
-  """The scheme's own preset on a data set and its source."""
+  """The scheme's preset on a data set and its source: its paper's
+  (``fedjax_dp.paper.presets``), else its family's or the data set's own."""
+  found = paper_presets.preset(scheme.name, dataset)
+  if found is not None:
+    return found
   if dataset.scheme_presets is None:  # the families' presets (image data)
     family = family_of(scheme)
     return (dict(family.presets.get(scheme.name, {})),
@@ -269,9 +276,9 @@ def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
     record["dataset"] = dataset.label
     record["data_summary"] = fed.summary
     record["clip_source"] = run.clip_source
-    record["paper_source"] = presets.paper_source(run.scheme.name, run.ratio, dataset.name,
-                                                  run.setting)
-    record["paper_upstream_bits"] = presets.PAPER_UPSTREAM_BITS.get(run.scheme.name)
+    record["paper_source"] = paper_results.paper_source(run.scheme.name, run.ratio,
+                                                        dataset.name, run.setting)
+    record["paper_upstream_bits"] = paper_results.PAPER_UPSTREAM_BITS.get(run.scheme.name)
     record["setting_source"] = setting_source(run.scheme, dataset.name, run.setting)
     record.update({k: run.setting[k] for k in ("samples_per_client", "local_steps",
                                                 "batch_size", "lr", "local_optimizer")})

@@ -400,7 +400,7 @@ class Family:
       values applied. ``options`` maps every option's name to its value
       (:meth:`defaults` where none was given) and holds the run's settings
       a family may read: ``dataset``, ``delta``, ``noise_multiplier``.
-    presets: Per scheme, the sweep settings its paper used (``rounds``,
+    presets: Per scheme, the sweep settings it runs with by default (``rounds``,
       ``num_clients``, ``samples_per_client``, ``clients_per_round``,
       ``local_steps``, ``batch_size``, ``lr``) where they differ from the
       UAI 2021 setting; a flag the user gives wins.

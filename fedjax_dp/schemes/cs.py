@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, keys, options, presets
+from fedjax_dp import calibration, keys, options
 from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
@@ -245,6 +245,8 @@ CS_SCHEMES = {
 
 
 _PAPER = CS_SCHEMES["FL-CS"]
+# eta_G on the medical data (UAI Table 5, medical row; thesis Table 8.5).
+MEDICAL_SERVER_LR = 1.0
 
 
 # FL-CS / FL-FREQ options; defaults: thesis Table 8.4.
@@ -277,7 +279,7 @@ def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
     return scheme
   server_lr = values["server_lr"]
   if server_lr is None:
-    server_lr = (presets.MEDICAL_SERVER_LR if values.get("dataset") == "medical-synth"
+    server_lr = (MEDICAL_SERVER_LR if values.get("dataset") == "medical-synth"
                  else _PAPER.server_lr)
   return dataclasses.replace(
       scheme, chunks=values["chunks"], lam=values["cs_lambda"],

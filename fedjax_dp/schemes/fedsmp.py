@@ -73,7 +73,7 @@ LR_DECAY_EVERY = {"shakespeare": SHAKESPEARE_LR_DECAY_EVERY}
 # epochs on SVHN (T_gd = 50 steps of |B| = 10 over a client's 100 examples).
 SERVER_EPOCHS = {"shakespeare": 1, "svhn": 5}
 # Sec. 6.2 names local momentum SGD, but its coefficient did not survive in
-# the text this project has; 0.5 is this simulator's choice (see presets).
+# the text this project has; 0.5 is this simulator's choice (see fedjax_dp.paper.presets).
 MOMENTUM = 0.5
 
 
@@ -351,34 +351,11 @@ FEDSMP_SCHEMES = {s.name: s for s in (_pair("randk", "randk", 0) +
 FEDSMP_SCHEMES[DP_FEDAVG.name] = DP_FEDAVG
 
 
-# Fed-SMP paper (Hu, Gong, Guo), Fashion-MNIST, Sec. 6.1-6.2: N = 6,000
-# clients; for top_k 1,000 training examples are held out as the server's
-# public set and the remaining 59,000 go to the clients (9 each here, equal
-# arrays; rand_k and the FedAvg baselines split all 60,000, 10 each); local
-# momentum SGD for 10 local epochs, momentum reset every round, learning rate
-# decaying by 0.99 per round (the schemes' lr_decay), the server's top_k
-# training with the clients' optimiser and period. With |B| >= |D_k| a local
-# step is an epoch, so T_gd = 10. The text this project has lost the
-# momentum coefficient, the learning rate, |B|, the clients per round, T_cl,
-# sigma and S: |K| = 100 and T_cl = 200 fall back to the UAI setting,
-# |B| = 10, and eta = 0.1 with momentum 0.5 (``MOMENTUM``) is this
-# simulator's choice, an effective step eta / (1 - beta) = 0.2 close to the
-# UAI setting's 0.215. The paper's epsilon is 1.01 (Table I), delta < 1/N.
-_FASHION_MNIST = {"num_clients": 6000, "samples_per_client": 10, "local_steps": 10,
-                  "batch_size": 10, "lr": 0.1}
-PRESETS = {name: {**_FASHION_MNIST,
-                  # top_k: 59,000 / 6,000 after the 1,000-example hold-out.
-                  **({"samples_per_client": 9} if name.endswith("topk") else {})}
-           for name in ("Fed-SMP-randk", "FedAvg-randk", "Fed-SMP-topk", "FedAvg-topk")}
-PRESET_SOURCES = {name: ("Fed-SMP Sec. 6.1-6.2 (N, |D_k|, 10 local epochs); "
-                         "eta, |B| this simulator's choice") for name in PRESETS}
-# These are the Fashion-MNIST (and MNIST) presets. On --dataset shakespeare every scheme
-# runs the data set's setting instead, the Fed-SMP Shakespeare setting
-# (fedjax_dp.presets.SHAKESPEARE and its sources), with the learning rate decaying every 50
-# rounds (LR_DECAY_EVERY) and top_k's server making one pass over its public set a round
-# (SERVER_EPOCHS); on --dataset svhn the Fed-SMP SVHN setting (presets.SVHN), the rate
-# decaying every round, top_k's public set 2,000 examples (PUBLIC_HOLDOUTS) and its server
-# making 5 passes over it a round.
+# The Fed-SMP paper's settings of these schemes (Sec. 6.1-6.2) are the papers' app's presets
+# (fedjax_dp.paper.presets.FEDSMP), applied by the command line; on --dataset shakespeare
+# and svhn every scheme runs the data set's setting (fedjax_dp.data.settings), with the
+# learning-rate period, top_k's server period and public set of LR_DECAY_EVERY,
+# SERVER_EPOCHS and PUBLIC_HOLDOUTS.
 
 
 # Local momentum, learning-rate decay, the server's top_k training.
@@ -423,5 +400,4 @@ def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
 
 
 FAMILY = Family("Fed-SMP-randk / -topk, FedAvg-randk / -topk (Fed-SMP paper Sec. 4, "
-                "6.1-6.2)", FEDSMP_SCHEMES, options=OPTIONS, configure=configure,
-                presets=PRESETS, preset_sources=PRESET_SOURCES)
+                "6.1-6.2)", FEDSMP_SCHEMES, options=OPTIONS, configure=configure)

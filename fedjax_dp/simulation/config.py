@@ -11,7 +11,7 @@ audit, adaptive clipping). Every error is a :class:`~fedjax_dp.errors.ConfigErro
 naming its field, so the command line names its flag.
 
 The defaults are the UAI 2021 Fashion-MNIST setting
-(``fedjax_dp.presets.FASHION_MNIST``, UAI Table 5).
+(``fedjax_dp.data.settings.FASHION_MNIST``, UAI Table 5).
 ``RunConfig.of(**settings)`` builds a config from flat settings (each name
 goes to the part that owns it), ``cfg.replace(**settings)`` changes some.
 Each field declares its option (``fedjax_dp.options.setting``: its flag,
@@ -26,14 +26,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fedjax_dp import aggregators, deprecation, local_training, options, presets, sampling
+from fedjax_dp import aggregators, deprecation, local_training, options, sampling
 from fedjax_dp import features as features_lib
+from fedjax_dp.data import settings as data_settings
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.options import setting
 from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes.base import LocalTraining
 
-_UAI = presets.FASHION_MNIST
+_UAI = data_settings.FASHION_MNIST
 
 # Metrics that can pick a run's best round: accuracy (UAI Table 1) or, for
 # a binary task, balanced accuracy (thesis Sec. 8.4.2-8.4.3).

@@ -432,7 +432,8 @@ def test_fl_sign_in_uai_setting_is_compared_with_table_4_4_and_says_which_flags_
   """FL-SIGN's preset is thesis Table 8.1's (compared with Table 4.1); run in
   UAI Table 5's data setting by flags, its record names Table 4.4 and the
   flags that moved it off the preset, and the table prints Table 4.4's figure."""
-  from fedjax_dp import presets, report  # pylint: disable=import-outside-toplevel
+  from fedjax_dp.cli import results as report  # pylint: disable=import-outside-toplevel
+  from fedjax_dp.paper import results as paper_results  # pylint: disable=import-outside-toplevel
   parser = sweep.build_parser()
   (default,) = sweep.plan(parser.parse_args(["--schemes", "FL-SIGN"]))
   (uai,) = sweep.plan(parser.parse_args(
@@ -442,7 +443,7 @@ def test_fl_sign_in_uai_setting_is_compared_with_table_4_4_and_says_which_flags_
   assert source(default) == "thesis Table 8.1"
   assert source(uai) == ("thesis Table 8.1, except --local-steps 5, --num-clients 6000, "
                          "--rounds 200, --samples-per-client 10")
-  figure = lambda run: presets.paper_source("FL-SIGN", 1.0, "fashion-mnist", run.setting)
+  figure = lambda run: paper_results.paper_source("FL-SIGN", 1.0, "fashion-mnist", run.setting)
   assert (figure(default), figure(uai)) == ("thesis Table 4.1", "thesis Table 4.4")
   record = {"scheme": "FL-SIGN", "ratio": 1.0, "dataset": "fashion-mnist", **uai.setting}
   assert report._paper(record, "round", "d") == "197"  # pylint: disable=protected-access

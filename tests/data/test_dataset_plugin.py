@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_dp import datasets, models, options, presets
+from fedjax_dp import datasets, models, options
+from fedjax_dp.data import settings as data_settings
 from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.cli import errors as cli_errors
 from fedjax_dp.data.sets import base, fashion_mnist
@@ -47,7 +48,7 @@ def _federation(dataset, request):
 
 TOY = base.Dataset(
     name="toy-images", model="toy-linear",
-    settings=presets.DataSetting(TOY_SETTING, "a test's toy setting", {}),
+    settings=data_settings.DataSetting(TOY_SETTING, "a test's toy setting", {}),
     federation=_federation, loader=_load, holds_out_public=True,
     options=(options.Option("toy_tag", str, "plain", "a tag the summary carries"),),
     public_source="4 training images held out", about="tiny random images (a test's)")
@@ -84,7 +85,7 @@ def test_a_registered_data_set_runs_from_the_command_line(toy, tmp_path, capsys)
 
 
 def test_a_registered_data_set_is_everywhere_a_built_in_one_is(toy, tmp_path, capsys):
-  assert presets.DATA_SETTINGS["toy-images"] is TOY.settings
+  assert datasets.DATASETS["toy-images"].settings is TOY.settings
   assert datasets.reachable("toy-images") == ""
   fed = datasets.load("toy-images", 4, 5, seed=1, toy_tag="mine")
   assert np.asarray(fed.data.x).shape == (4, 5, 28, 28, 1) and fed.summary["toy_tag"] == "mine"

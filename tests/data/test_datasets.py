@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from fedjax_dp import datasets, presets
+from fedjax_dp import datasets
+from fedjax_dp.data import settings as data_settings
+from fedjax_dp.paper import results as paper_results
 from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.data import load_federated, load_federated_with_public, public_batch
 
@@ -94,18 +96,17 @@ def test_bad_settings_raise_one_line(call, needle):
 
 
 def test_each_data_set_takes_its_setting_and_sources_from_one_table():
-  """presets.DATA_SETTINGS writes each data set's setting, its source and its
+  """Each data set's module declares its setting, its source and its own
   per-scheme presets once (datasets.DATASETS reads them); where it gives its
   values' sources, every value has one."""
-  assert list(datasets.DATASETS) == list(presets.DATA_SETTINGS)
   for name, dataset in datasets.DATASETS.items():
-    paper = presets.DATA_SETTINGS[name]
+    own = dataset.settings
     assert (dataset.setting, dataset.setting_source, dataset.scheme_presets,
-            dataset.preset_sources) == (paper.setting, paper.source, paper.scheme_presets,
-                                        paper.preset_sources), name
-    assert set(paper.preset_sources) == set(paper.scheme_presets or {}), name
-    assert not paper.value_sources or set(paper.value_sources) == set(paper.setting), name
-  assert presets.DATA_SETTINGS["cifar10"].value_sources is presets.CIFAR10_SOURCES
+            dataset.preset_sources) == (own.setting, own.source, own.scheme_presets,
+                                        own.preset_sources), name
+    assert set(own.preset_sources) == set(own.scheme_presets or {}), name
+    assert not own.value_sources or set(own.value_sources) == set(own.setting), name
+  assert datasets.DATASETS["cifar10"].settings.value_sources is data_settings.CIFAR10_SOURCES
 
 
 def test_presets_follow_the_dataset():
@@ -119,9 +120,10 @@ def test_presets_follow_the_dataset():
   # The sign family's image preset does not leak onto the medical data.
   assert experiment.scheme_setting("FL-SIGN", "medical-synth")["num_clients"] == 5010
   assert experiment.scheme_setting("FL-SIGN", "mnist")["local_steps"] == 30  # Table 8.1
-  assert presets.paper_clip_norm("FL-TOP-DP", 0.001, "medical-synth") == 0.59
-  assert presets.paper_clip_norm("FL-STD-DP", 1.0, "medical-synth") == 1.40
-  assert presets.paper_clip_norm("FL-TOP-DP", 0.001) == 0.50  # Fashion-MNIST, UAI Table 6
-  assert presets.paper_result("FL-SIGN", 1.0, "mnist").accuracy == 0.98
-  assert presets.paper_result("FL-TOP-DP", 0.005, "medical-synth") is None
-  assert presets.paper_result("FL-SIGN", 1.0, "mnist") != presets.paper_result("FL-SIGN", 1.0)
+  assert paper_results.paper_clip_norm("FL-TOP-DP", 0.001, "medical-synth") == 0.59
+  assert paper_results.paper_clip_norm("FL-STD-DP", 1.0, "medical-synth") == 1.40
+  assert paper_results.paper_clip_norm("FL-TOP-DP", 0.001) == 0.50  # Fashion-MNIST, UAI Table 6
+  assert paper_results.paper_result("FL-SIGN", 1.0, "mnist").accuracy == 0.98
+  assert paper_results.paper_result("FL-TOP-DP", 0.005, "medical-synth") is None
+  assert (paper_results.paper_result("FL-SIGN", 1.0, "mnist")
+          != paper_results.paper_result("FL-SIGN", 1.0))

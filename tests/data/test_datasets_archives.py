@@ -12,7 +12,8 @@ import pytest
 import scipy.ndimage
 
 import archive_files as F
-from fedjax_dp import datasets, models, presets
+from fedjax_dp import datasets, models
+from fedjax_dp.data import settings as data_settings
 from fedjax_dp.cli import sweep
 from fedjax_dp.data import PADDING_LABEL, archives, as_float
 from fedjax_dp.data.sets import cifar10
@@ -312,11 +313,11 @@ def test_reachable_with_and_without_the_files(files, tmp_path, monkeypatch):
 
 
 def test_presets_and_their_sources():
-  settings = {"svhn": presets.SVHN, "cifar10": presets.CIFAR10, "imdb": presets.IMDB,
-              "femnist": presets.FEMNIST}
-  sources = {"svhn": presets.SVHN_SOURCES, "cifar10": presets.CIFAR10_SOURCES,
-             "imdb": presets.IMDB_SOURCES, "femnist": presets.FEMNIST_SOURCES}
-  keys = set(presets.SHAKESPEARE)
+  settings = {"svhn": data_settings.SVHN, "cifar10": data_settings.CIFAR10,
+              "imdb": data_settings.IMDB, "femnist": data_settings.FEMNIST}
+  sources = {"svhn": data_settings.SVHN_SOURCES, "cifar10": data_settings.CIFAR10_SOURCES,
+             "imdb": data_settings.IMDB_SOURCES, "femnist": data_settings.FEMNIST_SOURCES}
+  keys = set(data_settings.SHAKESPEARE)
   for name, setting in settings.items():
     extra = {"local_optimizer"} if name in ("cifar10", "imdb") else set()
     assert set(setting) == keys | extra and set(sources[name]) == set(setting), name
@@ -325,14 +326,15 @@ def test_presets_and_their_sources():
     assert dataset.setting is setting and dataset.setting_source
     for scheme in ("FL-STD", "FL-TOP-DP", "FL-SIGN", "Fed-SMP-topk", "CDP-LQ", "FL-CS-DP"):
       assert sweep.scheme_setting(scheme, name) == setting, (name, scheme)  # no leak
-  svhn = presets.SVHN
+  svhn = data_settings.SVHN
   assert (svhn["num_clients"], svhn["samples_per_client"], svhn["public_batch"]) == (6000, 100,
                                                                                     2000)
   assert svhn["local_steps"] * svhn["batch_size"] == 5 * svhn["samples_per_client"]  # 5 epochs
   assert svhn["num_clients"] * svhn["samples_per_client"] <= 73257 + 531131 - 2000
   for key in ("clients_per_round", "rounds", "batch_size", "lr", "noise_multiplier"):
-    assert "lost" in presets.SVHN_SOURCES[key] and "fedsmp.PRESETS" in presets.SVHN_SOURCES[key]
-  cifar, imdb = presets.CIFAR10, presets.IMDB
+    source = data_settings.SVHN_SOURCES[key]
+    assert "lost" in source and "paper.presets.FEDSMP" in source
+  cifar, imdb = data_settings.CIFAR10, data_settings.IMDB
   assert ((cifar["samples_per_client"], cifar["batch_size"], cifar["local_steps"],
            cifar["rounds"], cifar["lr"]) == (500, 50, 50, 400, 0.001))
   assert ((imdb["samples_per_client"], imdb["batch_size"], imdb["local_steps"],
@@ -342,17 +344,17 @@ def test_presets_and_their_sources():
     # One client's share is the public set: N x |D_k| + public = the whole training set.
     assert (setting["num_clients"] + 1) * setting["samples_per_client"] == total
     assert setting["public_batch"] == setting["samples_per_client"]
-  for source in (presets.CIFAR10_SOURCES, presets.IMDB_SOURCES):
+  for source in (data_settings.CIFAR10_SOURCES, data_settings.IMDB_SOURCES):
     for key in ("num_clients", "delta", "noise_multiplier", "public_batch"):
       assert "this simulator's choice" in source[key], key
     assert "Table 8.1" in source["rounds"] and "Table 8.1" in source["local_optimizer"]
-  femnist = presets.FEMNIST
+  femnist = data_settings.FEMNIST
   assert (femnist["num_clients"], femnist["delta"], femnist["noise_multiplier"]) == (25, 1e-4,
                                                                                     0.25)
   for key in ("num_clients", "delta", "noise_multiplier"):
-    assert "poster" in presets.FEMNIST_SOURCES[key], key
+    assert "poster" in data_settings.FEMNIST_SOURCES[key], key
   for key in ("clients_per_round", "batch_size", "lr", "rounds", "public_batch"):
-    assert "this simulator's choice" in presets.FEMNIST_SOURCES[key], key
+    assert "this simulator's choice" in data_settings.FEMNIST_SOURCES[key], key
   assert {n: datasets.get_dataset(n).model for n in NEW} == {
       "svhn": "svhn-cnn", "cifar10": "all-cnn-c", "imdb": "imdb-cnn-lstm",
       "femnist": "emnist-cnn"}
@@ -368,7 +370,7 @@ def _plan(*argv):
 def test_command_line_takes_each_data_set_s_setting(files):
   _, runs = _plan("--dataset", "svhn", "--schemes", "Fed-SMP-topk", "FL-STD")
   top = runs["Fed-SMP-topk"]
-  assert top.setting == {**presets.SVHN, "local_optimizer": "sgd"}
+  assert top.setting == {**data_settings.SVHN, "local_optimizer": "sgd"}
   # Fed-SMP Sec. 6.1-6.2 on SVHN: 2,000 public examples, the server's 5 epochs over them,
   # the learning rate decaying every round.
   assert (top.scheme.public_holdout, top.scheme.server_epochs, top.scheme.lr_decay_every) == (

@@ -17,7 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import datasets, presets
+from fedjax_dp import datasets
+from fedjax_dp.data import settings as data_settings
+from fedjax_dp.paper import results as paper_results
 from fedjax_dp.cli import sweep
 from fedjax_dp.data import PADDING_LABEL, as_float
 from fedjax_dp.data import shakespeare as S
@@ -134,22 +136,22 @@ def test_preset_values_and_their_sources():
   """The Fed-SMP Shakespeare setting for every scheme; each value with its source."""
   for name in ("Fed-SMP-randk", "Fed-SMP-topk", "DP-FedAvg", "FL-STD", "FL-SIGN"):
     setting = sweep.scheme_setting(name, "shakespeare")
-    assert setting == presets.SHAKESPEARE, name  # no image preset leaks in
-  s = presets.SHAKESPEARE
+    assert setting == data_settings.SHAKESPEARE, name  # no image preset leaks in
+  s = data_settings.SHAKESPEARE
   assert (s["clients_per_round"], s["batch_size"], s["rounds"]) == (10, 4, 1200)  # [34]
   assert s["local_steps"] * s["batch_size"] == s["samples_per_client"]  # 1 epoch at the cap
   assert s["public_batch"] == 1000 and s["num_clients"] == 1124
-  assert set(presets.SHAKESPEARE_SOURCES) == set(s)
+  assert set(data_settings.SHAKESPEARE_SOURCES) == set(s)
   for key in ("num_clients", "samples_per_client", "lr", "noise_multiplier", "delta"):
-    assert "this simulator's choice" in presets.SHAKESPEARE_SOURCES[key], key
+    assert "this simulator's choice" in data_settings.SHAKESPEARE_SOURCES[key], key
   for key in ("clients_per_round", "batch_size", "rounds"):
-    assert "[34]" in presets.SHAKESPEARE_SOURCES[key], key
+    assert "[34]" in data_settings.SHAKESPEARE_SOURCES[key], key
   dataset = datasets.get_dataset("shakespeare")
   assert (dataset.model, dataset.split_by, dataset.selection_metric) == ("lstm", "role",
                                                                          "accuracy")
-  assert presets.paper_clip_norm("Fed-SMP-randk", 0.1, "shakespeare") is None
-  assert presets.paper_clip_norm("FL-STD-DP", 1.0, "shakespeare") is None
-  assert presets.paper_result("FL-STD", 1.0, "shakespeare") is None
+  assert paper_results.paper_clip_norm("Fed-SMP-randk", 0.1, "shakespeare") is None
+  assert paper_results.paper_clip_norm("FL-STD-DP", 1.0, "shakespeare") is None
+  assert paper_results.paper_result("FL-STD", 1.0, "shakespeare") is None
 
 
 def test_lr_decays_every_50_rounds_on_shakespeare():
@@ -183,7 +185,7 @@ def test_command_line_applies_the_shakespeare_setting():
   top = runs["Fed-SMP-topk"]
   assert (top.scheme.lr_decay_every, top.scheme.server_epochs) == (50, 1)
   assert runs["FedAvg-randk"].scheme.lr_decay_every == 50
-  assert top.setting == {**{k: presets.SHAKESPEARE[k] for k in top.setting
+  assert top.setting == {**{k: data_settings.SHAKESPEARE[k] for k in top.setting
                              if k != "local_optimizer"}, "local_optimizer": "sgd"}
   assert top.config.training.batch_size == 4 and top.config.privacy.noise_multiplier == 1.0
   # top_k's server trains one pass over the public set, as a client does over its data.

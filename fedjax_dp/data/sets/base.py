@@ -1,7 +1,7 @@
 """What a data set declares, and what the data sets' modules share.
 
 A data set is a :class:`Dataset`: its model, its setting
-(:class:`~fedjax_dp.presets.DataSetting`), its loader and its federation
+(:class:`~fedjax_dp.data.settings.DataSetting`), its loader and its federation
 builder, a function ``federation(dataset, request) -> Federation`` that
 splits the data over clients for one :class:`Request` (what
 ``fedjax_dp.datasets.load`` was asked). The data sets split by partition
@@ -17,10 +17,10 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import presets
 from fedjax_dp.data import (ClientData, holdout_indices, idx, label_summary, load_dataset,
                             partition_indices, public_batch)
 from fedjax_dp.data import archives
+from fedjax_dp.data.settings import DataSetting
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.options import Option
 
@@ -108,7 +108,7 @@ class Dataset:
     name: The ``--dataset`` value.
     model: ``fedjax_dp.models.get_model`` name.
     settings: Its base setting, the setting's source, per-scheme presets and
-      the values' sources (what ``presets.DATA_SETTINGS`` holds for it).
+      the values' sources (:class:`~fedjax_dp.data.settings.DataSetting`).
     federation: Its builder: ``federation(dataset, request)`` gives the
       :class:`Federation` of a :class:`Request` (the data sets split by
       partition: :func:`partition_federation`).
@@ -141,7 +141,7 @@ class Dataset:
 
   name: str
   model: str
-  settings: presets.DataSetting
+  settings: DataSetting
   federation: Callable[[Dataset, Request], Federation]
   about: str = ""
   files: Callable[[Dataset], None] = no_files

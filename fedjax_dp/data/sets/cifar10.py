@@ -14,16 +14,15 @@ import math
 
 import numpy as np
 
-from fedjax_dp import presets
-from fedjax_dp.data import archives, holdout_indices
+from fedjax_dp.data import archives, holdout_indices, settings
 from fedjax_dp.data.sets import base
 
 # Every scheme runs the base setting (thesis Table 8.1, the setting of every scheme the
 # thesis runs here: FL-SIGN, FL-CS, FL-TOP, FL-STD).
-SETTINGS = presets.DataSetting(
-    presets.CIFAR10, "thesis Table 8.1 (CIFAR: |D_k| 500, |B| 50, T_gd 50, T_cl 400, Adam "
+SETTINGS = settings.DataSetting(
+    settings.CIFAR10, "thesis Table 8.1 (CIFAR: |D_k| 500, |B| 50, T_gd 50, T_cl 400, Adam "
     "0.001, 500,000 augmented images); N = 999 and the public set this simulator's choice",
-    {}, value_sources=presets.CIFAR10_SOURCES)
+    {}, value_sources=settings.CIFAR10_SOURCES)
 
 # CIFAR-10's augmentation (thesis Sec. 8.3.2, l.2229: 50,000 training images augmented to
 # 500,000 by random horizontal and vertical shifts and horizontal flips), as Keras'

@@ -6,10 +6,10 @@ with the paper CNN in the UAI Table 5 setting. The server's public batch is
 different from, the clients').
 """
 
-from fedjax_dp import presets
+from fedjax_dp.data import settings
 from fedjax_dp.data.sets import base
 
-SETTINGS = presets.DataSetting(presets.FASHION_MNIST, "UAI Table 5")
+SETTINGS = settings.DataSetting(settings.FASHION_MNIST, "UAI Table 5")
 
 DATASET = base.Dataset(
     name="fashion-mnist", model="cnn", settings=SETTINGS,

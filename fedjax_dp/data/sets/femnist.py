@@ -12,8 +12,8 @@ this simulator's choice.
 
 import numpy as np
 
-from fedjax_dp import options, presets
-from fedjax_dp.data import DataError, archives, from_client_indices, label_summary
+from fedjax_dp import options
+from fedjax_dp.data import DataError, archives, from_client_indices, label_summary, settings
 from fedjax_dp.data.sets import base
 from fedjax_dp.errors import ConfigError
 
@@ -21,10 +21,10 @@ from fedjax_dp.errors import ConfigError
 FEMNIST_WRITERS_PER_CLIENT = 50
 
 # Every scheme runs the base setting (the poster's, its only source here).
-SETTINGS = presets.DataSetting(
-    presets.FEMNIST, "CDP-LQ poster (25 participants of 50 writers, delta 1e-4, sigma 0.25, "
+SETTINGS = settings.DataSetting(
+    settings.FEMNIST, "CDP-LQ poster (25 participants of 50 writers, delta 1e-4, sigma 0.25, "
     "one gradient a round); model, |K|, |B|, eta, T_cl this simulator's choice", {},
-    value_sources=presets.FEMNIST_SOURCES)
+    value_sources=settings.FEMNIST_SOURCES)
 
 OPTIONS = (
     options.Option("writers_per_client", options.positive_int, FEMNIST_WRITERS_PER_CLIENT,

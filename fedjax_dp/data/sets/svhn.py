@@ -6,20 +6,19 @@ images of train + extra gathered from both files without a copy
 server's public set for every scheme (as Fed-SMP Sec. 6.1 does for top_k),
 so that every scheme trains the same clients and S is calibrated on data no
 client holds; the test set is the 26,032 test images. Fed-SMP's SVHN CNN in
-its SVHN setting (``presets.SVHN``).
+its SVHN setting (``data.settings.SVHN``).
 """
 
 import numpy as np
 
-from fedjax_dp import presets
-from fedjax_dp.data import archives
+from fedjax_dp.data import archives, settings
 from fedjax_dp.data.sets import base
 
 # Every scheme runs the base setting (Fed-SMP's setting of all its algorithms).
-SETTINGS = presets.DataSetting(
-    presets.SVHN, "Fed-SMP Sec. 6.1-6.2: N, train + extra, 5 local epochs, 2,000 public "
+SETTINGS = settings.DataSetting(
+    settings.SVHN, "Fed-SMP Sec. 6.1-6.2: N, train + extra, 5 local epochs, 2,000 public "
     "examples; |K|, |B|, T_cl, eta, sigma lost: this simulator's Fed-SMP Fashion-MNIST "
-    "values", {}, value_sources=presets.SVHN_SOURCES)
+    "values", {}, value_sources=settings.SVHN_SOURCES)
 
 
 class ConcatRows:

@@ -12,11 +12,18 @@ import sys
 
 import pytest
 
-from fedjax_dp import presets, reproduction, runlock
+from fedjax_dp import runlock
+from fedjax_dp.paper import presets as paper_presets
+from fedjax_dp.paper import report as paper_report
+from fedjax_dp.paper import results as paper_results
+from fedjax_dp.paper import runner as paper_runner
+from fedjax_dp.paper import settings as paper_settings
+from fedjax_dp.paper import stats as paper_stats
+from fedjax_dp.paper import tables as paper_tables
 from fedjax_dp.cli import sweep
 from fedjax_dp.privacy import accounting
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "reproduce.py"
 
 
@@ -58,68 +65,70 @@ def _planned(row, out="OUT"):
 
 
 def test_every_row_is_a_valid_sweep_with_the_tables_settings():
-  for table in reproduction.tables().values():
+  for table in paper_tables.tables().values():
     for row in table.rows:
       _, run = _planned(row)
       assert run.scheme.name == row.scheme and run.ratio == pytest.approx(row.ratio)
   # The tables' S, not calibration: UAI Table 6 in Table 1, thesis Table 8.4 in 5.3.
-  uai = reproduction.get_table("uai-table1")
+  uai = paper_tables.get_table("uai-table1")
   _, run = _planned(uai.select(["FL-CS-DP_r0.05"])[0])
   assert run.config.privacy.clip_norm == pytest.approx(0.57)
   _, run = _planned(uai.select(["FL-TOP-DP_r0.005"])[0])
   assert run.config.privacy.clip_norm == pytest.approx(0.61)
-  _, run = _planned(reproduction.get_table("thesis-5.3").select(["FL-CS-DP_r0.2"])[0])
+  _, run = _planned(paper_tables.get_table("thesis-5.3").select(["FL-CS-DP_r0.2"])[0])
   assert run.config.privacy.clip_norm == pytest.approx(0.98)
   assert run.setting["rounds"] == 200 and run.setting["local_steps"] == 5
 
 
-def test_the_thesis_settings_are_written_once_in_presets():
-  """Thesis Tables 8.1-8.3 and Sec. 6.3 are presets' data: the rows pass
+def test_the_thesis_settings_are_written_once_in_paper_settings():
+  """Thesis Tables 8.1-8.3 and Sec. 6.3 are paper.settings' data: the rows pass
   them as sweep flags (``setting_flags``), the runs get them, and the sign
   family's presets hold the same values (issue 40)."""
-  assert reproduction.setting_flags({"num_clients": 10, "clients_per_round": "all",
+  assert paper_tables.setting_flags({"num_clients": 10, "clients_per_round": "all",
                                      "lr": 0.215}) == (
       "--num-clients", "10", "--clients-per-round", "all", "--lr", "0.215")
-  cases = [("thesis-4.1", "FL-STD_mnist", presets.THESIS_TABLE8_1),
-           ("thesis-6.10", "FL-SIGN_alpha0.1", presets.THESIS_TABLE8_2),
-           ("thesis-6.5", "FL-STD_alpha0.1", presets.THESIS_TABLE8_3_MNIST)]
+  cases = [("thesis-4.1", "FL-STD_mnist", paper_settings.THESIS_TABLE8_1),
+           ("thesis-6.10", "FL-SIGN_alpha0.1", paper_settings.THESIS_TABLE8_2),
+           ("thesis-6.5", "FL-STD_alpha0.1", paper_settings.THESIS_TABLE8_3_MNIST)]
   def passes(row, setting):
-    flags, part = row.flags, reproduction.setting_flags(setting)
+    flags, part = row.flags, paper_tables.setting_flags(setting)
     return any(flags[i:i + len(part)] == part for i in range(len(flags)))
 
   for table, slug, setting in cases:
-    [row] = reproduction.get_table(table).select([slug])
+    [row] = paper_tables.get_table(table).select([slug])
     assert passes(row, setting), (table, slug)
     _, run = _planned(row)
     assert {k: run.setting[k] for k in setting if k != "clients_per_round"} == {
         k: v for k, v in setting.items() if k != "clients_per_round"}
-  [cifar] = reproduction.get_table("thesis-6.6").select(["FL-STD_alpha0.1"])
-  assert passes(cifar, presets.THESIS_TABLE8_3_CIFAR10)
-  [sign_dp] = reproduction.get_table("thesis-6.9").select(["FL-SIGN-DP_eps1-alpha0.1"])
+  [cifar] = paper_tables.get_table("thesis-6.6").select(["FL-STD_alpha0.1"])
+  assert passes(cifar, paper_settings.THESIS_TABLE8_3_CIFAR10)
+  [sign_dp] = paper_tables.get_table("thesis-6.9").select(["FL-SIGN-DP_eps1-alpha0.1"])
   args, _ = _planned(sign_dp)
-  assert (args.gamma, args.boost) == (presets.THESIS_SEC6_3_GAMMA, presets.THESIS_SEC6_3_BOOST)
+  assert (args.gamma, args.boost) == (paper_settings.THESIS_SEC6_3_GAMMA,
+                                      paper_settings.THESIS_SEC6_3_BOOST)
   from fedjax_dp.schemes import sign  # pylint: disable=import-outside-toplevel
-  assert sign.PRESETS == {"FL-SIGN": presets.THESIS_TABLE8_1,
-                          "FL-SIGN-DP": presets.THESIS_TABLE8_2,
-                          "signSGD": presets.THESIS_SIGNSGD}
+  assert paper_presets.SIGN == {"FL-SIGN": paper_settings.THESIS_TABLE8_1,
+                                "FL-SIGN-DP": paper_settings.THESIS_TABLE8_2,
+                                "signSGD": paper_settings.THESIS_SIGNSGD}
   assert {name: s.gamma for name, s in sign.SIGN_SCHEMES.items()} == {
-      "FL-SIGN": presets.THESIS_TABLE8_1_GAMMA, "FL-SIGN-DP": presets.THESIS_TABLE8_2_GAMMA,
-      "signSGD": presets.THESIS_TABLE8_1_GAMMA}
+      "FL-SIGN": paper_settings.THESIS_TABLE8_1_GAMMA,
+      "FL-SIGN-DP": paper_settings.THESIS_TABLE8_2_GAMMA,
+      "signSGD": paper_settings.THESIS_TABLE8_1_GAMMA}
 
 
 def test_uai_table1_has_its_sixteen_rows_at_half_a_percent():
-  rows = reproduction.get_table("uai-table1").select(["*_r0.005", "FL-STD", "FL-STD-DP"])
+  rows = paper_tables.get_table("uai-table1").select(["*_r0.005", "FL-STD", "FL-STD-DP"])
   assert len(rows) == 16
   top = next(r for r in rows if r.scheme == "FL-TOP-DP")
   assert (top.paper.accuracy, top.paper.round, top.paper.epsilon) == (.81, 200, 1.0)
   assert top.headline
   # The table's "-": FL-BAS-3-DP did not learn at r = 0.1%, so it has no row.
-  assert not reproduction.get_table("uai-table1").select(["FL-BAS-3*_r0.001"])[1:]
+  assert not paper_tables.get_table("uai-table1").select(["FL-BAS-3*_r0.001"])[1:]
 
 
-@pytest.mark.parametrize("eps", presets.THESIS_EPSILONS)
+@pytest.mark.parametrize("eps", paper_results.THESIS_EPSILONS)
 def test_fixed_epsilon_rows_run_the_sigma_of_their_epsilon(eps):
-  table = reproduction.get_table("thesis-5.2")
+  table = paper_tables.get_table("thesis-5.2")
   row = table.select([f"FL-SIGN-DP_eps{eps:g}"])[0]
   args, run = _planned(row)
   sigma = run.config.privacy.noise_multiplier
@@ -132,7 +141,7 @@ def test_fixed_epsilon_rows_run_the_sigma_of_their_epsilon(eps):
 
 
 def test_fedsmp_curve_runs_one_epsilon_and_one_s_at_every_ratio():
-  table = reproduction.get_table("fedsmp")
+  table = paper_tables.get_table("fedsmp")
   assert len(table.rows) == 12 and all(r.paper is None for r in table.rows)
   sigmas = set()
   for row in table.rows:
@@ -143,51 +152,51 @@ def test_fedsmp_curve_runs_one_epsilon_and_one_s_at_every_ratio():
     q = run.setting["clients_per_round"] / run.setting["num_clients"]
     eps = accounting.epsilon(run.config.privacy.noise_multiplier, q, run.setting["rounds"],
                              args.delta, "rdp")
-    assert 1.0 <= eps <= presets.FEDSMP_TABLE1_EPSILON
+    assert 1.0 <= eps <= paper_settings.FEDSMP_TABLE1_EPSILON
   assert len(sigmas) == 1
 
 
 def _summary(scheme, ratio, accuracy):
-  row = reproduction.Row(scheme, ratio, None, "t")
-  return reproduction.summarize(row, [{"seed": 0, "record": {
+  row = paper_tables.Row(scheme, ratio, None, "t")
+  return paper_stats.summarize(row, [{"seed": 0, "record": {
       "best_accuracy": accuracy, "best_round": 1, "epsilon": 1.0, "rounds": 1}}])
 
 
 def test_claim_check_tells_rise_then_fall_from_monotone():
   rise_fall = [_summary("A", r, a) for r, a in ((0.01, .5), (0.1, .7), (1.0, .6))]
   rising = [_summary("B", r, a) for r, a in ((0.01, .5), (0.1, .6), (1.0, .7))]
-  text = reproduction.claim_check(rise_fall + rising + [_summary("C", 0.1, .5)])
-  assert reproduction.ratio_curves(rising[::-1])["B"] == [
+  text = paper_stats.claim_check(rise_fall + rising + [_summary("C", 0.1, .5)])
+  assert paper_stats.ratio_curves(rising[::-1])["B"] == [
       (0.01, .5, .5, .5), (0.1, .6, .6, .6), (1.0, .7, .7, .7)]
   assert "A peaks at r = 0.1 (0.700): rises then falls (+0.200 over r = 0.01, " \
          "+0.100 over r = 1)" in text
   assert "B peaks at r = 1 (0.700): highest at the largest r run (+0.200 over r = 0.01)" in text
   falling = [_summary("D", r, a) for r, a in ((0.01, .8), (0.1, .6), (1.0, .7))]
   assert "D peaks at r = 0.01 (0.800): highest at the smallest r run (+0.100 over r = 1)" \
-      in reproduction.claim_check(falling)
+      in paper_stats.claim_check(falling)
   assert "C: 1 ratio(s) run, too few to tell" in text
   # A scheme run uncompressed only (Fed-SMP Table I's FedAvg) has no curve over r.
-  assert reproduction.claim_check(rise_fall + [_summary("FedAvg-randk", 1.0, .9)]) == (
-      reproduction.claim_check(rise_fall))
+  assert paper_stats.claim_check(rise_fall + [_summary("FedAvg-randk", 1.0, .9)]) == (
+      paper_stats.claim_check(rise_fall))
 
 
 def test_select_patterns_and_bad_names():
-  table = reproduction.get_table("thesis-5.3")
+  table = paper_tables.get_table("thesis-5.3")
   assert [r.slug for r in table.select(["FL-CS-DP*"])] == [
       "FL-CS-DP_r0.05", "FL-CS-DP_r0.1", "FL-CS-DP_r0.2"]
   assert table.select(["FL-CS-DP r=5%"])[0].slug == "FL-CS-DP_r0.05"
   with pytest.raises(ValueError, match="matches no row of thesis-5.3"):
     table.select(["FL-TOP*"])
   with pytest.raises(ValueError, match="unknown table 'table9'"):
-    reproduction.get_table("table9")
+    paper_tables.get_table("table9")
 
 
 def test_report_of_a_table_without_dp_rows_has_no_epsilon_plot(tmp_path):
-  table = reproduction.get_table("thesis-4.2")
+  table = paper_tables.get_table("thesis-4.2")
   row = table.select(["FL-CS_r0.05"])[0]
-  reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.8, dp=False), "x")
+  paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.8, dp=False), "x")
   report = tmp_path / "R.md"
-  reproduction.write_report(tmp_path, report, "cmd")
+  paper_report.write_report(tmp_path, report, "cmd")
   assert "| FL-CS r=5% | 0.82 @200 | 0.800 @3 | 1 | 3 |" in report.read_text()
   plots = sorted(p.name for p in (tmp_path / "R_plots").iterdir())
   assert plots == ["thesis-4.2-accuracy.png", "thesis-4.2-accuracy_vs_upstream.png"]
@@ -219,48 +228,48 @@ def _fake_sweep(calls, accuracy=0.5, code=0, dp=True, seconds=7.0):
 
 
 def test_run_row_keeps_each_record_and_runs_it_once(tmp_path):
-  table = reproduction.get_table("thesis-5.3")
+  table = paper_tables.get_table("thesis-5.3")
   row = table.select(["FL-CS-DP_r0.05"])[0]
   calls = []
-  kept = reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "test host")
+  kept = paper_runner.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "test host")
   path = tmp_path / "thesis-5.3" / "FL-CS-DP_r0.05.seed1.json"
   assert json.loads(path.read_text()) == kept
   assert kept["argv"] == row.argv(1, "OUT") and kept["machine"] == "test host"
   assert kept["paper"]["accuracy"] == 0.78 and kept["record"]["best_accuracy"] == 0.5
   assert calls[0][calls[0].index("--out") + 1] == str(
-      reproduction.work_dir(tmp_path, table, row, 1))
-  assert reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") == kept
+      paper_runner.work_dir(tmp_path, table, row, 1))
+  assert paper_runner.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") == kept
   assert len(calls) == 1 and "--quiet" in calls[0]  # kept: not run again
   # With a progress bar (reproduce.py on a terminal): the same record.
-  shown = reproduction.run_row(table, row, 1, tmp_path / "shown", _fake_sweep(calls),
+  shown = paper_runner.run_row(table, row, 1, tmp_path / "shown", _fake_sweep(calls),
                                "test host", progress=True)
   assert "--quiet" not in calls[1] and shown["argv"] == kept["argv"]
   calls.pop()
   # Extra flags: a separate record, never read as the paper's setting.
   extra = ("--rounds", "2")
-  quick = reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls, 0.1), "x", extra)
+  quick = paper_runner.run_row(table, row, 1, tmp_path, _fake_sweep(calls, 0.1), "x", extra)
   assert quick["argv"][-7:-5] == ["--rounds", "2"] and len(calls) == 2
-  found = reproduction.kept_records(tmp_path, table)
+  found = paper_runner.kept_records(tmp_path, table)
   assert [r["record"]["best_accuracy"] for r in found["FL-CS-DP_r0.05"]] == [0.5]
   # A failed sweep keeps nothing.
   other = table.select(["FL-CS-DP_r0.1"])[0]
-  assert reproduction.run_row(table, other, 0, tmp_path, _fake_sweep(calls, code=1), "x") is None
-  assert not reproduction.record_path(tmp_path, table, other, 0).exists()
+  assert paper_runner.run_row(table, other, 0, tmp_path, _fake_sweep(calls, code=1), "x") is None
+  assert not paper_runner.record_path(tmp_path, table, other, 0).exists()
   # An interrupted sweep stops the whole reproduction (Ctrl-C is not a failure).
   with pytest.raises(KeyboardInterrupt):
-    reproduction.run_row(table, other, 0, tmp_path, _fake_sweep(calls, code=130), "x")
-  assert not reproduction.record_path(tmp_path, table, other, 0).exists()
+    paper_runner.run_row(table, other, 0, tmp_path, _fake_sweep(calls, code=130), "x")
+  assert not paper_runner.record_path(tmp_path, table, other, 0).exists()
 
 
 def test_outdated_records_are_not_reported(tmp_path):
-  table = reproduction.get_table("thesis-5.3")
+  table = paper_tables.get_table("thesis-5.3")
   row = table.select(["FL-CS-DP_r0.05"])[0]
-  reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([]), "x")
-  path = reproduction.record_path(tmp_path, table, row, 0)
+  paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([]), "x")
+  path = paper_runner.record_path(tmp_path, table, row, 0)
   saved = json.loads(path.read_text())
   saved["argv"] = [a if a != "0.47" else "0.5" for a in saved["argv"]]  # an older S
   path.write_text(json.dumps(saved))
-  assert reproduction.kept_records(tmp_path, table) == {}
+  assert paper_runner.kept_records(tmp_path, table) == {}
 
 
 @pytest.mark.parametrize("accuracies,reason,verdict", [
@@ -269,12 +278,12 @@ def test_outdated_records_are_not_reported(tmp_path):
     ((0.70,), "decoder", "accuracy off by -0.08: decoder"),
 ])
 def test_summary_mean_spread_and_verdict(accuracies, reason, verdict):
-  row = reproduction.Row("FL-CS-DP", 0.05, presets.PaperResult(.78, 197, 1.0), "t",
+  row = paper_tables.Row("FL-CS-DP", 0.05, paper_results.PaperResult(.78, 197, 1.0), "t",
                          reason=reason)
   records = [{"seed": i, "record": {"best_accuracy": a, "best_round": 100 + i,
                                     "epsilon": 1.0, "rounds": 200, "seconds": 10.0}}
              for i, a in enumerate(accuracies)]
-  s = reproduction.summarize(row, records)
+  s = paper_stats.summarize(row, records)
   assert s.accuracy == pytest.approx(sum(accuracies) / len(accuracies))
   assert s.spread == (min(accuracies), max(accuracies))
   assert s.seconds == 10.0 * len(accuracies) and s.seeds == tuple(range(len(accuracies)))
@@ -282,12 +291,12 @@ def test_summary_mean_spread_and_verdict(accuracies, reason, verdict):
 
 
 def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
-  table = reproduction.get_table("thesis-5.3")
+  table = paper_tables.get_table("thesis-5.3")
   for seed, acc in ((0, 0.76), (1, 0.80)):
-    reproduction.run_row(table, table.select(["FL-CS-DP_r0.05"])[0], seed, tmp_path,
+    paper_runner.run_row(table, table.select(["FL-CS-DP_r0.05"])[0], seed, tmp_path,
                          _fake_sweep([], acc), "x")
   report = tmp_path / "docs" / "REPRODUCTION.md"
-  reproduction.write_report(tmp_path, report, "python experiments/reproduce.py report")
+  paper_report.write_report(tmp_path, report, "python experiments/reproduce.py report")
   text = report.read_text()
   # Two seeds: each seed's round and epsilon, in seed order, not their mean.
   assert ("| FL-CS-DP r=5% | 0.78 @197 ε 1 | 0.780 [0.760, 0.800] @3/3 ε 0.50/0.50 | 2 (0/1) "
@@ -301,7 +310,7 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
   # A table whose records are gone loses its plots; the others keep theirs.
   stale = tmp_path / "docs" / "REPRODUCTION_plots" / "thesis-6.11-accuracy.png"
   stale.write_bytes(b"old")
-  reproduction.write_report(tmp_path, report, "python experiments/reproduce.py report")
+  paper_report.write_report(tmp_path, report, "python experiments/reproduce.py report")
   assert not stale.exists()
   assert (tmp_path / "docs" / "REPRODUCTION_plots" / "thesis-5.3-accuracy.png").exists()
 
@@ -379,7 +388,7 @@ def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path, capsy
 
 
 def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
-  t65 = reproduction.get_table("thesis-6.5")
+  t65 = paper_tables.get_table("thesis-6.5")
   row = t65.select(["FL-CS_r0.05_alpha0.4"])[0]
   args, run = _planned(row)
   attack = run.config.feature("attack")
@@ -389,7 +398,7 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
             for r in t65.select(["*alpha0.1"])}
   assert boosts == {"FL-SIGN": 7, "FL-STD": 7, "FL-CS": 1, "FL-TOP": 7}
   # Gradient ascent boosts FL-CS too (Table 6.3, l.1653).
-  [cs63] = reproduction.get_table("thesis-6.3").select(["FL-CS_r0.05_alpha0.1"])
+  [cs63] = paper_tables.get_table("thesis-6.3").select(["FL-CS_r0.05_alpha0.1"])
   assert _planned(cs63)[1].config.feature("attack").boost == 10
   assert (attack.source, attack.target) == (5, 7)
   assert run.setting["local_steps"] == 3000 and run.setting["num_clients"] == 10
@@ -398,10 +407,10 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   reduced = sweep.plan(sweep.build_parser().parse_args(
       row.argv(0, "OUT", row.reduced)))[0]
   assert reduced.setting["local_steps"] == 300 and reduced.setting["rounds"] == 10
-  t61 = reproduction.get_table("thesis-6.1")
+  t61 = paper_tables.get_table("thesis-6.1")
   assert [r.diverges for r in t61.select(["*alpha0.1"])] == [False, True, True, True]
   # Reduced: 25 of the 100 rounds; 10 where the thesis reports no convergence.
-  for row in reproduction.get_table("thesis-6.3").rows:
+  for row in paper_tables.get_table("thesis-6.3").rows:
     rounds = sweep.plan(sweep.build_parser().parse_args(
         row.argv(0, "OUT", row.reduced)))[0].setting["rounds"]
     full = 200 if row.scheme == "FL-SIGN-DP" else 100  # l.1795's row: Table 8.2
@@ -413,55 +422,55 @@ def test_fl_sign_dp_rows_of_the_degradation_tables_follow_l1795():
   attackers 1% of every cohort, boosting their signs by 5000 without noise,
   and the model does not converge."""
   for name, kind in (("thesis-6.1", "random-update"), ("thesis-6.3", "gradient-ascent")):
-    row = reproduction.get_table(name).select(["FL-SIGN-DP*"])
+    row = paper_tables.get_table(name).select(["FL-SIGN-DP*"])
     assert len(row) == 1 and row[0].diverges and row[0].paper is None
     run = _planned(row[0])[1]
     attack = run.config.feature("attack")
     assert (attack.kind, attack.fraction, attack.boost, attack.skip_noise) == (
         kind, 0.01, 5000.0, True)
     assert attack.selection == "cohort" and run.setting["num_clients"] == 6000
-    assert run.config.privacy.noise_multiplier == pytest.approx(reproduction.eps_sigma(1), abs=1e-4)
+    assert run.config.privacy.noise_multiplier == pytest.approx(paper_tables.eps_sigma(1), abs=1e-4)
 
 
 def _attack_summary(row, accuracy, attack_value=None, reduced=False):
   record = {"best_accuracy": accuracy, "best_round": 5, "epsilon": None, "rounds": 10}
   if attack_value is not None:
     record[row.attack_metric] = attack_value
-  return reproduction.summarize(row, [{"seed": 0, "record": record, "reduced": reduced}])
+  return paper_stats.summarize(row, [{"seed": 0, "record": record, "reduced": reduced}])
 
 
 def test_attack_rows_are_judged_on_both_metrics_and_on_divergence():
-  t65 = reproduction.get_table("thesis-6.5")
+  t65 = paper_tables.get_table("thesis-6.5")
   cs = t65.select(["FL-CS_r0.05_alpha0.4"])[0]  # paper .97 ; class .74
   assert _attack_summary(cs, 0.96, 0.76).within
   off = _attack_summary(cs, 0.96, 0.30)
   assert not off.within and "class_accuracy off by -0.44" in off.verdict
-  assert "; class 0.30" in reproduction.ours_cell(off)
-  assert reproduction.paper_cell(cs) == "0.97 ; class 0.74"
+  assert "; class 0.30" in paper_report.ours_cell(off)
+  assert paper_report.paper_cell(cs) == "0.97 ; class 0.74"
   small = _attack_summary(cs, 0.96, 0.76, reduced=True)
   assert not small.within and small.verdict.startswith("reduced setting (--local-steps 300")
-  std = reproduction.get_table("thesis-6.1").select(["FL-STD_alpha0.2"])[0]
+  std = paper_tables.get_table("thesis-6.1").select(["FL-STD_alpha0.2"])[0]
   # "-" in the thesis: does not converge. Compared in words, never "within".
   assert _attack_summary(std, 0.11).agrees and not _attack_summary(std, 0.11).within
   assert _attack_summary(std, 0.11).verdict == "does not converge (best 0.11), as in the paper"
   assert "converges (best 0.85) where the paper's does not" in _attack_summary(std, 0.85).verdict
   # A reduced row off by more than the cut explains carries its reason.
-  sign = reproduction.get_table("thesis-6.3").select(["FL-SIGN_alpha0.4"])[0]
+  sign = paper_tables.get_table("thesis-6.3").select(["FL-SIGN_alpha0.4"])[0]
   above = _attack_summary(sign, 0.92, reduced=True).verdict
   assert above.startswith("reduced setting (--rounds 25), not the paper's: accuracy off by +0.13")
   assert above.endswith(sign.reason) and sign.reason.startswith("cause not found")
 
 
 def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
-  std = reproduction.get_table("thesis-6.3").select(["FL-STD_alpha0.1"])[0]
+  std = paper_tables.get_table("thesis-6.3").select(["FL-STD_alpha0.1"])[0]
   # Table 6.3's FL-STD under boosted gradient ascent, seed 0 (reduced):
   # trained and broken rounds alternate; the best, 0.917, is a passing peak.
   swings = [0.581, 0.875, 0.246, 0.877, 0.037, 0.917, 0.114, 0.839, 0.114, 0.9]
   history = [{"round": t + 1, "accuracy": a} for t, a in enumerate(swings)]
-  assert reproduction.settled_low(history, "best_accuracy") == 0.114  # the last 2 of 10
+  assert paper_stats.settled_low(history, "best_accuracy") == 0.114  # the last 2 of 10
   record = {"best_accuracy": 0.917, "best_round": 6, "epsilon": None, "rounds": 10,
             "history": history}
-  swinging = reproduction.summarize(std, [{"seed": 0, "record": record}])
+  swinging = paper_stats.summarize(std, [{"seed": 0, "record": record}])
   assert not swinging.converges and swinging.agrees and not swinging.within
   assert swinging.verdict == ("does not converge (its last fifth of evaluations down to "
                               "0.11, best 0.92), as in the paper")
@@ -469,11 +478,11 @@ def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
   climbing = [{"round": t + 1, "accuracy": 0.5 + 0.04 * t} for t in range(10)]
   record = dict(record, best_accuracy=0.86, history=climbing[:-1] + [dict(climbing[-1],
                                                                            accuracy=0.8)])
-  trained = reproduction.summarize(std, [{"seed": 0, "record": record}])
+  trained = paper_stats.summarize(std, [{"seed": 0, "record": record}])
   assert trained.converges and not trained.within and not trained.agrees
   assert trained.settled == pytest.approx(0.8)
   assert "converges (its last fifth of evaluations down to 0.80, best 0.86)" in trained.verdict
-  assert reproduction.settled_low([], "best_accuracy") is None  # no history: the best decides
+  assert paper_stats.settled_low([], "best_accuracy") is None  # no history: the best decides
 
 
 def _history(metric_values, key="class_accuracy"):
@@ -481,19 +490,19 @@ def _history(metric_values, key="class_accuracy"):
 
 
 def test_a_reduced_row_says_which_metric_was_still_moving_at_the_cut():
-  cs = reproduction.get_table("thesis-6.5").select(["FL-CS_r0.05_alpha0.4"])[0]
+  cs = paper_tables.get_table("thesis-6.5").select(["FL-CS_r0.05_alpha0.4"])[0]
   rising = [0.1 * t for t in range(10)]  # 0.0 .. 0.9, steadily
   flat = [0.5, 0.9, 0.4, 0.95, 0.45, 0.9, 0.5, 0.95, 0.4, 0.9]  # noisy, no trend
-  change, error = reproduction.late_move(_history(rising), "class_accuracy")
+  change, error = paper_stats.late_move(_history(rising), "class_accuracy")
   # (0.8 + 0.9) / 2 - (0.6 + 0.7) / 2; each pair's variance is 0.005
   assert change == pytest.approx(0.2) and error == pytest.approx((2 * 0.005 / 2) ** 0.5)
-  assert reproduction.late_move(_history(rising[:9]), "class_accuracy") is None  # fifths of 1
-  assert reproduction.late_move(_history(rising), "attack_accuracy") is None
+  assert paper_stats.late_move(_history(rising[:9]), "class_accuracy") is None  # fifths of 1
+  assert paper_stats.late_move(_history(rising), "attack_accuracy") is None
 
   def summary(values, reduced=True, seeds=1):
     record = {"best_accuracy": 0.96, "best_round": 5, "epsilon": None, "rounds": 10,
               "class_accuracy": values[-1], "history": _history(values)}
-    return reproduction.summarize(cs, [{"seed": k, "record": record, "reduced": reduced}
+    return paper_stats.summarize(cs, [{"seed": k, "record": record, "reduced": reduced}
                                        for k in range(seeds)])
   assert "class_accuracy off by +0.16 (still rising at the cut: +0.20" in summary(rising).verdict
   assert "still" not in summary(flat).verdict  # the change is within its noise
@@ -504,14 +513,14 @@ def test_a_reduced_row_says_which_metric_was_still_moving_at_the_cut():
 
 
 def test_reduced_records_are_reported_as_reduced(tmp_path):
-  table = reproduction.get_table("thesis-6.7")
+  table = paper_tables.get_table("thesis-6.7")
   row = table.select(["FL-STD_alpha0.1"])[0]
-  kept = reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9), "x", row.reduced)
-  assert reproduction.record_path(tmp_path, table, row, 0, row.reduced).name == (
+  kept = paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9), "x", row.reduced)
+  assert paper_runner.record_path(tmp_path, table, row, 0, row.reduced).name == (
       "FL-STD_alpha0.1.seed0.reduced.json")
-  found = reproduction.kept_records(tmp_path, table)
+  found = paper_runner.kept_records(tmp_path, table)
   assert found["FL-STD_alpha0.1"][0]["reduced"] and kept["argv"][-6] == "10"
-  body, summaries = reproduction.table_markdown(table, found)
+  body, summaries = paper_report.table_markdown(table, found)
   assert summaries[0].reduced and "reduced setting (--local-steps 300 --rounds 10)" in body
 
 
@@ -519,37 +528,37 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
   import numpy as np  # a checkpoint file, as checkpoint.save writes it
   from fedjax_dp import checkpoint
 
-  table = reproduction.get_table("thesis-6.7")
+  table = paper_tables.get_table("thesis-6.7")
   row, other = table.select(["FL-STD_alpha0.1", "FL-SIGN_alpha0.1"])
-  reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9), "x", row.reduced)
-  reproduction.run_row(table, row, 1, tmp_path, _fake_sweep([], 0.9), "x")
-  work = reproduction.work_dir(tmp_path, table, other, 2, other.reduced)
+  paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9), "x", row.reduced)
+  paper_runner.run_row(table, row, 1, tmp_path, _fake_sweep([], 0.9), "x")
+  work = paper_runner.work_dir(tmp_path, table, other, 2, other.reduced)
   checkpoint.save(work / ".checkpoints" / "FL-SIGN-r1.npz", "k",
                   checkpoint.Saved(4, {"w": np.zeros(3)}, [], (0,), [], 90.0))
   # A stale checkpoint of a run whose record is kept is not shown as running.
-  stale = reproduction.work_dir(tmp_path, table, row, 1)
+  stale = paper_runner.work_dir(tmp_path, table, row, 1)
   checkpoint.save(stale / ".checkpoints" / "FL-STD-r1.npz", "k",
                   checkpoint.Saved(1, {"w": np.zeros(3)}, [], (0,), [], 1.0))
-  longer = reproduction.work_dir(tmp_path, table, other, 4, other.reduced)
+  longer = paper_runner.work_dir(tmp_path, table, other, 4, other.reduced)
   checkpoint.save(longer / ".checkpoints" / "FL-SIGN-r1.npz", "k",  # before a cut to 10
                   checkpoint.Saved(12, {"w": np.zeros(3)}, [], (0,), [], 5.0))
   (work.parent / "seed3" / ".checkpoints").mkdir(parents=True)
   (work.parent / "seed3" / ".checkpoints" / "x.npz").write_text("not a checkpoint")
   # A checkpoint within the rounds, of a command the row no longer runs.
-  changed = reproduction.work_dir(tmp_path, table, other, 6, other.reduced)
+  changed = paper_runner.work_dir(tmp_path, table, other, 6, other.reduced)
   checkpoint.save(changed / ".checkpoints" / "FL-SIGN-r1.npz", "k",
                   checkpoint.Saved(2, {"w": np.zeros(3)}, [], (0,), [], 5.0))
-  (changed / reproduction.COMMAND).write_text(json.dumps({"argv": ["--rounds", "9"]}))
+  (changed / paper_runner.COMMAND).write_text(json.dumps({"argv": ["--rounds", "9"]}))
   # What a run writes there is the row's command (as its record keeps it).
-  assert json.loads((reproduction.work_dir(tmp_path, table, row, 1) / reproduction.COMMAND)
+  assert json.loads((paper_runner.work_dir(tmp_path, table, row, 1) / paper_runner.COMMAND)
                     .read_text()) == {"argv": row.argv(1, "OUT")}
-  assert reproduction.run_states(tmp_path, table, row) == [
-      reproduction.RunState(1, False, True, 3, 7.0, machine="x"),
-      reproduction.RunState(0, True, True, 3, 7.0, machine="x")]
-  assert reproduction.run_states(tmp_path, table, other) == [
-      reproduction.RunState(2, True, False, 4, 90.0),
-      reproduction.RunState(4, True, False, 12, 5.0),
-      reproduction.RunState(6, True, False, 2, 5.0, older=True)]
+  assert paper_runner.run_states(tmp_path, table, row) == [
+      paper_runner.RunState(1, False, True, 3, 7.0, machine="x"),
+      paper_runner.RunState(0, True, True, 3, 7.0, machine="x")]
+  assert paper_runner.run_states(tmp_path, table, other) == [
+      paper_runner.RunState(2, True, False, 4, 90.0),
+      paper_runner.RunState(4, True, False, 12, 5.0),
+      paper_runner.RunState(6, True, False, 2, 5.0, older=True)]
   assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
   assert "(12 rows; 1 with a kept record, 1 with a run in progress, 0 running now)" in out
@@ -559,13 +568,13 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
   assert "reduced seed 4: a checkpoint at round 12 of an older setting" in out
   assert "reduced seed 6: a checkpoint at round 2 of an older setting" in out
   # A process running seed 2 now, and one that has started seed 5 (no checkpoint yet).
-  with runlock.hold(reproduction.lock_path(work)):
-    with runlock.hold(reproduction.lock_path(work.with_name("seed5.reduced"))):
-      assert reproduction.run_states(tmp_path, table, other) == [
-          reproduction.RunState(2, True, False, 4, 90.0, os.getpid()),
-          reproduction.RunState(4, True, False, 12, 5.0),
-          reproduction.RunState(5, True, False, 0, 0.0, os.getpid()),
-          reproduction.RunState(6, True, False, 2, 5.0, older=True)]
+  with runlock.hold(paper_runner.lock_path(work)):
+    with runlock.hold(paper_runner.lock_path(work.with_name("seed5.reduced"))):
+      assert paper_runner.run_states(tmp_path, table, other) == [
+          paper_runner.RunState(2, True, False, 4, 90.0, os.getpid()),
+          paper_runner.RunState(4, True, False, 12, 5.0),
+          paper_runner.RunState(5, True, False, 0, 0.0, os.getpid()),
+          paper_runner.RunState(6, True, False, 2, 5.0, older=True)]
       assert _script_main()(["list", "thesis-6.7", "--out", str(tmp_path)]) == 0
       whole = capsys.readouterr().out
       assert _script_main()(["list", "--out", str(tmp_path)]) == 0  # every table
@@ -585,49 +594,49 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
 def test_a_row_another_process_runs_is_left_to_it(tmp_path, capsys, monkeypatch):
   """Two campaigns on the same records share the rows: a (row, seed) held by
   one is skipped by the other, which goes on with the next."""
-  table = reproduction.get_table("thesis-5.3")
+  table = paper_tables.get_table("thesis-5.3")
   row = table.select(["FL-CS-DP_r0.05"])[0]
   calls = []
-  held = reproduction.work_dir(tmp_path, table, row, 0)
+  held = paper_runner.work_dir(tmp_path, table, row, 0)
   held.parent.mkdir(parents=True)
-  with runlock.hold(reproduction.lock_path(held)):
+  with runlock.hold(paper_runner.lock_path(held)):
     with pytest.raises(runlock.Busy):
-      reproduction.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x")
+      paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x")
     assert calls == []  # not run
     # The other seed is free.
-    assert reproduction.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") is not None
-  assert len(calls) == 1 and not reproduction.lock_path(held).exists()
+    assert paper_runner.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") is not None
+  assert len(calls) == 1 and not paper_runner.lock_path(held).exists()
   # Kept by the holder while this process waited: returned, not run again.
-  kept = reproduction.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x")
-  real_load = reproduction.load_record
+  kept = paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x")
+  real_load = paper_runner.load_record
   answers = iter([None])  # the first look finds nothing, the look under the lock finds it
 
   def load_later(path):
     return next(answers, real_load(path))
 
-  monkeypatch.setattr(reproduction, "load_record", load_later)
-  assert reproduction.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x") == kept
+  monkeypatch.setattr(paper_runner, "load_record", load_later)
+  assert paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep(calls), "x") == kept
   monkeypatch.undo()
   assert len(calls) == 2
   # Through the script: skipped with a line, exit 0, nothing written for it.
   quick = ("--rounds 1 --num-clients 40 --clients-per-round 4 --samples-per-client 10 "
            "--local-steps 1 --test-size 100")
-  t41 = reproduction.get_table("thesis-4.1")
+  t41 = paper_tables.get_table("thesis-4.1")
   std = t41.select(["FL-STD_fashion-mnist"])[0]
   extra = tuple(quick.split())
-  work = reproduction.work_dir(tmp_path, t41, std, 0, extra)
+  work = paper_runner.work_dir(tmp_path, t41, std, 0, extra)
   work.parent.mkdir(parents=True)
-  with runlock.hold(reproduction.lock_path(work)):
+  with runlock.hold(paper_runner.lock_path(work)):
     assert _script_main()(["thesis-4.1", "--rows", "FL-STD_fashion-mnist", "--out",
                            str(tmp_path), "--sweep-flags", quick]) == 0
   err = capsys.readouterr().err
   assert f"FL-STD fashion-mnist seed 0 runs in process {os.getpid()}: skipped here" in err
   assert "left to the processes running them: FL-STD_fashion-mnist seed 0" in err
-  assert not reproduction.record_path(tmp_path, t41, std, 0, extra).exists()
+  assert not paper_runner.record_path(tmp_path, t41, std, 0, extra).exists()
 
 
 def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
-  t611 = reproduction.get_table("thesis-6.11")
+  t611 = paper_tables.get_table("thesis-6.11")
   assert len(t611.rows) == 17  # 3 eps x 4 alpha, FL-SIGN x 4, FL-STD at 2% (l.1793)
   row = t611.select(["FL-SIGN-DP_eps2-alpha0.02"])[0]
   _, run = _planned(row)
@@ -635,7 +644,7 @@ def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
   assert (attack.kind, attack.source, attack.target) == ("out-backdoor", 0, 1)
   assert attack.boost == 5000 and attack.skip_noise and attack.selection == "cohort"
   assert attack.fraction == pytest.approx(0.02)
-  assert run.config.privacy.noise_multiplier == pytest.approx(reproduction.eps_sigma(2.0))
+  assert run.config.privacy.noise_multiplier == pytest.approx(paper_tables.eps_sigma(2.0))
   assert run.setting["rounds"] == 200 and run.setting["clients_per_round"] == 100
   assert (row.paper.accuracy, row.paper_attack, row.model_metric) == (
       .98, .99, "main_accuracy")
@@ -646,11 +655,11 @@ def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
   table8_2 = {"num_clients": 6000, "clients_per_round": 100, "samples_per_client": 10,
               "batch_size": 10, "local_steps": 5, "rounds": 200, "lr": 0.215}
   for number in ("6.9", "6.10", "6.11", "6.12"):
-    for row in reproduction.get_table(f"thesis-{number}").rows:
+    for row in paper_tables.get_table(f"thesis-{number}").rows:
       setting = _planned(row)[1].setting
       assert {k: setting[k] for k in table8_2} == table8_2, (number, row.slug)
   assert sign.paper_attack == 0
-  t610 = reproduction.get_table("thesis-6.10")
+  t610 = paper_tables.get_table("thesis-6.10")
   fashion = t610.select(["FL-SIGN-DP_eps4-alpha0.4"])[0]
   _, run = _planned(fashion)
   attack = run.config.feature("attack")
@@ -659,21 +668,21 @@ def test_sign_dp_backdoor_tables_run_the_thesis_attackers_at_each_epsilon():
 
 
 def test_out_backdoor_rows_compare_the_accuracy_without_the_source_class(tmp_path):
-  row = reproduction.get_table("thesis-6.7").select(["FL-STD_alpha0.4"])[0]
+  row = paper_tables.get_table("thesis-6.7").select(["FL-STD_alpha0.4"])[0]
   record = {"best_accuracy": 0.90, "main_accuracy": 0.985, "attack_accuracy": 0.99,
             "best_round": 5, "epsilon": None, "rounds": 100}
-  s = reproduction.summarize(row, [{"seed": 0, "record": record}])
+  s = paper_stats.summarize(row, [{"seed": 0, "record": record}])
   assert s.accuracy == 0.985 and s.within  # paper .99 ; attack .99 (all images: 0.90)
-  assert reproduction.paper_cell(row) == "0.99 (without the source class) ; attack 0.99"
+  assert paper_report.paper_cell(row) == "0.99 (without the source class) ; attack 0.99"
 
 
 def test_report_draws_the_attack_metric_and_figure_6_1(tmp_path):
-  table = reproduction.get_table("thesis-6.5")
+  table = paper_tables.get_table("thesis-6.5")
   for slug in ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1", "FL-CS_r0.05_alpha0.4"):
     row = table.select([slug])[0]
-    reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9, dp=False), "x")
+    paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9, dp=False), "x")
   report = tmp_path / "R.md"
-  reproduction.write_report(tmp_path, report, "cmd")
+  paper_report.write_report(tmp_path, report, "cmd")
   text = report.read_text()
   assert "![thesis-6.5-class_accuracy](R_plots/thesis-6.5-class_accuracy.png)" in text
   assert "![thesis-6.5-figure](R_plots/thesis-6.5-figure.png)" in text
@@ -681,11 +690,11 @@ def test_report_draws_the_attack_metric_and_figure_6_1(tmp_path):
 
 
 def test_the_script_names_every_table():
-  """reproduce.py's usage lists each table ``reproduction.tables()`` runs."""
+  """reproduce.py's usage lists each table ``paper_tables.tables()`` runs."""
   usage = SCRIPT.read_text().split('"""')[1]
   named = set(re.findall(
       r"\b(?:uai|thesis)[\w.-]*\d|\bfedsmp(?:-[a-z]+\d?)?\b|\bposter-[a-z-]+", usage))
-  assert set(reproduction.tables()) <= named, set(reproduction.tables()) - named
+  assert set(paper_tables.tables()) <= named, set(paper_tables.tables()) - named
 
 
 
@@ -694,7 +703,7 @@ def test_the_committed_report_is_what_the_committed_records_give(tmp_path, monke
   committed without its report, or the reverse, fails)."""
   monkeypatch.chdir(ROOT)  # the report names its records folder as given
   script = _script()
-  report = reproduction.write_report(script.DEFAULT_OUT, tmp_path / "REPRODUCTION.md",
+  report = paper_report.write_report(script.DEFAULT_OUT, tmp_path / "REPRODUCTION.md",
                                      "python experiments/reproduce.py report")
   assert report.read_text() == (ROOT / script.DEFAULT_REPORT).read_text(), (
       "run 'python experiments/reproduce.py report' and commit the result")
@@ -706,29 +715,29 @@ def test_the_committed_report_is_what_the_committed_records_give(tmp_path, monke
 def test_a_row_with_the_command_of_another_tables_record_reuses_it(tmp_path, capsys):
   """thesis Table 4.2's FL-STD is UAI Table 1's FL-STD, command for command:
   its record is kept from that run, with the thesis' cell, hours counted once."""
-  uai, t42 = reproduction.get_table("uai-table1"), reproduction.get_table("thesis-4.2")
+  uai, t42 = paper_tables.get_table("uai-table1"), paper_tables.get_table("thesis-4.2")
   [uai_std], [std] = uai.select(["FL-STD"]), t42.select(["FL-STD"])
   assert uai_std.argv(0, "OUT") == std.argv(0, "OUT")
   calls = []
-  original = reproduction.run_row(uai, uai_std, 0, tmp_path, _fake_sweep(calls, 0.8, dp=False),
+  original = paper_runner.run_row(uai, uai_std, 0, tmp_path, _fake_sweep(calls, 0.8, dp=False),
                                   "x")
-  kept = reproduction.run_row(t42, std, 0, tmp_path, _fake_sweep(calls, 0.1, dp=False), "x")
+  kept = paper_runner.run_row(t42, std, 0, tmp_path, _fake_sweep(calls, 0.1, dp=False), "x")
   assert len(calls) == 1  # not run again
   assert kept["record"] == original["record"] and kept["table"] == "thesis-4.2"
   assert kept["same_run_as"] == "uai-table1/FL-STD.seed0.json"
   assert kept["paper"]["accuracy"] == std.paper.accuracy != uai_std.paper.accuracy
-  assert json.loads(reproduction.record_path(tmp_path, t42, std, 0).read_text()) == kept
+  assert json.loads(paper_runner.record_path(tmp_path, t42, std, 0).read_text()) == kept
   # Another seed, or another command, is not a twin.
-  reproduction.run_row(t42, std, 1, tmp_path, _fake_sweep(calls, 0.5, dp=False),
+  paper_runner.run_row(t42, std, 1, tmp_path, _fake_sweep(calls, 0.5, dp=False),
                        "Intel Xeon, 16 cores, 1 gpu device(s) (NVIDIA H200)")
   assert len(calls) == 2
   report = tmp_path / "R.md"
-  reproduction.write_report(tmp_path, report, "cmd")
+  paper_report.write_report(tmp_path, report, "cmd")
   text = report.read_text()
   # 7 s on "x" (no devices named: a CPU) counted once, 7 s on the GPU.
   assert "wall hours in the kept records: 0.0 on CPUs, 0.0 on accelerators" in text
   assert "so the same run (its hours counted there): FL-STD (uai-table1)." in text
-  summary = reproduction.summarize(std, reproduction.kept_records(tmp_path, t42)["FL-STD"])
+  summary = paper_stats.summarize(std, paper_runner.kept_records(tmp_path, t42)["FL-STD"])
   assert summary.seeds == (0, 1) and summary.seconds == 7.0  # seed 1's alone
   assert summary.accelerator_seconds == 7.0  # seed 1 ran on the GPU
   assert _script_main()(["list", "thesis-4.2", "--out", str(tmp_path)]) == 0
@@ -739,17 +748,17 @@ def test_reduced_runs_are_labelled_so_in_the_plots(tmp_path, monkeypatch):
   """A reduced run is never drawn as the thesis' setting: its curve is labelled
   "(reduced)" and the thesis figure's caption names the reduced setting."""
   from fedjax_dp import plots
-  table = reproduction.get_table("thesis-6.5")
+  table = paper_tables.get_table("thesis-6.5")
   for slug in ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1"):
     row = table.select([slug])[0]
-    reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9, dp=False), "x",
+    paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([], 0.9, dp=False), "x",
                          row.reduced)
   drawn = []
   real = plots.plot_attack
   monkeypatch.setattr(plots, "plot_attack", lambda runs, metric, path, title="", **kw: (
       drawn.append((path.name, title, [r["label"] for r in runs])),
       real(runs, metric, path, title, **kw))[1])
-  reproduction.write_report(tmp_path, tmp_path / "R.md", "cmd")
+  paper_report.write_report(tmp_path, tmp_path / "R.md", "cmd")
   figure = [d for d in drawn if d[0] == "thesis-6.5-figure.png"]
   assert len(figure) == 1
   _, caption, labels = figure[0]
@@ -798,19 +807,19 @@ def test_a_queue_runs_its_lines_in_order_and_shares_them_with_other_processes(
   queue.write_text(f"# two quick rows\n"
                    f"thesis-4.1 --rows FL-STD_fashion-mnist --sweep-flags {quick}\n\n"
                    f"thesis-4.1 --rows FL-SIGN_mnist --sweep-flags {quick}  # MNIST\n")
-  t41 = reproduction.get_table("thesis-4.1")
+  t41 = paper_tables.get_table("thesis-4.1")
   [std], [sign] = t41.select(["FL-STD_fashion-mnist"]), t41.select(["FL-SIGN_mnist"])
   extra = tuple(shlex.split(quick)[0].split())
-  held = reproduction.work_dir(tmp_path, t41, std, 0, extra)
+  held = paper_runner.work_dir(tmp_path, t41, std, 0, extra)
   held.parent.mkdir(parents=True)
-  with runlock.hold(reproduction.lock_path(held)):  # another process runs line 1's row
+  with runlock.hold(paper_runner.lock_path(held)):  # another process runs line 1's row
     assert _script_main()(["queue", str(queue), "--out", str(tmp_path)]) == 0
   err = capsys.readouterr().err
   assert "left to the processes running them: FL-STD_fashion-mnist seed 0" in err
-  assert not reproduction.record_path(tmp_path, t41, std, 0, extra).exists()
-  assert reproduction.record_path(tmp_path, t41, sign, 0, extra).exists()
+  assert not paper_runner.record_path(tmp_path, t41, std, 0, extra).exists()
+  assert paper_runner.record_path(tmp_path, t41, sign, 0, extra).exists()
   assert _script_main()(["queue", str(queue), "--out", str(tmp_path)]) == 0  # line 1 now
-  assert reproduction.record_path(tmp_path, t41, std, 0, extra).exists()
+  assert paper_runner.record_path(tmp_path, t41, std, 0, extra).exists()
   assert "records of thesis-4.1 in" in capsys.readouterr().err
 
 
@@ -820,9 +829,9 @@ def test_the_committed_campaign_queue_is_valid():
   jobs = _script()._queue(str(ROOT / "experiments" / "campaign.txt"), "OUT")
   gpu = _script()._queue(str(ROOT / "experiments" / "campaign-gpu.txt"), "OUT")
   # Issue 41's tables (thesis 4.4, Fed-SMP Table I at one S) are the GPU queue's.
-  assert {job.table.name for job in jobs + gpu} == set(reproduction.tables())
+  assert {job.table.name for job in jobs + gpu} == set(paper_tables.tables())
   reduced = {job.table.name for job in jobs if job.reduced}
-  assert reduced == {t for t in reproduction.tables() if t.startswith("thesis-6.")}
+  assert reduced == {t for t in paper_tables.tables() if t.startswith("thesis-6.")}
 
 
 def test_the_committed_gpu_queue_runs_the_attack_tables_in_the_paper_setting():
@@ -830,7 +839,7 @@ def test_the_committed_gpu_queue_runs_the_attack_tables_in_the_paper_setting():
   paper's setting (never --reduced), every row of it."""
   jobs = _script()._queue(str(ROOT / "experiments" / "campaign-gpu.txt"), "OUT")
   assert not any(job.reduced or job.extra for job in jobs)
-  attack = {t for t in reproduction.tables() if t.startswith("thesis-6.")}
+  attack = {t for t in paper_tables.tables() if t.startswith("thesis-6.")}
   covered = {job.table.name for job in jobs if len(job.rows) == len(job.table.rows)}
   assert attack <= covered
 
@@ -858,18 +867,18 @@ def _issue41_cells():
   FL-SIGN, 5.3's FL-STD-DP, the 60% columns of 6.1/6.3 (seed 0), and seeds 1-2
   of the off rows."""
   cells = set()
-  uai = reproduction.get_table("uai-table1")
+  uai = paper_tables.get_table("uai-table1")
   at_ratios = [r for r in uai.rows if r.ratio in (0.001, 0.01, 0.05, 0.1)]
   assert len(at_ratios) == 53 + 2  # FL-TOP(-DP) at 5% were kept before
   cells |= {("uai-table1", r.slug, 0) for r in at_ratios
             if r.slug not in ("FL-TOP_r0.05", "FL-TOP-DP_r0.05")}
-  smp = reproduction.get_table("fedsmp-table1")
+  smp = paper_tables.get_table("fedsmp-table1")
   cells |= {("fedsmp-table1", r.slug, 0) for r in smp.rows
             if r.ratio in (0.001, 0.2, 0.4, 0.8) or r.tag}
   cells |= {("thesis-4.2", "signSGD", 0), ("thesis-4.4", "FL-SIGN", 0),
             ("thesis-5.3", "FL-STD-DP", 0)}
   for name in ("thesis-6.1", "thesis-6.3"):
-    cells |= {(name, r.slug, 0) for r in reproduction.get_table(name).select(["*_alpha0.6"])}
+    cells |= {(name, r.slug, 0) for r in paper_tables.get_table(name).select(["*_alpha0.6"])}
   cells |= {(name, slug, seed) for name, slugs in _ISSUE41_OFF_ROWS.items() for slug in slugs
             for seed in (1, 2)}
   return cells
@@ -890,10 +899,10 @@ def test_the_committed_gpu_queue_runs_issue_41s_list_first():
   assert wanted <= seen, sorted(wanted - seen)[:5]
   # The off rows' set is the records': each is off at seed 0 alone.
   for name, slugs in _ISSUE41_OFF_ROWS.items():
-    table = reproduction.get_table(name)
-    kept = reproduction.kept_records(ROOT / "experiments" / "reference" / "reproduction", table)
+    table = paper_tables.get_table(name)
+    kept = paper_runner.kept_records(ROOT / "experiments" / "reference" / "reproduction", table)
     for slug in slugs:
-      s = reproduction.summarize(table.select([slug])[0], kept[slug])
+      s = paper_stats.summarize(table.select([slug])[0], kept[slug])
       assert not s.within and s.numeric and 0 in s.seeds, (name, slug)
 
 
@@ -901,7 +910,7 @@ def test_issue_41s_new_rows_state_the_papers_figures_and_settings():
   """Thesis Table 4.4 (l.1008-1024), Table 5.3's FL-STD-DP (l.1422), Fed-SMP
   Table I's ratios (its Cost column) at one S, and Tables 6.1-6.4's 60%
   column, where no scheme converges."""
-  t44 = reproduction.get_table("thesis-4.4")
+  t44 = paper_tables.get_table("thesis-4.4")
   cells = {r.slug: (r.paper.accuracy, r.paper.round) for r in t44.rows}
   assert cells == {
       "FL-BASIC_r0.005": (.65, 193), "FL-CS_r0.005": (.57, 185), "FL-TOP_r0.005": (.82, 200),
@@ -909,44 +918,45 @@ def test_issue_41s_new_rows_state_the_papers_figures_and_settings():
       "FL-BASIC_r0.1": (.81, 196), "FL-CS_r0.1": (.85, 182), "FL-TOP_r0.1": (.85, 199),
       "FL-STD": (.86, 200), "FL-SIGN": (.84, 197)}
   # Its other rows are UAI Table 1's commands: the same runs.
-  uai = reproduction.get_table("uai-table1")
+  uai = paper_tables.get_table("uai-table1")
   for row in t44.rows:
     if row.scheme != "FL-SIGN":
       assert row.argv(0, "OUT") == uai.select([row.slug])[0].argv(0, "OUT"), row.slug
   [sign] = t44.select(["FL-SIGN"])
   args, run = _planned(sign)
-  assert presets.in_uai_data_setting(run.setting) and run.setting["rounds"] == 200
-  assert args.gamma == presets.THESIS_TABLE8_1_GAMMA == 0.001
-  assert presets.paper_result("FL-SIGN", 1.0, "fashion-mnist", run.setting) == sign.paper
+  assert paper_results.in_uai_data_setting(run.setting) and run.setting["rounds"] == 200
+  assert args.gamma == paper_settings.THESIS_TABLE8_1_GAMMA == 0.001
+  assert paper_results.paper_result("FL-SIGN", 1.0, "fashion-mnist", run.setting) == sign.paper
   # Table 5.3's FL-STD-DP: 0.61 at round 25, eps 0.69, S 2.15, sigma 1.54.
-  [std] = reproduction.get_table("thesis-5.3").select(["FL-STD-DP"])
-  assert std.paper == presets.PaperResult(.61, 25, .69)
+  [std] = paper_tables.get_table("thesis-5.3").select(["FL-STD-DP"])
+  assert std.paper == paper_results.PaperResult(.61, 25, .69)
   _, run = _planned(std)
   assert (run.config.privacy.clip_norm, run.config.privacy.noise_multiplier) == (2.15, 1.54)
   assert run.setting["rounds"] == 200 and run.setting["num_clients"] == 6000
   # Fed-SMP Table I: ratios = Fed-SMP's cost over DP-FedAvg's (l.101-116).
   costs = (0.02, 0.10, 0.20, 2.00, 3.99, 7.98, 15.97)
-  assert presets.FEDSMP_TABLE1_RATIOS == tuple(round(c / 19.96, 3) for c in costs)
-  smp = reproduction.get_table("fedsmp-table1")
+  assert paper_settings.FEDSMP_TABLE1_RATIOS == tuple(round(c / 19.96, 3) for c in costs)
+  smp = paper_tables.get_table("fedsmp-table1")
   assert all(r.paper is None for r in smp.rows) and smp.claim
   schemes = {}
   for row in smp.rows:
     args, run = _planned(row)
     schemes.setdefault(run.scheme.name, set()).add(row.ratio)
     if run.scheme.name.startswith("Fed-SMP"):  # one S for both sparsifiers, every ratio
-      assert run.config.privacy.clip_norm == presets.FEDSMP_TABLE1_CLIP
+      assert run.config.privacy.clip_norm == paper_settings.FEDSMP_TABLE1_CLIP
       assert run.config.privacy.clip_ratio is None and args.accountant == "rdp"
       q = run.setting["clients_per_round"] / run.setting["num_clients"]
       eps = accounting.epsilon(run.config.privacy.noise_multiplier, q,
                                run.setting["rounds"], args.delta, "rdp")
-      assert 1.0 <= eps <= presets.FEDSMP_TABLE1_EPSILON
-  assert schemes == {"Fed-SMP-randk": {*presets.FEDSMP_TABLE1_RATIOS, 1.0},
-                     "Fed-SMP-topk": set(presets.FEDSMP_TABLE1_RATIOS), "FedAvg-randk": {1.0}}
+      assert 1.0 <= eps <= paper_settings.FEDSMP_TABLE1_EPSILON
+  assert schemes == {"Fed-SMP-randk": {*paper_settings.FEDSMP_TABLE1_RATIOS, 1.0},
+                     "Fed-SMP-topk": set(paper_settings.FEDSMP_TABLE1_RATIOS),
+                     "FedAvg-randk": {1.0}}
   assert [r.name for r in smp.rows[-2:]] == ["Fed-SMP-randk as DP-FedAvg",
                                              "FedAvg-randk as FedAvg"]
   # The 60% columns: every scheme "-", FL-SIGN's too; reduced as any "-" row.
   for name in ("thesis-6.1", "thesis-6.2", "thesis-6.3", "thesis-6.4"):
-    sixty = reproduction.get_table(name).select(["*_alpha0.6"])
+    sixty = paper_tables.get_table(name).select(["*_alpha0.6"])
     assert [r.scheme for r in sixty] == ["FL-SIGN", "FL-STD", "FL-CS", "FL-TOP"]
     assert all(r.diverges and r.paper is None and r.reduced == ("--rounds", "10")
                for r in sixty)
@@ -967,8 +977,8 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   monkeypatch.setattr(host_devices, "machine", lambda: here.format(0.3))
 
   plan = lambda queue: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
-  t53, t42 = reproduction.get_table("thesis-5.3"), reproduction.get_table("thesis-4.2")
-  uai = reproduction.get_table("uai-table1")
+  t53, t42 = paper_tables.get_table("thesis-5.3"), paper_tables.get_table("thesis-4.2")
+  uai = paper_tables.get_table("uai-table1")
   queue = tmp_path / "q.txt"
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 0 1 2\n"
                    "thesis-5.3 --rows FL-CS-DP_r0.05 FL-RND-DP_r0.05 --seeds 1\n"
@@ -980,10 +990,10 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
                      "and 6 without an estimate")
 
   [cs] = t53.select(["FL-CS-DP_r0.05"])
-  reproduction.run_row(t53, cs, 0, tmp_path, _fake_sweep([]), "x")  # 3 rounds in 7 s
+  paper_runner.run_row(t53, cs, 0, tmp_path, _fake_sweep([]), "x")  # 3 rounds in 7 s
   [std] = uai.select(["FL-STD"])
-  reproduction.run_row(uai, std, 0, tmp_path, _fake_sweep([]), "x")  # thesis 4.2's FL-STD too
-  work = reproduction.work_dir(tmp_path, t53, cs, 2)  # interrupted at round 50 after 600 s
+  paper_runner.run_row(uai, std, 0, tmp_path, _fake_sweep([]), "x")  # thesis 4.2's FL-STD too
+  work = paper_runner.work_dir(tmp_path, t53, cs, 2)  # interrupted at round 50 after 600 s
   checkpoint.save(work / ".checkpoints" / "FL-CS-DP-r0.05.npz", "k",
                   checkpoint.Saved(50, {"w": np.zeros(3)}, [], (0,), [], 600.0))
   assert plan(queue) == 0
@@ -1005,7 +1015,7 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   # A record run on a GPU is no pace for this CPU: FL-RND-DP's seed 0, kept on
   # an H200, leaves its seed 1 at the pace of the CPU runs of its size.
   [rnd] = t53.select(["FL-RND-DP_r0.05"])
-  reproduction.run_row(t53, rnd, 0, tmp_path, _fake_sweep([]),
+  paper_runner.run_row(t53, rnd, 0, tmp_path, _fake_sweep([]),
                        "Intel Xeon, 16 cores, 1 gpu device(s) (NVIDIA H200)")
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[2] == (
@@ -1014,7 +1024,7 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   # A record kept on this machine's model (at another load) outweighs those
   # of other machines: FL-FREQ-DP's 3 rounds in 30 s set FL-CS-DP's seed 1.
   [freq] = t53.select(["FL-FREQ-DP_r0.05"])
-  reproduction.run_row(t53, freq, 0, tmp_path, _fake_sweep([], seconds=30.0), here.format(1.7))
+  paper_runner.run_row(t53, freq, 0, tmp_path, _fake_sweep([], seconds=30.0), here.format(1.7))
   assert plan(queue) == 0
   out = capsys.readouterr().out.splitlines()
   assert out[0] == (f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 10 / 3600:.1f} h (200 "
@@ -1029,8 +1039,8 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
       "pace of its kept seeds (1))")
   # An attacked row goes by attacked runs, and a bad queue stops before any output.
   queue.write_text("thesis-6.7 --reduced --rows FL-STD_alpha0.1 FL-SIGN_alpha0.1\n")
-  [std67] = reproduction.get_table("thesis-6.7").select(["FL-STD_alpha0.1"])
-  reproduction.run_row(reproduction.get_table("thesis-6.7"), std67, 0, tmp_path,
+  [std67] = paper_tables.get_table("thesis-6.7").select(["FL-STD_alpha0.1"])
+  paper_runner.run_row(paper_tables.get_table("thesis-6.7"), std67, 0, tmp_path,
                        _fake_sweep([], 0.9), "x", std67.reduced)
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[0] == (
@@ -1043,27 +1053,27 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
 
 
 def test_fedsmp_claim_line_weighs_one_seed_per_ratio():
-  table = reproduction.get_table("fedsmp")
+  table = paper_tables.get_table("fedsmp")
   rows = [r for r in table.rows if r.scheme == "Fed-SMP-randk"][:3]
   records = {r.slug: [{"seed": 0, "record": {"best_accuracy": a, "best_round": 1,
                                              "epsilon": 1.0, "rounds": 1}}]
              for r, a in zip(rows, (0.6, 0.7, 0.65))}
-  body, _ = reproduction.table_markdown(table, records)
+  body, _ = paper_report.table_markdown(table, records)
   assert "Ours: Fed-SMP-randk peaks at r = 0.01 (0.700): rises then falls" in body
   assert "3 of 3 rows run at one seed" in body
   records[rows[1].slug].append({"seed": 1, "record": records[rows[1].slug][0]["record"]})
-  assert "2 of 3 rows run at one seed" in reproduction.table_markdown(table, records)[0]
+  assert "2 of 3 rows run at one seed" in paper_report.table_markdown(table, records)[0]
   for slug in records:
     records[slug] = [dict(k, seed=s) for s in (0, 1) for k in records[slug][:1]]
-  assert "at one seed" not in reproduction.table_markdown(table, records)[0]
+  assert "at one seed" not in paper_report.table_markdown(table, records)[0]
 
 
 def test_report_of_the_fedsmp_curve_plots_accuracy_against_r(tmp_path):
-  table = reproduction.get_table("fedsmp")
+  table = paper_tables.get_table("fedsmp")
   for row, acc in zip(table.rows[:2], (0.8, 0.7)):
-    reproduction.run_row(table, row, 0, tmp_path, _fake_sweep([], acc), "x")
+    paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([], acc), "x")
   report = tmp_path / "R.md"
-  reproduction.write_report(tmp_path, report, "cmd")
+  paper_report.write_report(tmp_path, report, "cmd")
   assert "![fedsmp-ratio](R_plots/fedsmp-ratio.png)" in report.read_text()
   assert (tmp_path / "R_plots" / "fedsmp-ratio.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -1075,59 +1085,59 @@ def test_report_of_the_fedsmp_curve_plots_accuracy_against_r(tmp_path):
     ("test host", False),  # names no devices
 ])
 def test_on_accelerator_reads_the_machine_line(machine, accelerator):
-  assert reproduction.on_accelerator(machine) is accelerator
+  assert paper_stats.on_accelerator(machine) is accelerator
 
 
 def test_every_stated_reason_reaches_its_row():
   """A reason keyed to a row that does not exist (a typo'd slug) would go
   unseen: each entry of the reasons file is its row's reason, and no other
   row has one."""
-  given = {(name, row.slug): row.reason for name, table in reproduction.tables().items()
+  given = {(name, row.slug): row.reason for name, table in paper_tables.tables().items()
            for row in table.rows if row.reason}
-  assert given == reproduction.reasons()
+  assert given == paper_tables.reasons()
   assert len(given) == 37
 
 
 def test_every_row_off_in_the_kept_records_has_its_reason(monkeypatch):
   """A row of the committed records off by more than TOLERANCE without a
-  reason (one dropped from reproduction_text.toml, or a slug renamed) fails
+  reason (one dropped from paper/text.toml, or a slug renamed) fails
   here, by name, before the report says "reason not yet found"."""
   monkeypatch.chdir(ROOT)
   missing = [f"{table.name} {s.row.slug}: {s.verdict}"
-             for table in reproduction.tables().values()
-             for s in (reproduction.summarize(table.select([slug])[0], records)
+             for table in paper_tables.tables().values()
+             for s in (paper_stats.summarize(table.select([slug])[0], records)
                        for slug, records in
-                       reproduction.kept_records(_script().DEFAULT_OUT, table).items())
+                       paper_runner.kept_records(_script().DEFAULT_OUT, table).items())
              if s.verdict.endswith("reason not yet found")]
   assert not missing, "\n".join(["rows off without a reason:", *missing])
 
 
 def test_the_text_file_ships_with_the_package_and_reads_as_one_line_a_text():
-  """reproduction_text.toml is package data (pyproject.toml), each text
+  """paper/text.toml is package data (pyproject.toml), each text
   folded to one line with its fields filled, and a reason twice is refused."""
   pyproject = (ROOT / "pyproject.toml").read_text()
-  assert 'fedjax_dp = ["*.toml"]' in pyproject
-  assert (ROOT / "fedjax_dp" / reproduction.TEXT).is_file()
-  assert reproduction.prose("a\n  b {x:g}\n", x=0.5) == "a b 0.5"
-  written = reproduction.text_file()
+  assert 'fedjax_dp = ["paper/*.toml"]' in pyproject
+  assert (ROOT / "fedjax_dp" / "paper" / paper_tables.TEXT).is_file()
+  assert paper_tables.prose("a\n  b {x:g}\n", x=0.5) == "a b 0.5"
+  written = paper_tables.text_file()
   assert set(written) == {"setting", "claim", "figure", "reason"}
-  assert all("\n" not in text for text in reproduction.reasons().values())
+  assert all("\n" not in text for text in paper_tables.reasons().values())
   first = written["reason"][0]
   twice = dict(written, reason=[first, first])
-  reproduction.reasons.cache_clear()
+  paper_tables.reasons.cache_clear()
   try:
     with pytest.MonkeyPatch.context() as patch:
-      patch.setattr(reproduction, "text_file", lambda: twice)
+      patch.setattr(paper_tables, "text_file", lambda: twice)
       with pytest.raises(ValueError, match="two reasons for uai-table1 row FL-STD-DP"):
-        reproduction.reasons()
+        paper_tables.reasons()
   finally:
-    reproduction.reasons.cache_clear()
+    paper_tables.reasons.cache_clear()
 
 
 def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   """Issue 39: thesis Table 4.1's CIFAR-10 and IMDB rows, Tables 6.2/6.4 (IMDB),
   6.6/6.8 (CIFAR-10), Fed-SMP Tables II/III and the poster, as stated."""
-  t41 = reproduction.get_table("thesis-4.1")
+  t41 = paper_tables.get_table("thesis-4.1")
   [cifar] = t41.select(["FL-STD_cifar10"])
   _, run = _planned(cifar)
   assert (cifar.paper.accuracy, cifar.paper.round) == (.86, 375)
@@ -1141,15 +1151,15 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   assert (imdb.paper.accuracy, imdb.paper.round) == (.85, 91)
   assert (run.setting["samples_per_client"], run.setting["local_steps"]) == (25, 5)
   # Tables 6.2 and 6.4: FL-SIGN's cells, eta_adv 20 on IMDB, the rest diverge.
-  t64 = reproduction.get_table("thesis-6.4")
+  t64 = paper_tables.get_table("thesis-6.4")
   sign = [r.paper and r.paper.accuracy for r in t64.rows if r.scheme == "FL-SIGN"]
   assert sign == [.86, .72, .52, None]  # 60%: "-" (l.1697)
   assert all(r.diverges for r in t64.rows if r.scheme != "FL-SIGN")
   assert _planned(t64.select(["FL-STD_alpha0.2"])[0])[1].config.feature("attack").boost == 20
-  assert [r.paper and r.paper.accuracy for r in reproduction.get_table("thesis-6.2").rows
+  assert [r.paper and r.paper.accuracy for r in paper_tables.get_table("thesis-6.2").rows
           if r.scheme == "FL-SIGN"] == [.86, .86, .54, None]
   # Table 6.6: airplane -> ship, FL-CS at 60% unboosted, FL-TOP at 20%, eta_adv 7/4/2.
-  t66 = reproduction.get_table("thesis-6.6")
+  t66 = paper_tables.get_table("thesis-6.6")
   boosts = {(r.scheme, r.ratio): _planned(r)[1].config.feature("attack").boost
             for r in t66.select(["*alpha0.2"])}
   assert boosts == {("FL-SIGN", 1.0): 4, ("FL-STD", 1.0): 4, ("FL-CS", 0.6): 1,
@@ -1157,16 +1167,16 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   [std] = t66.select(["FL-STD_alpha0.1"])
   attack = _planned(std)[1].config.feature("attack")
   assert (attack.source, attack.target) == (0, 8) and std.paper_attack == .55
-  t68 = reproduction.get_table("thesis-6.8")
+  t68 = paper_tables.get_table("thesis-6.8")
   assert {_planned(r)[1].setting["rounds"] for r in t68.rows} == {300}
   assert [r.paper_attack for r in t68.select(["FL-SIGN_*"])] == [.66, .74, .93]
   # Fed-SMP Tables II and III: both schemes at every ratio, one S, the claim.
   for name, dataset in (("fedsmp-svhn", "svhn"), ("fedsmp-shakespeare", "shakespeare")):
-    table = reproduction.get_table(name)
+    table = paper_tables.get_table(name)
     assert {(r.scheme, r.ratio) for r in table.rows} == {
-        (s, r) for s in ("Fed-SMP-randk", "Fed-SMP-topk") for r in presets.FEDSMP_RATIOS}
+        (s, r) for s in ("Fed-SMP-randk", "Fed-SMP-topk") for r in paper_settings.FEDSMP_RATIOS}
     assert {r.dataset for r in table.rows} == {dataset} and table.claim
-  [poster] = reproduction.get_table("poster-cdp-lq").rows
+  [poster] = paper_tables.get_table("poster-cdp-lq").rows
   args, run = _planned(poster)
   assert poster.dataset == "femnist" and args.delta == 1e-4 and run.scheme.name == "CDP-LQ"
 
@@ -1176,7 +1186,7 @@ def test_rows_whose_data_is_missing_are_reported_with_their_command(tmp_path, mo
   monkeypatch.setattr(datasets, "reachable",
                       lambda name: "cifar10: not here" if name == "cifar10" else "")
   report = tmp_path / "R.md"
-  reproduction.write_report(tmp_path / "records", report, "cmd")
+  paper_report.write_report(tmp_path / "records", report, "cmd")
   text = report.read_text()
   assert ("Data not reachable on this machine (cifar10): 2 rows never run here; where the "
           "data is: `python experiments/reproduce.py thesis-4.1 --rows FL-SIGN_cifar10 "
@@ -1224,41 +1234,41 @@ def _sections(text):
 def test_no_table_states_a_reduced_setting_of_its_own():
   """A table's stated setting is the paper's: a reduced run is described only
   from the records shown (``reduced_clause``), never in the table's text."""
-  for table in reproduction.tables().values():
+  for table in paper_tables.tables().values():
     assert "reduced" not in table.setting.lower(), table.name
-  assert "reduced" not in " ".join(reproduction.text_file()["setting"].values()).lower()
+  assert "reduced" not in " ".join(paper_tables.text_file()["setting"].values()).lower()
 
 
 def test_a_setting_line_describes_a_reduced_run_only_where_a_row_shown_is_one(tmp_path):
-  t69 = reproduction.get_table("thesis-6.9")
+  t69 = paper_tables.get_table("thesis-6.9")
   [dp, sign] = t69.select(["FL-SIGN-DP_eps1-alpha0.1", "FL-SIGN_alpha0.1"])
-  reproduction.run_row(t69, dp, 0, tmp_path, _fake_sweep([], 0.88), "x")
+  paper_runner.run_row(t69, dp, 0, tmp_path, _fake_sweep([], 0.88), "x")
 
   def setting_line():
-    body, _ = reproduction.table_markdown(t69, reproduction.kept_records(tmp_path, t69))
+    body, _ = paper_report.table_markdown(t69, paper_runner.kept_records(tmp_path, t69))
     return body.splitlines()[0]
   # Every row shown in the thesis' setting (Table 8.2, 200 rounds): nothing reduced.
   assert setting_line() == f"Setting: {t69.setting}."
   assert "reduced" not in setting_line().lower() and "50 rounds" not in setting_line()
-  reproduction.run_row(t69, sign, 0, tmp_path, _fake_sweep([], 0.96, dp=False), "x",
+  paper_runner.run_row(t69, sign, 0, tmp_path, _fake_sweep([], 0.96, dp=False), "x",
                        sign.reduced)
   assert setting_line() == (f"Setting: {t69.setting}. Reduced in 1 of the 2 rows shown "
                             "(their verdicts say so): 50 rounds.")
   # Table 6.3: two reductions among the rows shown, each counted.
-  t63 = reproduction.get_table("thesis-6.3")
+  t63 = paper_tables.get_table("thesis-6.3")
   for slug in ("FL-SIGN_alpha0.1", "FL-STD_alpha0.1", "FL-CS_r0.05_alpha0.1"):
     [row] = t63.select([slug])
-    reproduction.run_row(t63, row, 0, tmp_path, _fake_sweep([], 0.1, dp=False), "x",
+    paper_runner.run_row(t63, row, 0, tmp_path, _fake_sweep([], 0.1, dp=False), "x",
                          row.reduced)
   [full] = t63.select(["FL-SIGN_alpha0.2"])
-  reproduction.run_row(t63, full, 0, tmp_path, _fake_sweep([], 0.97, dp=False), "x")
-  body, _ = reproduction.table_markdown(t63, reproduction.kept_records(tmp_path, t63))
+  paper_runner.run_row(t63, full, 0, tmp_path, _fake_sweep([], 0.97, dp=False), "x")
+  body, _ = paper_report.table_markdown(t63, paper_runner.kept_records(tmp_path, t63))
   assert body.splitlines()[0].endswith(
       ". Reduced in 3 of the 4 rows shown (their verdicts say so): 25 rounds in 1, "
       "10 rounds in 2.")
-  assert reproduction.reduced_words(("--local-steps", "300", "--rounds", "10")) == (
+  assert paper_report.reduced_words(("--local-steps", "300", "--rounds", "10")) == (
       "T_gd 300, 10 rounds")
-  assert reproduction.reduced_words(("--lr", "0.1")) == "--lr 0.1"
+  assert paper_report.reduced_words(("--lr", "0.1")) == "--lr 0.1"
 
 
 def test_the_committed_report_states_a_reduction_only_where_a_row_ran_one():
@@ -1274,17 +1284,17 @@ def test_the_committed_report_states_a_reduction_only_where_a_row_ran_one():
 
 
 def test_a_multi_seed_row_shows_each_seeds_round_and_epsilon():
-  row = reproduction.Row("FL-STD-DP", 1.0, presets.PaperResult(.56, 60, .76), "t")
+  row = paper_tables.Row("FL-STD-DP", 1.0, paper_results.PaperResult(.56, 60, .76), "t")
   records = [{"seed": seed, "record": {"best_accuracy": acc, "best_round": rnd, "epsilon": eps,
                                        "rounds": 200}}
              for seed, acc, rnd, eps in ((0, .673, 49, .741), (1, .589, 122, .871),
                                          (2, .601, 54, .752))]
-  s = reproduction.summarize(row, records)
+  s = paper_stats.summarize(row, records)
   assert s.best_rounds == (49, 122, 54) and s.epsilons == (.741, .871, .752)
   # Not "@75" (the mean of the three rounds, which no seed peaked at).
-  assert reproduction.ours_cell(s) == "0.621 [0.589, 0.673] @49/122/54 ε 0.74/0.87/0.75"
-  one = reproduction.summarize(row, records[:1])
-  assert reproduction.ours_cell(one) == "0.673 @49 ε 0.74"
+  assert paper_report.ours_cell(s) == "0.621 [0.589, 0.673] @49/122/54 ε 0.74/0.87/0.75"
+  one = paper_stats.summarize(row, records[:1])
+  assert paper_report.ours_cell(one) == "0.673 @49 ε 0.74"
   header = REPORT.read_text().split("\n## ")[0]
   assert "each seed's best round and its ε there, in the order of its seeds" in header
 
@@ -1310,17 +1320,17 @@ def test_the_committed_report_gives_each_seeds_round():
 def test_the_within_count_leaves_qualitative_rows_out(tmp_path):
   """A row the paper reports as not converging ("-") has no figure: it counts
   apart from the rows compared by number, in neither part of "within"."""
-  t61 = reproduction.get_table("thesis-6.1")
+  t61 = paper_tables.get_table("thesis-6.1")
   [dp] = t61.select(["FL-SIGN-DP*"])  # l.1795's row: "-", run in the thesis' setting
   [sign] = t61.select(["FL-SIGN_alpha0.1"])  # paper 0.98
-  reproduction.run_row(t61, dp, 0, tmp_path, _fake_sweep([], 0.1), "x")
-  reproduction.run_row(t61, sign, 0, tmp_path, _fake_sweep([], 0.97, dp=False), "x")
-  [s_dp, s_sign] = [reproduction.summarize(r, reproduction.kept_records(tmp_path, t61)[r.slug])
+  paper_runner.run_row(t61, dp, 0, tmp_path, _fake_sweep([], 0.1), "x")
+  paper_runner.run_row(t61, sign, 0, tmp_path, _fake_sweep([], 0.97, dp=False), "x")
+  [s_dp, s_sign] = [paper_stats.summarize(r, paper_runner.kept_records(tmp_path, t61)[r.slug])
                     for r in (dp, sign)]
   assert s_dp.qualitative and s_dp.agrees and not s_dp.numeric and not s_dp.within
   assert s_sign.numeric and s_sign.within and not s_sign.qualitative
   report = tmp_path / "R.md"
-  reproduction.write_report(tmp_path, report, "cmd")
+  paper_report.write_report(tmp_path, report, "cmd")
   assert ("compared with a paper figure in the paper's setting: 1, within 0.03: 1 of them; "
           "qualitative in the paper's setting (the paper's \"-\", does not converge): 1, "
           "as in the paper: 1; no published cell") in report.read_text()

@@ -1,0 +1,267 @@
+"""A row's result over its seeds, and its verdict against the paper (the papers' app).
+
+:func:`summarize` turns a row's kept records (``fedjax_dp.paper.runner``)
+into a :class:`Summary`: the mean best accuracy and its spread over the
+seeds, each seed's best round and epsilon, where the run settled, what was
+still moving when a reduced run stopped; :attr:`Summary.verdict` says whether
+it is within :data:`TOLERANCE` of the paper's figure, or why not.
+:func:`claim_check` checks a table's claim about the curve over r (Fed-SMP
+Table I / Fig. 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+
+from fedjax_dp.paper.tables import Row
+
+TOLERANCE = 0.03
+# A run "does not converge" (the thesis' "-") when its accuracy falls below
+# this (chance: 0.1) in the last fifth of its evaluations (``settled``).
+DIVERGED = 0.2
+# A reduced run stops early: a metric whose mean over the run's last fifth of
+# evaluations differs from the fifth before by more than this, and by more
+# than twice the difference's standard error, is "still rising" (or falling)
+# when the run stops, and the report says so.
+MOVING = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """A row's result over its seeds.
+
+  Attributes:
+    row: The row.
+    seeds: Seeds run.
+    accuracy: Mean best accuracy (the selection metric; the row's
+      ``model_metric`` at the best round) over the seeds.
+    spread: (min, max) over the seeds.
+    best_rounds: Each seed's round of its best accuracy, in the order of
+      ``seeds`` (a mean of rounds is no seed's round).
+    epsilon: Mean epsilon at the best round (None without DP).
+    epsilons: Each seed's epsilon at its best round, in the order of
+      ``seeds`` (empty without DP).
+    rounds: Rounds run (the smallest over seeds).
+    seconds: Wall seconds, summed over seeds.
+    accelerator_seconds: The part of ``seconds`` run on an accelerator
+      (:func:`on_accelerator`).
+    settled: Mean over the seeds of the lowest model metric in the last
+      fifth of the run's evaluations (:func:`settled_low`): where a run ends,
+      not its best; None without a history.
+    attack_value: Mean of the row's ``attack_metric`` at the best round.
+    reduced: The records are of the row's reduced setting.
+    moves: (metric, change) pairs: the model and attack metrics still
+      moving at the end of every seed's run (:func:`late_move`: the last
+      fifth of the evaluations against the fifth before, by more than
+      ``MOVING`` and twice its standard error), mean change over the seeds.
+  """
+
+  row: Row
+  seeds: tuple[int, ...]
+  accuracy: float
+  spread: tuple[float, float]
+  best_rounds: tuple[int, ...]
+  epsilon: float | None
+  rounds: int
+  seconds: float
+  accelerator_seconds: float = 0.0
+  settled: float | None = None
+  attack_value: float | None = None
+  reduced: bool = False
+  moves: tuple[tuple[str, float], ...] = ()
+  epsilons: tuple[float, ...] = ()
+
+  @property
+  def difference(self) -> float | None:
+    """Ours minus the paper's accuracy."""
+    return None if self.row.paper is None else self.accuracy - self.row.paper.accuracy
+
+  @property
+  def attack_difference(self) -> float | None:
+    """Ours minus the paper's attack metric (backdoor rows)."""
+    if self.row.paper_attack is None or self.attack_value is None:
+      return None
+    return self.attack_value - self.row.paper_attack
+
+  @property
+  def numeric(self) -> bool:
+    """Compared by number: run in the paper's setting, against a published
+    figure (a row the paper reports as not converging has none: it is
+    :attr:`qualitative`)."""
+    return not self.reduced and not self.row.diverges and self.difference is not None
+
+  @property
+  def qualitative(self) -> bool:
+    """Compared in words, in the paper's setting: the paper's "-" (the run
+    does not converge), which has no figure to be within a tolerance of."""
+    return not self.reduced and self.row.diverges
+
+  @property
+  def within(self) -> bool:
+    """A :attr:`numeric` row with |difference| <= TOLERANCE (0.03) for the
+    accuracy and for the attack metric; never a qualitative or reduced one
+    (see :attr:`agrees`)."""
+    if not self.numeric:
+      return False
+    diffs = [d for d in (self.difference, self.attack_difference) if d is not None]
+    return all(abs(d) <= TOLERANCE + 1e-9 for d in diffs)
+
+  @property
+  def agrees(self) -> bool:
+    """A :attr:`qualitative` row whose run does not converge either, as in
+    the paper (:meth:`converges` is False)."""
+    return self.qualitative and not self.converges
+
+  @property
+  def converges(self) -> bool:
+    """The run ends trained: its accuracy stays at or above ``DIVERGED`` over
+    the last fifth of its evaluations (the best alone, without a history).
+
+    The thesis' "-" is a run that does not converge, judged apart from its
+    best accuracy (Tab. 6.1, l.1663). A run can pass a high best on its way
+    and still end at chance, or swing between trained and broken rounds
+    under a boosted attack (Table 6.3's FL-STD: 0.92 at round 6, 0.11 at 9).
+    """
+    return (self.accuracy if self.settled is None else self.settled) >= DIVERGED
+
+  @property
+  def verdict(self) -> str:
+    """"within 0.03", or why not."""
+    prefix = ("reduced setting (" + " ".join(self.row.reduced) + "), not the paper's: "
+              if self.reduced else "")
+    if self.row.diverges:
+      end = ("" if self.settled is None else
+             f"its last fifth of evaluations down to {self.settled:.2f}, ")
+      if not self.converges:
+        return prefix + f"does not converge ({end}best {self.accuracy:.2f}), as in the paper"
+      gap = f"converges ({end}best {self.accuracy:.2f}) where the paper's does not"
+    elif self.within:
+      return f"within {TOLERANCE:g}"
+    elif self.difference is None:
+      return prefix + "no published cell"
+    else:
+      moves = dict(self.moves) if self.reduced else {}
+      gap = "; ".join(f"{name} off by {d:+.2f}{_moving(moves.get(key))}" for name, key, d in (
+          ("accuracy", self.row.model_metric, self.difference),
+          (self.row.attack_metric, self.row.attack_metric, self.attack_difference))
+                      if d is not None and (self.reduced or abs(d) > TOLERANCE))
+    if self.reduced:  # the cut may explain the gap; a reason found says more
+      return prefix + gap + (f": {self.row.reason}" if self.row.reason else "")
+    return f"{gap}: {self.row.reason}" if self.row.reason else f"{gap}: reason not yet found"
+
+
+def _moving(change: float | None) -> str:
+  if change is None:
+    return ""
+  way = "rising" if change > 0 else "falling"
+  return f" (still {way} at the cut: {change:+.2f} between the run's last two fifths)"
+
+
+# The history's name of a record's selection metric.
+_HISTORY_KEYS = {"best_accuracy": "accuracy"}
+
+
+def late_move(history: list[dict], metric: str) -> tuple[float, float] | None:
+  """How ``metric`` moved at the end of a run: its mean over the last fifth
+  of the evaluations minus its mean over the fifth before, and the standard
+  error of that difference from the spread within the two (None when a
+  fifth holds fewer than 2 evaluations, or without the metric)."""
+  key = _HISTORY_KEYS.get(metric, metric)
+  values = [h[key] for h in history if h.get(key) is not None]
+  width = len(values) // 5
+  if width < 2:
+    return None
+  before, last = values[-2 * width:-width], values[-width:]
+  error = math.sqrt((statistics.variance(before) + statistics.variance(last)) / width)
+  return statistics.fmean(last) - statistics.fmean(before), error
+
+
+def on_accelerator(machine: str) -> bool:
+  """Whether a record's machine line (``host_devices.machine``) names GPU or
+  TPU devices: ``..., 1 gpu device(s) (NVIDIA H200)``."""
+  match = re.search(r"\d+ (\w+) device\(s\)", machine)
+  return match is not None and match[1] != "cpu"
+
+
+def machine_model(machine: str) -> str:
+  """A machine line without its load: what tells runs of like pace apart
+  (``AMD EPYC (family 26, model 2, AVX-512), 2 cores, 2 cpu device(s)``)."""
+  return re.sub(r", load [\d.]+", "", machine)
+
+
+def settled_low(history: list[dict], metric: str) -> float | None:
+  """The lowest ``metric`` over the last fifth of a run's evaluations (at
+  least the last one); None without the metric in the history."""
+  key = _HISTORY_KEYS.get(metric, metric)
+  values = [h[key] for h in history if h.get(key) is not None]
+  return min(values[-max(1, len(values) // 5):]) if values else None
+
+
+def summarize(row: Row, records: list[dict]) -> Summary:
+  """Mean and spread of a row's kept records."""
+  runs = [r["record"] for r in records]
+  # A run kept for two tables counts once (see _reuse_twin).
+  own = [r for r in records if "same_run_as" not in r]
+  acc = [r[row.model_metric] for r in runs]
+  eps = [r["epsilon"] for r in runs if r.get("epsilon") is not None]
+  attack = [r[row.attack_metric] for r in runs if row.attack_metric in r]
+  lows = [settled_low(r.get("history", []), row.model_metric) for r in runs]
+  return Summary(row=row, seeds=tuple(r["seed"] for r in records),
+                 accuracy=statistics.fmean(acc), spread=(min(acc), max(acc)),
+                 best_rounds=tuple(r["best_round"] for r in runs),
+                 epsilon=statistics.fmean(eps) if eps else None,
+                 epsilons=tuple(eps) if len(eps) == len(runs) else (),
+                 rounds=min(r["rounds"] for r in runs),
+                 seconds=sum(r["record"].get("seconds", 0.0) for r in own),
+                 accelerator_seconds=sum(r["record"].get("seconds", 0.0) for r in own
+                                         if on_accelerator(r.get("machine", ""))),
+                 settled=None if None in lows else statistics.fmean(lows),
+                 attack_value=statistics.fmean(attack) if attack else None,
+                 reduced=any(r.get("reduced", False) for r in records),
+                 moves=_moves(row, runs))
+
+
+def _moves(row: Row, runs: list[dict]) -> tuple[tuple[str, float], ...]:
+  """The metrics still moving at the end of every seed's run, the same way,
+  with their mean change."""
+  out = []
+  for metric in filter(None, (row.model_metric, row.attack_metric)):
+    moves = [late_move(r.get("history", []), metric) for r in runs]
+    if not moves or None in moves:
+      continue
+    changes = [change for change, error in moves if abs(change) > max(MOVING, 2 * error)]
+    if len(changes) == len(moves) and len({c > 0 for c in changes}) == 1:
+      out.append((metric, statistics.fmean(changes)))
+  return tuple(out)
+
+
+def ratio_curves(summaries: list[Summary]) -> dict[str, list[tuple[float, float, float, float]]]:
+  """Each scheme's rows by ratio: (r, mean accuracy, min, max over seeds),
+  sorted by r."""
+  return {scheme: sorted((s.row.ratio, s.accuracy, *s.spread) for s in summaries
+                         if s.row.scheme == scheme)
+          for scheme in dict.fromkeys(s.row.scheme for s in summaries)}
+
+
+def claim_check(summaries: list[Summary]) -> str:
+  """Where each scheme's accuracy peaks over r, whether it rises then falls,
+  and by how much (the peak over the smallest and the largest r run), so
+  that a reader can weigh the shape against the spread between seeds."""
+  parts = []
+  for scheme, curve in ratio_curves(summaries).items():
+    if all(r == 1.0 for r, *_ in curve):  # uncompressed only (Table I's FedAvg): no curve
+      continue
+    if len(curve) < 3:
+      parts.append(f"{scheme}: {len(curve)} ratio(s) run, too few to tell")
+      continue
+    peak = max(range(len(curve)), key=lambda i: curve[i][1])
+    (low, first, *_), (r, best, *_), (high, last, *_) = curve[0], curve[peak], curve[-1]
+    rise, fall = f"+{best - first:.3f} over r = {low:g}", f"+{best - last:.3f} over r = {high:g}"
+    shape = (f"rises then falls ({rise}, {fall})" if 0 < peak < len(curve) - 1 else
+             f"highest at the smallest r run ({fall})" if peak == 0 else
+             f"highest at the largest r run ({rise})")
+    parts.append(f"{scheme} peaks at r = {r:g} ({best:.3f}): {shape}")
+  return "; ".join(parts)
