@@ -1,0 +1,72 @@
+"""The library below, the papers' app above (issue 50).
+
+No library module (``fedjax_dp`` outside ``paper`` and ``cli``) imports the
+papers' app, ``fedjax_dp.paper``, or the deprecated aliases that lead to it
+(``fedjax_dp.presets``, ``fedjax_dp.reproduction``, ``fedjax_dp.report``,
+``fedjax_dp.experiment``): the library's defaults are its own, and the
+papers' presets are applied from above by the command line.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedjax_dp"
+# The app layer: the papers' app, the command line, and the deprecated aliases.
+APP = ("fedjax_dp.paper", "fedjax_dp.cli", "fedjax_dp.presets", "fedjax_dp.reproduction",
+       "fedjax_dp.report", "fedjax_dp.experiment")
+
+
+def _is_app(module: str) -> bool:
+  return any(module == app or module.startswith(app + ".") for app in APP)
+
+
+def app_imports(source: str, module: str = "fedjax_dp.x") -> list[str]:
+  """The app-layer modules that ``source`` (the text of ``module``) imports,
+  top-level or inside a function, absolute or relative."""
+  found = []
+  package = module.rsplit(".", 1)[0]
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      found += [alias.name for alias in node.names if _is_app(alias.name)]
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:  # relative: from the module's package
+        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join(parts + ([base] if base else []))
+      names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+      found += [name for name in names if _is_app(name)]
+  return sorted(set(found))
+
+
+def library_modules() -> dict[str, pathlib.Path]:
+  """Every module of the library, by dotted name."""
+  modules = {}
+  for path in sorted(PACKAGE.rglob("*.py")):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    if not _is_app(name):
+      modules[name] = path
+  return modules
+
+
+def test_no_library_module_imports_the_papers_app():
+  modules = library_modules()
+  assert {"fedjax_dp.simulation.config", "fedjax_dp.schemes.sign", "fedjax_dp.data.sets.svhn",
+          "fedjax_dp.models", "fedjax_dp.privacy.accounting"} <= set(modules)
+  offending = {name: app_imports(path.read_text(), name) for name, path in modules.items()}
+  offending = {name: found for name, found in offending.items() if found}
+  assert not offending, f"library modules importing the app layer: {offending}"
+
+
+def test_the_check_finds_each_way_of_importing_the_app():
+  for source in ("import fedjax_dp.paper", "import fedjax_dp.paper.tables as t",
+                 "from fedjax_dp import paper", "from fedjax_dp.paper import presets",
+                 "from fedjax_dp import presets", "from fedjax_dp import reproduction, keys",
+                 "def f():\n  from fedjax_dp.cli import sweep\n",
+                 "from .. import paper"):
+    assert app_imports(source, "fedjax_dp.schemes.sign"), source
+  for source in ("from fedjax_dp import keys", "import fedjax_dp.data.settings",
+                 "from fedjax_dp.schemes import presets_like", "from . import base"):
+    assert not app_imports(source, "fedjax_dp.schemes.sign"), source
