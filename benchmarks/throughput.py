@@ -49,6 +49,24 @@ every client's update at once; the round sums them in chunks).
 ``--profile DIR`` writes a profiler trace of one more round of the last
 case. ``benchmarks/gpu_suite.sh`` runs the GPU suite (issues 41, 47).
 
+``--noise independent,banded,blt`` (issue 49) times each scheme's round with
+each noise: today's fresh noise per round, or the server's noise correlated
+across rounds (``features.CorrelatedNoiseConfig``: banded matrix
+factorization with ``--bands``, or BLT), whose streaming inverse runs in
+the round (the feature's ``begin`` and ``total`` hooks: z_t, the
+strategy's buffers, the noise added to the sum) and in the privacy stage.
+Banded noise needs a client's participations ``--bands`` rounds apart:
+``--cycle-length b`` samples every case of the run, independent noise
+included, by cyclic Poisson sampling over b groups (expected cohort
+``--clients-per-round``, padded to the planned capacity), so that the cases
+differ in their noise only; with ``--cycle-length 1`` (the default) the
+cohort is fixed, as above. The strategy is built for the paper's
+T_cl = 200 rounds (or the timed rounds, if more); the summary's ``x indep``
+is each round over the same scheme's round with independent noise.
+
+  python benchmarks/throughput.py --scheme FL-STD-DP --no-torch \
+      --noise independent,banded,blt --cycle-length 4   # bands: the cycle length
+
 PyTorch is optional (``pip install 'fedjax_dp[bench]'``); ``--no-torch``
 runs JAX alone. ``--no-eval`` skips the evaluation (its compile and FLOP
 count: a few seconds a case, which the GPU suite spends on other cases).
@@ -65,6 +83,7 @@ import json
 import os
 import resource
 import sys
+from typing import NamedTuple
 
 from fedjax_dp import host_devices  # imports no JAX
 
@@ -79,11 +98,11 @@ import numpy as np  # noqa: E402
 from common import best_seconds as _best  # noqa: E402
 from common import OneLineParser, load_paper_data, lowered_flops  # noqa: E402
 from common import machine, matmul_gflops  # noqa: E402
-from fedjax_dp import sharding, simulation  # noqa: E402
+from fedjax_dp import features, sharding, simulation  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.models import cohort_ops, from_flax, paper_cnn  # noqa: E402
 from fedjax_dp.models.cnn import PaperCNN  # noqa: E402
-from fedjax_dp.privacy import noise  # noqa: E402
+from fedjax_dp.privacy import correlated, noise  # noqa: E402
 from fedjax_dp.schemes import SCHEMES, get_scheme  # noqa: E402
 
 
@@ -98,20 +117,67 @@ def _device_peak_mb() -> float | None:
   return None if peak is None else peak / 2**20
 
 
+# The rounds a run with correlated noise or cyclic sampling is planned for
+# (its noise strategy, its Poisson cohorts' capacity): UAI Table 5's T_cl.
+PAPER_ROUNDS = 200
+
+
+class NoiseCase(NamedTuple):
+  """The noise across rounds a case runs with (``--noise``) and its sampling.
+
+  Attributes:
+    noise: ``correlated.KINDS``: "independent" (fresh noise each round, the
+      clients' shares), "banded" or "blt" (the server's, correlated).
+    bands: b of banded noise (None: the cycle length).
+    min_separation: The strategy's min-separation (None: the cycle length).
+    cycle_length: 1: a fixed cohort of ``clients`` clients; b > 1: cyclic
+      Poisson sampling over b groups (expected cohort ``clients``).
+  """
+
+  noise: str = "independent"
+  bands: int | None = None
+  min_separation: int | None = None
+  cycle_length: int = 1
+
+  def config(self) -> features.CorrelatedNoiseConfig | None:
+    """The feature's config (None: independent noise)."""
+    if self.noise == "independent":
+      return None
+    bands = (self.bands or self.cycle_length) if self.noise == "banded" else 1
+    return features.CorrelatedNoiseConfig(self.noise, bands, self.min_separation)
+
+  def label(self) -> str:
+    """"independent", "banded-4", "blt" (the record's ``noise``)."""
+    config = self.config()
+    return self.noise if config is None or self.noise != "banded" else \
+        f"banded-{config.bands}"
+
+  def plan_rounds(self, timed_rounds: int) -> int:
+    """The rounds the run is planned for: the timed ones, or at least
+    ``PAPER_ROUNDS`` where a strategy or cyclic cohorts depend on them."""
+    plain = self.cycle_length == 1 and self.noise == "independent"
+    return timed_rounds if plain else max(timed_rounds, PAPER_ROUNDS)
+
+
 def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: float,
                    devices: int | None, rounds: int = 8,
-                   client_chunk: int | None = None) -> simulation.Prepared:
+                   client_chunk: int | None = None,
+                   noise_case: NoiseCase = NoiseCase()) -> simulation.Prepared:
   """The round of ``simulation.run`` for one scheme, in the paper setting.
 
   UAI 2021 Table 5 (T_gd = 5, |B| = 10, eta = 0.215, sigma = 1.54), with a
   fixed cohort of ``clients`` real clients (so that clients/s is exact) and
   S = 0.6 where the scheme clips (its cost does not depend on S);
   ``client_chunk`` slots trained and summed at a time (None: the run's
-  default).
+  default). ``noise_case``: the noise across rounds, and cyclic Poisson
+  sampling (expected cohort ``clients``) where its cycle length is above 1.
   """
+  cyclic = noise_case.cycle_length > 1
   cfg = simulation.RunConfig.of(
-      ratio=ratio, rounds=rounds, clients_per_round=clients, sampler="fixed",
-      accountant="rdp", clip_norm=0.6, devices=devices, client_chunk=client_chunk)
+      ratio=ratio, rounds=rounds, clients_per_round=clients,
+      sampler="poisson" if cyclic else "fixed", cycle_length=noise_case.cycle_length,
+      accountant="rdp", clip_norm=0.6, devices=devices, client_chunk=client_chunk,
+      correlated_noise=noise_case.config())
   return simulation.prepare(model, get_scheme(scheme_name), data, public, cfg)
 
 
@@ -120,8 +186,10 @@ def stage_fns(model, plan: simulation.Plan, run_key, t):
 
   Returns:
     ``messages(state, data)``: local training and encoding of the cohort;
-    ``privacy(messages)``: ``scheme.privatize`` (sharded as in the round) and
-    the plain sum;
+    ``privacy(messages)``: ``scheme.privatize`` (sharded as in the round),
+    the plain sum and what the features add to it (their ``total`` hooks,
+    from their round values: correlated noise's z_t, streamed through the
+    strategy's inverse, and added);
     ``decode(state, total)``: ``scheme.server_update`` of the mean.
   """
   scheme = plan.scheme
@@ -140,11 +208,14 @@ def stage_fns(model, plan: simulation.Plan, run_key, t):
   @jax.jit
   def privacy(state, msgs):
     i = inputs(state)
-    contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys,
-                               simulation.round_noise(plan, i, state.features))
+    round_noise = simulation.round_noise(plan, i, state.features)
+    contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys, round_noise)
     if jnp.issubdtype(contribs.dtype, jnp.integer):
       return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
-    return noise.masked_sum(contribs, i.cohort.mask)
+    total = noise.masked_sum(contribs, i.cohort.mask)
+    for f, fstate, value in zip(plan.features, state.features, i.features):
+      total = f.total(features.At(fstate, value, inputs=i, noise=round_noise), total)
+    return total
 
   @jax.jit
   def decode(state, total):
@@ -159,7 +230,8 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
             rounds_per_call: int = 1, repeats: int = 3, devices: int | None = None,
             torch: bool = False, split: bool = True, profile: str | None = None,
             client_chunk: int | None = None, torch_func_chunks=(128, None),
-            torch_loop_clients: int | None = 50, evaluate: bool = True) -> dict:
+            torch_loop_clients: int | None = 50, evaluate: bool = True,
+            noise_case: NoiseCase = NoiseCase()) -> dict:
   """Times one scheme's round, its stages, evaluation and (optionally) PyTorch.
 
   Args:
@@ -175,13 +247,16 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
     torch_loop_clients: Clients the per-client loop trains (its pace does
       not depend on the cohort; None: the whole cohort); 0: no loop.
     evaluate: Time the evaluation of the test images (and count its FLOPs).
+    noise_case: The noise across rounds and the sampling (:class:`NoiseCase`).
 
   Returns:
     The benchmark record (see the module docstring).
   """
   load_before = os.getloadavg()
-  state, plan = prepared_round(model, scheme_name, data, public, clients, ratio, devices,
-                               rounds=(repeats + 2) * rounds_per_call, client_chunk=client_chunk)
+  state, plan = prepared_round(
+      model, scheme_name, data, public, clients, ratio, devices,
+      rounds=noise_case.plan_rounds((repeats + 2) * rounds_per_call),
+      client_chunk=client_chunk, noise_case=noise_case)
   mesh, run_key = plan.mesh, plan.run_key
   if mesh is not None:
     state, data, run_key = sharding.replicate((state, data, run_key), mesh)
@@ -200,6 +275,7 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
 
   training_s, privacy_s, decode_s = _stage_seconds(
       model, plan, state, data, run_key, t_next[0], repeats) if split else (None, None, None)
+  server_noise_s = _server_noise_seconds(plan, state, run_key, t_next[0], repeats)
   eval_s, eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats) if evaluate \
       else (None, None)
   example_flops = None if eval_flops is None else eval_flops / test_x.shape[0]
@@ -228,6 +304,9 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   torch_cps = torch_rec["torch_loop_clients_per_sec"]
   return {
       "scheme": plan.scheme.name, "ratio": ratio, "clients_per_round": clients,
+      "noise": noise_case.label(), "cycle_length": noise_case.cycle_length,
+      "min_separation": _min_separation(plan), "sampler": plan.sampler,
+      "slots": plan.slots,
       "model": model.name, "cohort_batching": cohort_ops.batching(),
       "client_chunk": plan.client_chunk,
       "rounds_per_call": rounds_per_call,
@@ -240,6 +319,10 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
           "local_training": training_s,  # with the encoder C(.)
           "privacy_sum": privacy_s,  # privatize (clip + noise) and the sum
           "server_decode": decode_s,
+          # The round's inputs and the features' total hooks on the sum alone:
+          # correlated noise's z_t, its stream and its addition; with
+          # independent noise (whose shares are in privacy_sum) the inputs only.
+          "server_noise": server_noise_s,
           "evaluation": eval_s,
           "compile": compile_s,
           "first_call": first,
@@ -261,6 +344,12 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
       "machine": machine(),
       "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
   }
+
+
+def _min_separation(plan: simulation.Plan) -> int | None:
+  """The correlated-noise strategy's min-separation (None: independent noise)."""
+  return next((f.strategy.min_separation for f in plan.features
+               if f.kind == "correlated_noise"), None)
 
 
 # The record's PyTorch fields where PyTorch does not run.
@@ -372,6 +461,26 @@ def _stage_seconds(model, plan, state, data, run_key, t: int,
   return (_best(lambda: jax.block_until_ready(messages_fn(state, data)), repeats),
           _best(lambda: jax.block_until_ready(privacy_fn(state, msgs)), repeats),
           _best(lambda: jax.block_until_ready(decode_fn(state, total)), repeats))
+
+
+def _server_noise_seconds(plan, state, run_key, t: int, repeats: int) -> float:
+  """Round ``t``'s inputs (with the features' round values: correlated
+  noise's z_t and its stream) and the features' ``total`` hooks on a sum of
+  zeros, jitted, best of ``repeats``: what the server's noise adds to a
+  round, beside the same call under independent noise (the inputs only)."""
+  t = jnp.int32(t)
+
+  @jax.jit
+  def server_noise(state):
+    i = simulation.round_inputs(plan, state, run_key, t)
+    round_noise = simulation.round_noise(plan, i, state.features)
+    total = jnp.zeros((plan.num_kept,), jnp.float32)
+    for f, fstate, value in zip(plan.features, state.features, i.features):
+      total = f.total(features.At(fstate, value, inputs=i, noise=round_noise), total)
+    return total
+
+  jax.block_until_ready(server_noise(state))
+  return _best(lambda: jax.block_until_ready(server_noise(state)), repeats)
 
 
 def _evaluation(model, mesh, weights, test_x, repeats: int) -> tuple[float, float | None]:
@@ -557,10 +666,16 @@ def _print(rec: dict) -> None:
         f"clients/round, {rec['rounds_per_call']} round(s)/call, cohort batching "
         f"{rec['cohort_batching']}, {rec['client_chunk'] or 'all'} slots a chunk on "
         f"{rec['machine']}")
+  if rec.get("noise", "independent") != "independent" or rec.get("cycle_length", 1) > 1:
+    separation = "" if rec["min_separation"] is None else \
+        f", min-separation {rec['min_separation']}"
+    print(f"  noise {rec['noise']}{separation}; {rec['sampler']} sampling, cycle length "
+          f"{rec['cycle_length']}, {rec['slots']} slots")
   train = rec["round_training_gflops_per_sec"]
   train = "" if train is None else f", training {train:.0f} GFLOP/s"
   print(f"  round: {rec['rounds_per_sec']:.3f} rounds/s = {rec['clients_per_sec']:.1f} "
-        f"clients/s ({s['round']:.2f} s{train}); compile {s['compile']:.1f} s")
+        f"clients/s ({s['round']:.2f} s{train}); compile {s['compile']:.1f} s; the "
+        f"round's inputs and server noise {1000 * s['server_noise']:.1f} ms")
   gflops = rec["evaluation_gflops_per_sec"]
   rate = "" if gflops is None else \
       f", {gflops:.0f} GFLOP/s (matmul: {rec['matmul_gflops_per_sec']:.0f})"
@@ -596,23 +711,33 @@ def _print(rec: dict) -> None:
 def _summary(records: list[dict]) -> None:
   """The per-case table: round time (without evaluation) against FL-STD's
   round of the same model, cohort and batching; our clients/s over
-  ``torch.func``'s (its best chunk) and over the per-client loop's."""
+  ``torch.func``'s (its best chunk) and over the per-client loop's; with
+  ``--noise``, each round over the same scheme's with independent noise
+  (``x indep``; the scheme's name carries the noise, e.g. FL-STD-DP+banded-4)."""
   def case(r):
-    return r.get("model"), r["clients_per_round"], r.get("cohort_batching"), r.get("client_chunk")
+    return (r.get("model"), r["clients_per_round"], r.get("cohort_batching"),
+            r.get("client_chunk"), r.get("cycle_length", 1))
 
-  bases = {case(r): r for r in records if r["scheme"] == REFERENCE}
-  print(f"\n{'scheme':16s} {'clients':>7s} {'round s':>8s} {'x ' + REFERENCE:>9s} "
+  noise = lambda r: r.get("noise", "independent")
+  bases = {case(r): r for r in records if r["scheme"] == REFERENCE and noise(r) == "independent"}
+  independent = {(r["scheme"], case(r)): r for r in records if noise(r) == "independent"}
+  print(f"\n{'scheme':24s} {'clients':>7s} {'round s':>8s} {'x ' + REFERENCE:>9s} "
         f"{'clients/s':>10s} {'train s':>8s} {'privacy s':>9s} {'compile s':>9s} "
-        f"{'x func':>7s} {'x loop':>7s}")
+        f"{'x func':>7s} {'x loop':>7s} {'x indep':>7s} {'noise s':>8s}")
   num = lambda v, fmt: "" if v is None else format(v, fmt)
   for r in records:
     s, base = r["seconds"], bases.get(case(r))
     ratio = "" if base is None else f"{s['round'] / base['seconds']['round']:.2f}"
-    print(f"{r['scheme']:16s} {r['clients_per_round']:7d} {s['round']:8.2f} {ratio:>9s} "
+    plain = independent.get((r["scheme"], case(r)))
+    to_plain = None if plain is None or noise(r) == "independent" else \
+        s["round"] / plain["seconds"]["round"]
+    name = r["scheme"] + ("" if noise(r) == "independent" else "+" + noise(r))
+    print(f"{name:24s} {r['clients_per_round']:7d} {s['round']:8.2f} {ratio:>9s} "
           f"{r['clients_per_sec']:10.1f} {num(s['local_training'], '8.2f'):>8s} "
           f"{num(s['privacy_sum'], '9.2f'):>9s} {s['compile']:9.1f} "
           f"{num(r.get('ratio_to_torch_func'), '7.2f'):>7s} "
-          f"{num(r.get('ratio_to_torch'), '7.2f'):>7s}")
+          f"{num(r.get('ratio_to_torch'), '7.2f'):>7s} {num(to_plain, '7.3f'):>7s} "
+          f"{num(s.get('server_noise'), '8.4f'):>8s}")
 
 
 REFERENCE = "FL-STD"  # the round every scheme is compared with
@@ -669,6 +794,29 @@ def _count(value: str) -> int | None:
   return count
 
 
+def _positive(value: str) -> int:
+  try:
+    number = int(value)
+  except ValueError:
+    number = 0
+  if number < 1:
+    raise argparse.ArgumentTypeError(f"expected a positive integer: {value!r}")
+  return number
+
+
+def _check_noise(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+  """--bands, --min-separation and --cycle-length against --noise (one line each)."""
+  if args.bands is not None and "banded" not in args.noise:
+    p.error("--bands needs --noise banded")
+  if args.min_separation is not None and args.noise == ["independent"]:
+    p.error("--min-separation needs --noise banded or --noise blt")
+  for flag, value in (("--bands", args.bands), ("--min-separation", args.min_separation)):
+    if value is not None and value > args.cycle_length:
+      p.error(f"{flag} {value} needs a client's participations {value} rounds apart; "
+              f"--cycle-length {args.cycle_length} keeps them {args.cycle_length} apart "
+              f"(set --cycle-length {value})")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p = OneLineParser(prog="benchmarks/throughput.py", description=__doc__.splitlines()[0])
   p.add_argument("--scheme", default="FL-TOP-DP",
@@ -685,6 +833,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       f"comma-separated: {', '.join(cohort_ops.BATCHINGS)} (auto: one client "
                       "at a time on a CPU, batched products elsewhere)")
   p.add_argument("--ratio", type=float, default=0.005)
+  p.add_argument("--noise", type=lambda v: _names(v, correlated.KINDS, "noise"),
+                 default=["independent"],
+                 help="the noise across rounds, comma-separated: independent (fresh each "
+                      "round), banded, blt (the server's, correlated: DP-FTRL by matrix "
+                      "factorization; docs/correlated-noise.md); each scheme runs with each")
+  p.add_argument("--bands", type=_positive, default=None,
+                 help="b of --noise banded (default: --cycle-length; at most it)")
+  p.add_argument("--min-separation", type=_positive, default=None,
+                 help="the rounds between a client's participations the banded or BLT "
+                      "strategy assumes (default: --cycle-length; at most it)")
+  p.add_argument("--cycle-length", type=_positive, default=1,
+                 help="1: a fixed cohort (default); b > 1: every case samples its cohorts "
+                      "by cyclic Poisson sampling over b groups (expected cohort "
+                      "--clients-per-round), which banded noise with b bands needs")
   p.add_argument("--rounds-per-call", type=int, default=1,
                  help="rounds per compiled call (rounds between evaluations)")
   p.add_argument("--repeats", type=int, default=3, help="timed repeats (best is kept)")
@@ -715,7 +877,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="write a profiler trace of one round of the last case to this directory")
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   p.add_argument("--out", default=None, help="also append the JSON lines to this file")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  _check_noise(p, args)
+  return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -739,10 +903,12 @@ def main(argv: list[str] | None = None) -> None:
   except DataError as e:  # missing or corrupt files: one line, as sweep.py
     print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
     sys.exit(2)
-  cases = [(m, b, n, c) for m in args.model for b in args.batching for n in names
-           for c in args.clients_per_round]
+  # A scheme's noises one after the other: their rounds are timed close in time.
+  cases = [(m, b, n, c, NoiseCase(z, args.bands, args.min_separation, args.cycle_length))
+           for m in args.model for b in args.batching for n in names
+           for c in args.clients_per_round for z in args.noise]
   records = []
-  for i, (model_name, batching, name, clients) in enumerate(cases):
+  for i, (model_name, batching, name, clients, noise_case) in enumerate(cases):
     try:
       with cohort_ops.cohort_batching(batching):
         rec = measure(MODELS[model_name](), name, data, test_x, public_batch(10, seed=0),
@@ -753,7 +919,7 @@ def main(argv: list[str] | None = None) -> None:
                       profile=args.profile if i == len(cases) - 1 else None,
                       client_chunk=args.client_chunk, torch_func_chunks=args.torch_func,
                       torch_loop_clients=args.torch_loop_clients,
-                      evaluate=not args.no_eval)
+                      evaluate=not args.no_eval, noise_case=noise_case)
     except ValueError as e:
       print(f"benchmarks/throughput.py: error: {e}", file=sys.stderr)
       sys.exit(2)

@@ -39,17 +39,52 @@ def test_example_defines_registers_and_runs_a_new_scheme():
 # round, tables and all, runs in tests/schemes/test_sign_schemes.py and the golden
 # records; here it would add ~30 s of compilation to the suite).
 BENCH_SCHEMES = [next(iter(f.schemes)) for f in FAMILIES] + ["FL-TOP-DP", "FL-CS-DP"]
+# FL-TOP-DP's case runs with banded noise over cyclic cohorts (--noise banded
+# --cycle-length 2): the same compilations, one case fewer than its own test.
+BENCH_NOISE = {"FL-TOP-DP": ("banded", None, None, 2)}
 
 
 @pytest.mark.parametrize("name", BENCH_SCHEMES)
 def test_throughput_measures_every_family(name, small_federation):
   data, (test_x, _), public = small_federation
-  rec = benchmark_modules.load("throughput").measure(
+  module = benchmark_modules.load("throughput")
+  noise_case = module.NoiseCase(*BENCH_NOISE.get(name, ()))
+  rec = module.measure(
       tiny_linear(), name, data, test_x[:500], public, clients=4, ratio=0.05, repeats=1,
-      devices=1)
+      devices=1, noise_case=noise_case)
   assert rec["scheme"] == name and rec["clients_per_sec"] > 0
   assert not rec["recompiled"]
   assert all(v is None or v >= 0 for v in rec["seconds"].values())
+  if name in BENCH_NOISE:  # the record says what ran: 2 bands over 2 cyclic groups
+    assert (rec["noise"], rec["sampler"], rec["cycle_length"], rec["min_separation"]) == (
+        "banded-2", "poisson", 2, 2)
+    assert rec["slots"] >= 4
+  else:
+    assert (rec["noise"], rec["sampler"], rec["min_separation"]) == (
+        "independent", "fixed", None)
+
+
+def test_throughput_privacy_stage_adds_the_correlated_noise(small_federation):
+  """The privacy stage of a round with BLT noise is the clipped sum plus the
+  feature's S sigma (C^-1 z)_t (its begin and total hooks): the noise's cost
+  is timed where independent noise's is."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from fedjax_dp import simulation  # pylint: disable=import-outside-toplevel
+  data, _, public = small_federation
+  module, model = benchmark_modules.load("throughput"), tiny_linear()
+  state, plan = module.prepared_round(model, "FL-STD-DP", data, public, 4, 1.0, 1, rounds=3,
+                                      noise_case=module.NoiseCase("blt"))
+  t = jnp.int32(2)
+  messages, privacy, _ = module.stage_fns(model, plan, plan.run_key, t)
+  msgs = messages(state, data)
+  inputs = simulation.round_inputs(plan, state, plan.run_key, t)
+  clipped = jax.vmap(lambda m: m * jnp.minimum(1.0, plan.clip_norm / jnp.linalg.norm(m)))(msgs)
+  which = [f.kind for f in plan.features].index("correlated_noise")
+  added = plan.clip_norm * plan.noise_multiplier * inputs.features[which].noise
+  assert float(jnp.linalg.norm(added)) > 1.0
+  np.testing.assert_allclose(privacy(state, msgs), clipped.sum(0) + added, atol=1e-4)
 
 
 def _fake_torch(module, monkeypatch, calls, oom_chunk=None):
@@ -240,7 +275,14 @@ def test_throughput_flops_are_counted_before_the_backend_compiles(cnn):
     (["--client-chunk", "0", "--no-torch", "--clients-per-round", "2"],
      "client_chunk must be >= 1"),
     (["--torch-func", "128,0"], "expected positive integers or 'all'"),
-    (["--torch-loop-clients", "-1"], "expected a count >= 0 or 'all'")])
+    (["--torch-loop-clients", "-1"], "expected a count >= 0 or 'all'"),
+    (["--noise", "independent,gaussian"], "unknown noise gaussian"),
+    (["--noise", "banded", "--bands", "4"], "--bands 4 needs a client's participations 4"),
+    (["--noise", "blt", "--bands", "2", "--cycle-length", "2"], "--bands needs --noise banded"),
+    (["--min-separation", "2", "--cycle-length", "2"], "--min-separation needs --noise"),
+    (["--noise", "blt", "--min-separation", "3", "--cycle-length", "2"],
+     "set --cycle-length 3"),
+    (["--cycle-length", "0"], "expected a positive integer")])
 def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
   with pytest.raises(SystemExit) as exit_:
     benchmark_modules.load("throughput").main(args)

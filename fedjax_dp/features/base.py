@@ -373,3 +373,10 @@ class Feature:
     """Fields of the run's record (``best``: the best round's history entry)."""
     del state, best
     return {}
+
+  def review(self, record: dict) -> dict:
+    """Fields decided from the whole record (every feature's ``record`` and
+    the accountant's epsilon among them), added to it last: the audit's
+    ``violation``."""
+    del record
+    return {}

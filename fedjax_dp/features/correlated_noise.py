@@ -79,8 +79,7 @@ class CorrelatedNoise(Feature):
   options = declared(CorrelatedNoiseConfig)
   conflicts = (Conflict("secure_aggregation", "secure aggregation: the server adds the noise "
                         "after the sum"),
-               Conflict("adaptive_clip", "adaptive_clip, whose count noise is independent"),
-               Conflict("audit", "audit_canaries (not yet audited with correlated noise)"))
+               Conflict("adaptive_clip", "adaptive_clip, whose count noise is independent"))
   key_purposes = (keys.Purpose("round", keys.CORRELATED_NOISE, "the server's z_t"),)
 
   @classmethod

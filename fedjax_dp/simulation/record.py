@@ -21,7 +21,8 @@ class Record(TypedDict, total=False):
   accountant its own (``accounting.PrivacyReport.fields``), each round
   feature its ``record`` (dropouts: ``max_dropouts``, ``dropout_rate``,
   ``dropped_clients``, ``under_noised_rounds``; an attack: ``attack`` and
-  the backdoor metrics; the audit: ``empirical_epsilon`` and ``audit``;
+  the backdoor metrics; the audit: ``empirical_epsilon``, ``audit`` and,
+  from the whole record (``Feature.review``), ``violation``;
   adaptive clipping: ``adaptive_clip``), and a coded-stream scheme its
   measured sizes.
   """
@@ -68,6 +69,7 @@ class Record(TypedDict, total=False):
   seconds: float
   nonfinite_round: int
   history: list
+  violation: bool
 
 
 def privacy_report(plan: Plan, rounds_list) -> accounting.PrivacyReport:
@@ -121,7 +123,7 @@ def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> R
   features = {}
   for f, fstate in zip(plan.features, trained.state.features):
     features.update(f.record(fstate, best))
-  return Record(
+  record = Record(
       scheme=scheme.name,
       ratio=cfg.ratio if scheme.traits.uses_ratio else 1.0,
       best_accuracy=best["accuracy"],
@@ -175,3 +177,6 @@ def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> R
       **privacy.fields,
       **coded,
   )
+  for f in plan.features:  # what a feature decides from the whole record (the audit's violation)
+    record.update(f.review(record))
+  return record

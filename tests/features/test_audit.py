@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedjax_dp import keys, simulation
+from fedjax_dp import features, keys, simulation
+from fedjax_dp.features import correlated_noise
 from fedjax_dp.features.audit import canaries
 from fedjax_dp.privacy import audit as audit_stats
 from fedjax_dp.privacy import noise
@@ -105,7 +106,7 @@ def test_a_correct_mechanism_stays_at_or_below_the_accountants_epsilon(small_fed
     low, high = audit[model]["empirical_epsilon_interval"]
     assert low <= audit[model]["empirical_epsilon"] <= high
   assert record["epsilon_lower_bound_decision"] == audit["decision_lower_bound"] <= eps
-  assert canaries.violation(record) is False
+  assert canaries.violation(record) is False and record["violation"] is False
 
 
 @pytest.mark.parametrize("fault", ["tenth-noise", "no-clipping", "shares-by-cohort"])
@@ -128,7 +129,61 @@ def test_no_noise_gives_a_large_empirical_epsilon(small_federation):
   figures = record["audit"]["every_round"]["figures"]
   assert figures["jax_privacy_one_run"]["value"] > 1  # jax-privacy's bound catches it too
   assert record["epsilon_lower_bound_decision"] > 1
-  assert canaries.violation(record) is False  # the accountant claimed no privacy (inf)
+  # The accountant claimed no privacy (inf): no violation.
+  assert canaries.violation(record) is False and record["violation"] is False
+
+
+# ------------------------------------------------------- with correlated noise
+
+_BANDED = dict(correlated_noise=features.CorrelatedNoiseConfig("banded", bands=2),
+               cycle_length=2, accountant="rdp", rounds=12, eval_every=12)
+
+
+def test_an_audit_with_banded_noise_stays_at_or_below_its_epsilon(small_federation):
+  """Banded noise (2 bands over 2 cyclic groups): the canaries' sums go
+  through the same correlated noise, and every lower bound stays at or below
+  the banded mechanism's epsilon (no violation)."""
+  record = _run(small_federation, get_scheme("FL-STD-DP"), **_BANDED)
+  eps = record["epsilon_final"]
+  assert record["noise_correlation"] == "banded" and 0 < eps < 10
+  assert record["epsilon_lower_bound"] <= eps
+  assert record["epsilon_lower_bound_every_round"] <= eps
+  for model in ("final_model", "every_round"):
+    for name, figure in record["audit"][model]["figures"].items():
+      if figure["kind"] == "bound":
+        assert figure["value"] <= eps, (model, name)
+  assert record["epsilon_lower_bound_decision"] <= eps and record["violation"] is False
+
+
+def test_an_audit_with_banded_noise_catches_the_noise_left_out(small_federation,
+                                                               monkeypatch):
+  """The server forgets the correlated noise (the accountant does not know):
+  the decision's lower bound exceeds the banded mechanism's epsilon, and the
+  record says so (violation True)."""
+  monkeypatch.setattr(correlated_noise.CorrelatedNoise, "total", lambda self, at, total: total)
+  record = _run(small_federation, get_scheme("FL-STD-DP"), noise_multiplier=3.0, **_BANDED)
+  assert record["epsilon_lower_bound_decision"] > record["epsilon_final"] > 0
+  assert record["violation"] is True
+
+
+def test_canaries_keep_the_cyclic_groups_of_correlated_noise(small_federation):
+  """Under cyclic sampling over b groups canary j is client N + j of group
+  (N + j) mod b: it joins only its group's rounds, so its participations are
+  b rounds apart as the banded mechanism's accounting assumes, at rate b q."""
+  data, _, public = small_federation
+  cfg = _CFG.replace(**_BANDED, audit=canaries.AuditConfig(300))
+  state, plan = simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public, cfg)
+  start = plan.capacity
+  joins = 0
+  for t in range(1, 5):
+    cohort = simulation.round_inputs(plan, state, plan.run_key, jnp.int32(t)).cohort
+    ids = np.asarray(cohort.indices[start:])[np.asarray(cohort.mask[start:])]
+    assert ids.size and (ids % 2 == (t - 1) % 2).all(), (t, ids)
+    joins += ids.size
+  inserted = np.asarray(plan.feature_state("audit", state.features).inserted)
+  in_group = [(inserted & ((600 + np.arange(600)) % 2 == g)).sum() for g in (0, 1)]
+  # 4 rounds, each group twice, at rate 2 q = 0.2.
+  assert stats.binomtest(joins, 2 * sum(in_group), 0.2).pvalue > 1e-3
 
 
 def test_canaries_join_like_clients_and_leave_honest_keys_alone(small_federation):

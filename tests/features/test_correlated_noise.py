@@ -34,6 +34,7 @@ def test_one_band_and_one_group_is_todays_gaussian_epsilon(small_federation):
   banded = _run(data, test, public,
                 correlated_noise=features.CorrelatedNoiseConfig("banded", bands=1))
   assert banded["epsilon"] == plain["epsilon"] > 0
+  assert "violation" not in plain  # only an audit decides one
   assert banded["correlated_noise"]["final_prefix_noise_std"] == pytest.approx(8 ** 0.5,
                                                                                 rel=1e-6)
   # The curve itself, at every T: the same dp-accounting composition.

@@ -50,12 +50,19 @@ class Audit(Feature):
     run = self.run
     state = canaries.init_state(run.run_key, run.num_kept, self.config)
     return state, canaries.planned_capacity(run.run_key, state, run.rate, run.rounds,
-                                            run.slot_multiple)
+                                            run.slot_multiple, self.cycle)
+
+  @property
+  def cycle(self) -> canaries.Cycle:
+    """The cyclic sampling the canaries follow, as the run's clients."""
+    return canaries.Cycle(self.run.cycle_length, self.run.num_clients)
 
   def cohort(self, at: At, cohort):
-    """The canaries that join round t, in the feature's extra slots (ids N + j)."""
+    """The canaries that join round t, in the feature's extra slots (ids N + j);
+    under cyclic sampling those of round t's group only."""
     which, joined = canaries.canary_cohort(canaries.round_key(at.run_key, at.t),
-                                           at.state.inserted, self.run.rate, at.slots)
+                                           at.state.inserted, self.run.rate, at.slots,
+                                           self.cycle, at.t)
     return cohort._replace(
         indices=jnp.concatenate([cohort.indices, self.run.num_clients + which]),
         mask=jnp.concatenate([cohort.mask, joined]))
@@ -76,6 +83,11 @@ class Audit(Feature):
 
   def observe(self, at: At, state):
     return canaries.observe(state, at.observed.total)
+
+  def review(self, record: dict) -> dict:
+    """``violation``: whether the decision's lower bound exceeds the reported
+    ``epsilon_final`` (``canaries.violation``; None without an epsilon)."""
+    return {"violation": canaries.violation(record)}
 
   def record(self, state, best: dict) -> dict:
     """The audit's figures beside the accountant's epsilon; both threat

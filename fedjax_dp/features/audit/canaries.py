@@ -13,7 +13,11 @@ clients measure what a run actually releases (Andrew et al., ICLR 2024,
   the one-run bound of Steinke et al. needs this coin).
 * An inserted canary is a client with id N + j: every round it joins with
   probability q, independently (the Poisson sampling the accountant
-  assumes, whatever sampler the real clients use), and sends u_j scaled to
+  assumes, whatever sampler the real clients use; under cyclic Poisson
+  sampling over b groups, ``Privacy.cycle_length``, it is in group
+  (N + j) mod b as that client would be and joins its group's rounds, one
+  in b, with probability b q: the participation the accountant of
+  correlated noise assumes, at least b rounds apart), and sends u_j scaled to
   norm 10 S, which ``privatize`` clips to S; under FL-SIGN-DP it sends the
   sign vector of u_j (the scheme's fixed sensitivity). It adds its noise
   share and joins secure aggregation and dropouts like every client.
@@ -126,25 +130,52 @@ def init_state(run_key: jax.Array, num_values: int, config: AuditConfig) -> Audi
                     jnp.full((candidates,), -jnp.inf, jnp.float32))
 
 
-def canary_cohort(key: jax.Array, inserted: jax.Array, rate: float,
-                  capacity: int) -> tuple[jax.Array, jax.Array]:
-  """Round t's canaries: each inserted one joins with probability ``rate``.
+class Cycle(NamedTuple):
+  """Cyclic Poisson sampling as the canaries follow it (``fedjax_dp.sampling``).
+
+  Attributes:
+    length: b, the groups (1: plain Poisson sampling, every round).
+    first_id: The first canary's client id, N: candidate j is in group
+      (N + j) mod b, as client N + j would be.
+  """
+
+  length: int = 1
+  first_id: int = 0
+
+
+def _joining(key: jax.Array, inserted: jax.Array, rate: float, cycle: Cycle,
+             t: jax.Array | int) -> tuple[jax.Array, jax.Array]:
+  """(the candidates' uniform draws, which inserted ones join round t): with
+  probability q every round, or under a cycle of b > 1 with probability b q
+  in their group's rounds only (``sampling.sample_cohort``'s rule)."""
+  u = jax.random.uniform(key, inserted.shape)
+  if cycle.length > 1:
+    ids = cycle.first_id + jnp.arange(inserted.shape[0])
+    u = jnp.where(ids % cycle.length == (t - 1) % cycle.length, u, 2.0)
+    rate = min(1.0, rate * cycle.length)
+  return u, inserted & (u < rate)
+
+
+def canary_cohort(key: jax.Array, inserted: jax.Array, rate: float, capacity: int,
+                  cycle: Cycle = Cycle(), t: jax.Array | int = 1
+                  ) -> tuple[jax.Array, jax.Array]:
+  """Round t's canaries: each inserted one joins with probability ``rate``
+  (under a cycle of b groups: b ``rate`` in its group's rounds only).
 
   Returns:
     ``(candidates, mask)``: (capacity,) candidate indices, the joined ones
     first, and which slots are real.
   """
-  u = jax.random.uniform(key, inserted.shape)
-  joined = inserted & (u < rate)
+  u, joined = _joining(key, inserted, rate, cycle, t)
   _, order = jax.lax.top_k(jnp.where(joined, -u, -2.0 - u), capacity)
   return order.astype(jnp.int32), joined[order]
 
 
 def planned_capacity(run_key: jax.Array, state: AuditState, rate: float, rounds: int,
-                     multiple: int) -> int:
+                     multiple: int, cycle: Cycle = Cycle()) -> int:
   """Canary slots holding every round's canaries (rounded up to ``multiple``)."""
-  counts = jax.vmap(lambda t: jnp.sum(state.inserted & (
-      jax.random.uniform(round_key(run_key, t), state.inserted.shape) < rate)))(
+  counts = jax.vmap(lambda t: jnp.sum(
+      _joining(round_key(run_key, t), state.inserted, rate, cycle, t)[1]))(
           jnp.arange(1, rounds + 1))
   largest = max(1, int(np.max(np.asarray(counts))))
   return -(-largest // multiple) * multiple
