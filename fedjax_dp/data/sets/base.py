@@ -193,6 +193,13 @@ class Dataset:
     return self.settings.preset_sources
 
   @property
+  def chance(self) -> float:
+    """The selection metric of a model that learned nothing: a guess uniform
+    over the :attr:`num_classes` labels (the majority class's share on a
+    balanced test set; 0.5 for a balanced accuracy)."""
+    return 0.5 if self.selection_metric == "balanced_accuracy" else 1.0 / self.num_classes
+
+  @property
   def label(self) -> str:
     """The name as outputs show it (with "synthetic stand-in" if it is one)."""
     return f"{self.name} (synthetic stand-in)" if self.synthetic else self.name
