@@ -7,15 +7,16 @@
   python experiments/reproduce.py plan FILE [--out DIR]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-4.4, thesis-5.3,
-thesis-5.1, thesis-5.2, fedsmp, fedsmp-table1, fedsmp-svhn,
+thesis-5.3.5, thesis-5.1, thesis-5.2, fedsmp, fedsmp-table1, fedsmp-svhn,
 fedsmp-shakespeare, thesis-6.1, thesis-6.2, thesis-6.3, thesis-6.4,
 thesis-6.5, thesis-6.6, thesis-6.7, thesis-6.8, thesis-6.9, thesis-6.10,
 thesis-6.11, thesis-6.12, poster-cdp-lq
 (``fedjax_dp.paper_tables.tables()``; ``list`` shows their rows, with the
 records kept and the runs in progress). A row whose data set this
 machine cannot read (SVHN, CIFAR-10, IMDB, EMNIST by writer: not shipped here)
-is never run; it is reported "data not reachable on this machine", with the
-command that runs it where the data is.
+is never run here ("data not reachable on this machine"); the report, which
+says the same on every machine, lists the rows not run on each data set other
+than Fashion-MNIST with the command that runs them where the data is.
 Each (row, seed) runs ``experiments/sweep.py`` with the paper's setting and
 is kept as ``DIR/<table>/<row>.seed<k>.json``; a kept record is not run
 again, and an interrupted run continues from its last checkpoint

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import pathlib
 import shlex
-from typing import Callable
-
 from fedjax_dp.atomic import atomic_file
-from fedjax_dp.paper.runner import kept_records
+from fedjax_dp.paper.runner import kept_records, record_index
 from fedjax_dp.paper.stats import MOVING, TOLERANCE, Summary, claim_check, ratio_curves, summarize
 from fedjax_dp.paper.tables import Row, Table, tables
 
+# The sweep's data set when a row names none (``Row.dataset``).
+DEFAULT_DATASET = "fashion-mnist"
 _METRIC_NAMES = {"class_accuracy": "class", "attack_accuracy": "attack"}
 _MODEL_NAMES = {"best_accuracy": "", "main_accuracy": " (without the source class)"}
 
@@ -58,18 +58,6 @@ def ours_cell(s: Summary) -> str:
   return text
 
 
-def unreachable_rows(table: Table, reachable: Callable[[str], str],
-                     rows: list[Row] | None = None) -> dict[str, list[Row]]:
-  """The rows (of ``rows``, default all) whose data set this machine cannot
-  read, by data set (``reachable``: ``fedjax_dp.datasets.reachable``)."""
-  reasons = {d: reachable(d) for d in dict.fromkeys(r.dataset for r in table.rows)}
-  out: dict[str, list[Row]] = {}
-  for row in table.rows if rows is None else rows:
-    if reasons[row.dataset]:
-      out.setdefault(row.dataset, []).append(row)
-  return out
-
-
 def rerun_command(table: Table, rows: list[Row]) -> str:
   """The ``reproduce.py`` command that runs ``rows`` of ``table``."""
   command = f"python experiments/reproduce.py {table.name}"
@@ -78,14 +66,14 @@ def rerun_command(table: Table, rows: list[Row]) -> str:
   return command
 
 
-def table_markdown(table: Table, records: dict[str, list[dict]],
-                   unreachable: dict[str, list[Row]] | None = None
+def table_markdown(table: Table, records: dict[str, list[dict]]
                    ) -> tuple[str, list[Summary]]:
   """One table's section body and the summaries of its rows that ran.
 
-  ``unreachable``: rows whose data this machine cannot read
-  (:func:`unreachable_rows`); those not run are reported so, with the
-  command that runs them where the data is.
+  The text depends on the records alone, never on the machine that writes
+  it (which data sets it can read): rows not run are listed, and those on a
+  data set other than the sweep's default (Fashion-MNIST) are given, by data
+  set, the command that runs them where that data is.
   """
   lines = ["", "", "| row | paper: acc @round ε | ours: mean [min, max] @round(s) ε | "
            "seeds | rounds | diff | verdict |", "|---|---|---|---|---|---|---|"]
@@ -110,19 +98,18 @@ def table_markdown(table: Table, records: dict[str, list[dict]],
   if shared:
     lines += ["", "The same command as a row of another table, so the same run (its hours "
               "counted there): " + ", ".join(shared) + "."]
-  away = {d: [r for r in rows if r.slug not in records]
-          for d, rows in (unreachable or {}).items()}
-  away = {d: rows for d, rows in away.items() if rows}
-  elsewhere = {r.slug for rows in away.values() for r in rows}
-  missing = [r.name for r in table.rows if r.slug not in records and r.slug not in elsewhere]
+  missing = [r for r in table.rows if r.slug not in records]
   if not summaries:
-    lines = lines[:1] if away and not missing else lines[:2] + ["No row has been run yet."]
-  if missing and summaries:
-    lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(missing) + "."]
+    lines = lines[:2] + ["No row has been run yet."]
+  elif missing:
+    lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(r.name for r in missing) + "."]
+  away: dict[str, list[Row]] = {}
+  for row in missing:
+    if row.dataset != DEFAULT_DATASET:
+      away.setdefault(row.dataset, []).append(row)
   for dataset, rows in away.items():
-    lines += ["", f"Data not reachable on this machine ({dataset}): {len(rows)} "
-              f"row{'' if len(rows) == 1 else 's'} never run here; where the data is: "
-              f"`{rerun_command(table, rows)}`."]
+    lines += ["", f"Rows on {dataset} not run yet: {len(rows)}; where its data is "
+              f"([datasets.md](datasets.md)): `{rerun_command(table, rows)}`."]
   return "\n".join(lines) + "\n", summaries
 
 
@@ -197,15 +184,13 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
   """
   from fedjax_dp import plots  # pylint: disable=import-outside-toplevel
 
-  from fedjax_dp import datasets  # pylint: disable=import-outside-toplevel
-
   report = pathlib.Path(report)
   plot_dir = report.parent / f"{report.stem}_plots"
   sections, everything = [], []
+  index = record_index(out)
   for table in tables().values():
-    records = kept_records(out, table)
-    body, summaries = table_markdown(table, records,
-                                     unreachable_rows(table, datasets.reachable))
+    records = kept_records(out, table, index)
+    body, summaries = table_markdown(table, records)
     everything += summaries
     figures = ""
     for stale in plot_dir.glob(f"{table.name}-*.png"):  # a removed row's or table's

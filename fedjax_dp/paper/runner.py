@@ -218,17 +218,59 @@ def _settings(row: Row) -> list[tuple[str, tuple[str, ...]]]:
   return [("", ())] + ([(REDUCED, row.reduced)] if row.reduced else [])
 
 
-def kept_records(out: str | os.PathLike, table: Table) -> dict[str, list[dict]]:
+def record_index(out: str | os.PathLike) -> dict[tuple[str, ...], tuple[pathlib.Path, dict]]:
+  """Every record kept in ``out`` from a run of its own (not a twin's copy),
+  by its command (``argv``), with its path: what :func:`kept_records` looks
+  up a row's twins in."""
+  index = {}
+  for path in sorted(pathlib.Path(out).glob("*/*.seed*.json")):
+    record = load_record(path)
+    if record is not None and "argv" in record and "same_run_as" not in record:
+      index.setdefault(tuple(record["argv"]), (path, record))
+  return index
+
+
+def _twin_records(index: dict[tuple[str, ...], tuple[pathlib.Path, dict]], table: Table,
+                  row: Row, suffix: str, extra: tuple[str, ...]) -> list[dict]:
+  """The row's records of one setting kept for other tables' rows of the same
+  command (``index``: :func:`record_index`), as :func:`_reuse_twin` would keep
+  them for this row, by seed; nothing is written."""
+  seeds = {record.get("seed") for _, record in index.values()}
+  records = []
+  for seed in sorted(s for s in seeds if isinstance(s, int)):
+    found = index.get(tuple(row.argv(seed, "OUT", extra)))
+    if found is None or found[0].parent.name == table.name:
+      continue
+    path, twin = found
+    records.append(dict(twin, table=table.name, row=row.name, slug=row.slug,
+                        paper=None if row.paper is None else row.paper._asdict(),
+                        paper_source=row.source,
+                        same_run_as=f"{path.parent.name}/{path.name}",
+                        reduced=bool(suffix)))
+  return records
+
+
+def kept_records(out: str | os.PathLike, table: Table,
+                 index: dict[tuple[str, ...], tuple[pathlib.Path, dict]] | None = None
+                 ) -> dict[str, list[dict]]:
   """The kept records of a table in the paper's setting, by row slug, by seed.
 
   A record whose command differs from the row's (an older definition of the
   row, or one run with extra flags) is left out. A row with records in the
-  paper's setting shows those; else its reduced ones.
+  paper's setting shows those; else its reduced ones. A row without a record
+  of its own shows those of the same command kept for another table (its
+  twins, marked ``same_run_as``, as :func:`run_row` would keep them: thesis
+  Table 4.4's rows that are UAI Table 1's commands), read from ``index``
+  (:func:`record_index`; built here when needed and not given).
   """
   found: dict[str, list[dict]] = {}
   for row in table.rows:
     for suffix, extra in _settings(row):
       records = _kept(out, table, row, suffix, extra)
+      if not records:
+        if index is None:
+          index = record_index(out)
+        records = _twin_records(index, table, row, suffix, extra)
       if records:
         found[row.slug] = records
         break
