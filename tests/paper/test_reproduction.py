@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from fedjax_dp import runlock
+from fedjax_dp import datasets, runlock
+from fedjax_dp.data import settings as data_settings
 from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.paper import report as paper_report
 from fedjax_dp.paper import results as paper_results
@@ -142,9 +143,11 @@ def test_fixed_epsilon_rows_run_the_sigma_of_their_epsilon(eps):
 
 def test_fedsmp_curve_runs_one_epsilon_and_one_s_at_every_ratio():
   table = paper_tables.get_table("fedsmp")
-  assert len(table.rows) == 12 and all(r.paper is None for r in table.rows)
+  assert len(table.rows) == 24 and all(r.paper is None for r in table.rows)
   sigmas = set()
   for row in table.rows:
+    if row.scheme.startswith("FedAvg"):  # Fig. 3's non-private curves
+      continue
     args, run = _planned(row)
     assert run.config.privacy.clip_norm is None and run.config.privacy.clip_ratio == 1.0
     assert args.accountant == "rdp"
@@ -199,7 +202,10 @@ def test_report_of_a_table_without_dp_rows_has_no_epsilon_plot(tmp_path):
   paper_report.write_report(tmp_path, report, "cmd")
   assert "| FL-CS r=5% | 0.82 @200 | 0.800 @3 | 1 | 3 |" in report.read_text()
   plots = sorted(p.name for p in (tmp_path / "R_plots").iterdir())
-  assert plots == ["thesis-4.2-accuracy.png", "thesis-4.2-accuracy_vs_upstream.png"]
+  # Thesis Table 4.4's and UAI Table 1's FL-CS r = 5% are the same command: they show
+  # that record too.
+  assert plots == [f"{name}-{plot}.png" for name in ("thesis-4.2", "thesis-4.4", "uai-table1")
+                   for plot in ("accuracy", "accuracy_vs_upstream")]
 
 
 def _fake_sweep(calls, accuracy=0.5, code=0, dp=True, seconds=7.0):
@@ -977,7 +983,7 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   monkeypatch.setattr(host_devices, "machine", lambda: here.format(0.3))
 
   plan = lambda queue: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
-  t53, t42 = paper_tables.get_table("thesis-5.3"), paper_tables.get_table("thesis-4.2")
+  t53 = paper_tables.get_table("thesis-5.3")
   uai = paper_tables.get_table("uai-table1")
   queue = tmp_path / "q.txt"
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 0 1 2\n"
@@ -1170,31 +1176,64 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   t68 = paper_tables.get_table("thesis-6.8")
   assert {_planned(r)[1].setting["rounds"] for r in t68.rows} == {300}
   assert [r.paper_attack for r in t68.select(["FL-SIGN_*"])] == [.66, .74, .93]
-  # Fed-SMP Tables II and III: both schemes at every ratio, one S, the claim.
-  for name, dataset in (("fedsmp-svhn", "svhn"), ("fedsmp-shakespeare", "shakespeare")):
+  # Fed-SMP Tables II and III: their own ratios (Cost columns), epsilon, one S, the claim.
+  for name, dataset, costs, full, epsilon in (
+      ("fedsmp-svhn", "svhn", (0.21, 0.41, 2.06, 4.12, 8.24, 16.47, 32.94), 41.18, 1.01),
+      ("fedsmp-shakespeare", "shakespeare", (0.23, 0.46, 2.30, 4.60, 9.20, 18.41, 36.82),
+       46.02, 6.99)):
     table = paper_tables.get_table(name)
-    assert {(r.scheme, r.ratio) for r in table.rows} == {
-        (s, r) for s in ("Fed-SMP-randk", "Fed-SMP-topk") for r in paper_settings.FEDSMP_RATIOS}
+    ratios = tuple(round(c / full, 3) for c in costs)
+    assert ratios == (0.005, 0.01, 0.05, 0.1, 0.2, 0.4, 0.8)
+    assert [(r.scheme, r.ratio) for r in table.rows] == [
+        (s, r) for r in ratios for s in ("Fed-SMP-randk", "Fed-SMP-topk")] + [
+        ("Fed-SMP-randk", 1.0), ("FedAvg-randk", 1.0)]
     assert {r.dataset for r in table.rows} == {dataset} and table.claim
+    sigmas = set()
+    for row in table.rows:
+      args, run = _planned(row)
+      if row.scheme == "FedAvg-randk":
+        continue
+      # One S: calibrated at r = 1, where both sparsifiers send the full update.
+      assert run.config.privacy.clip_norm is None and run.config.privacy.clip_ratio == 1.0
+      q = run.setting["clients_per_round"] / run.setting["num_clients"]
+      eps = accounting.epsilon(run.config.privacy.noise_multiplier, q, run.setting["rounds"],
+                               args.delta, "rdp")
+      assert epsilon - 0.01 <= eps <= epsilon, (name, eps)
+      sigmas.add(run.config.privacy.noise_multiplier)
+    assert len(sigmas) == 1
+    # Every scheme holds out the same public set here, so one calibration for both.
+    assert datasets.get_dataset(dataset).holds_out_public
+  # Table III: |K| 100 by the stated rule; SVHN's sigma is the data set's own.
+  [row] = paper_tables.get_table("fedsmp-shakespeare").select(["Fed-SMP-topk_r0.1"])
+  assert _planned(row)[1].setting["clients_per_round"] == paper_settings.FEDSMP_TABLE3_CLIENTS
+  [row] = paper_tables.get_table("fedsmp-svhn").select(["Fed-SMP-topk_r0.1"])
+  run = _planned(row)[1]
+  assert run.config.privacy.noise_multiplier == data_settings.SVHN["noise_multiplier"] == 1.333
+  assert run.setting["clients_per_round"] == 100
   [poster] = paper_tables.get_table("poster-cdp-lq").rows
   args, run = _planned(poster)
   assert poster.dataset == "femnist" and args.delta == 1e-4 and run.scheme.name == "CDP-LQ"
 
 
-def test_rows_whose_data_is_missing_are_reported_with_their_command(tmp_path, monkeypatch):
+def test_report_text_does_not_depend_on_the_data_this_machine_reaches(tmp_path,
+                                                                     monkeypatch):
+  """Issue 50: the committed report says the same on every machine."""
   from fedjax_dp import datasets
-  monkeypatch.setattr(datasets, "reachable",
-                      lambda name: "cifar10: not here" if name == "cifar10" else "")
-  report = tmp_path / "R.md"
-  paper_report.write_report(tmp_path / "records", report, "cmd")
-  text = report.read_text()
-  assert ("Data not reachable on this machine (cifar10): 2 rows never run here; where the "
-          "data is: `python experiments/reproduce.py thesis-4.1 --rows FL-SIGN_cifar10 "
+  texts = []
+  for answer in (lambda name: "", lambda name: f"{name}: not here"):
+    monkeypatch.setattr(datasets, "reachable", answer)
+    report = tmp_path / "R.md"
+    paper_report.write_report(tmp_path / "records", report, "cmd")
+    texts.append(report.read_text())
+  assert texts[0] == texts[1]
+  text = texts[0]
+  assert "not reachable" not in text
+  # Rows not run on a data set other than Fashion-MNIST: the command, by data set.
+  assert ("Rows on cifar10 not run yet: 2; where its data is ([datasets.md](datasets.md)): "
+          "`python experiments/reproduce.py thesis-4.1 --rows FL-SIGN_cifar10 "
           "FL-STD_cifar10`.") in text
-  # A table on that data alone: the whole table's command; imdb is reachable here.
-  assert ("Data not reachable on this machine (cifar10): 12 rows never run here; where "
-          "the data is: `python experiments/reproduce.py thesis-6.6`.") in text
-  assert "(imdb)" not in text
+  assert ("Rows on cifar10 not run yet: 12; where its data is ([datasets.md](datasets.md)): "
+          "`python experiments/reproduce.py thesis-6.6`.") in text
 
 
 def test_reproduce_never_runs_a_row_whose_data_is_missing(tmp_path, capsys, monkeypatch):
