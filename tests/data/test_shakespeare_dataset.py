@@ -187,7 +187,8 @@ def test_command_line_applies_the_shakespeare_setting():
   assert runs["FedAvg-randk"].scheme.lr_decay_every == 50
   assert top.setting == {**{k: data_settings.SHAKESPEARE[k] for k in top.setting
                              if k != "local_optimizer"}, "local_optimizer": "sgd"}
-  assert top.config.training.batch_size == 4 and top.config.privacy.noise_multiplier == 1.0
+  # sigma: Fed-SMP Table III's epsilon 6.99 at the setting's q, T_cl, delta (issue 50).
+  assert top.config.training.batch_size == 4 and top.config.privacy.noise_multiplier == 0.6365
   # top_k's server trains one pass over the public set, as a client does over its data.
   assert top.scheme._server_steps(LocalTraining(256, 4, 0.5), 1000) == 250
   assert SCHEMES["Fed-SMP-topk"]._server_steps(LocalTraining(10, 10, 0.1), 1000) == 1000
