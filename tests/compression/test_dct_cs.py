@@ -1,5 +1,7 @@
 """The FL-CS operator: exact against scipy's DCT, linear, adjoint, validated."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +23,12 @@ def _reference(key, x, n, chunks, chunk_len, coeffs):
   return scipy.fft.dct(mat, type=2, norm="ortho", axis=1)[:, :coeffs].reshape(-1)
 
 
+@functools.lru_cache(maxsize=None)
+def _operator(n, chunks, ratio, pad, method):
+  """``make_operator`` of a case, built once for the tests that share it."""
+  return dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
+
+
 # (n, P, r, pad to a fast length): uneven chunks, prime L, mc > L/2, r = 1.
 CASES = [(1000, 10, 0.1, True), (1003, 7, 0.3, False), (997, 5, 0.9, False),
          (998, 4, 1.0, True), (50, 3, 0.7, False), (4001, 20, 0.005 * 20, True)]
@@ -29,7 +37,7 @@ CASES = [(1000, 10, 0.1, True), (1003, 7, 0.3, False), (997, 5, 0.9, False),
 @pytest.mark.parametrize("method", ["factored", "fft", "matmul"])
 @pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
 def test_matches_scipy_dct_reference(n, chunks, ratio, pad, method):
-  op = dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
+  op = _operator(n, chunks, ratio, pad, method)
   x = np.random.default_rng(n).standard_normal(n)
   got = np.asarray(op.encode(jnp.asarray(x, jnp.float32)))
   want = _reference(KEY, x, n, chunks, op.chunk_len, op.coeffs)
@@ -54,7 +62,7 @@ def test_linear_so_secure_sums_commute(method):
 @pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
 def test_adjoint_identity(n, chunks, ratio, pad, method):
   # <C x, y> = <x, C^T y>, in float64 via numpy to keep the check tight.
-  op = dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
+  op = _operator(n, chunks, ratio, pad, method)
   rng = np.random.default_rng(0)
   x = rng.standard_normal(n).astype(np.float32)
   y = rng.standard_normal(op.num_values).astype(np.float32)
@@ -77,7 +85,7 @@ def test_full_ratio_is_orthonormal_and_chunks_round_trip():
 @pytest.mark.parametrize("method", ["factored", "fft"])
 @pytest.mark.parametrize("n,chunks,ratio,pad", CASES)
 def test_mask_marks_exactly_the_slots_holding_a_weight(n, chunks, ratio, pad, method):
-  op = dct_cs.make_operator(KEY, n, ratio, chunks, method, pad)
+  op = _operator(n, chunks, ratio, pad, method)
   holds = np.asarray(op.gather).reshape(op.domain_shape) < n
   np.testing.assert_array_equal(np.asarray(op.mask) == 1, holds)
   np.testing.assert_array_equal(np.sort(np.asarray(op.gather)[holds.reshape(-1)]),

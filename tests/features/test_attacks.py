@@ -210,11 +210,18 @@ _CFG = simulation.RunConfig.of(ratio=0.5, rounds=2, clients_per_round=20, eval_e
                             clip_norm=1.0)
 
 
+_RUNS = {}
+
+
 def _run(small_federation, name, attack, **kw):
-  data, test, public = small_federation
-  cfg = _CFG.replace(attack=attack, **kw)
-  return simulation.run(tiny_linear(), get_scheme(name), data, test, public, cfg,
-                        return_state=True)
+  """A run's (record, final state), run once per setting (tests only read them)."""
+  key = (name, attack, tuple(sorted(kw.items())))
+  if key not in _RUNS:
+    data, test, public = small_federation
+    cfg = _CFG.replace(attack=attack, **kw)
+    _RUNS[key] = simulation.run(tiny_linear(), get_scheme(name), data, test, public, cfg,
+                                return_state=True)
+  return _RUNS[key]
 
 
 @pytest.mark.parametrize("name", ["FL-STD", "FL-TOP-DP", "FL-SIGN"])

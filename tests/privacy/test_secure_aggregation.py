@@ -1,7 +1,6 @@
 """Simulated secure aggregation: exact sums, uniform masked vectors, cancelling
 masks, the thesis bit width, overflow reporting, and client failures."""
 
-import dataclasses
 import math
 
 import jax
@@ -163,15 +162,26 @@ def _dropped(info) -> int:
   return int(info.features[0]["num_dropped"])
 
 
+_ROUND_FNS = {}
+
+
+def _round_fn(scheme, max_dropouts, dropout_rate, **kw):
+  """(model, plan, jitted round): compiled once per setting (the round t is traced)."""
+  key = (scheme.name, max_dropouts, dropout_rate, tuple(sorted(kw.items())))
+  if key not in _ROUND_FNS:
+    model = tiny_linear()
+    base = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
+                num_kept=model.num_params, local_steps=1, batch_size=10, lr=0.1,
+                noise_multiplier=1.0, clip_norm=0.5,
+                **_with_dropouts(scheme, max_dropouts, dropout_rate))
+    plan = round_plan(scheme, **{**base, **kw})
+    _ROUND_FNS[key] = model, plan, jax.jit(simulation.make_round_fn(model, plan))
+  return _ROUND_FNS[key]
+
+
 def _round(data, scheme, t=1, max_dropouts=0, dropout_rate=0.0, **kw):
-  model = tiny_linear()
-  base = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
-              num_kept=model.num_params, local_steps=1, batch_size=10, lr=0.1,
-              noise_multiplier=1.0, clip_norm=0.5,
-              **_with_dropouts(scheme, max_dropouts, dropout_rate))
-  plan = round_plan(scheme, **{**base, **kw})
+  model, plan, fn = _round_fn(scheme, max_dropouts, dropout_rate, **kw)
   w0 = model.init(jax.random.PRNGKey(0))
-  fn = jax.jit(simulation.make_round_fn(model, plan))
   state, info = fn(simulation.ServerState(w0, jnp.zeros((0,), jnp.int32),
                                           (plan.features[0].init()[0],)), data,
                    jax.random.PRNGKey(1), jnp.int32(t))
