@@ -36,22 +36,29 @@ def test_conv_and_its_gradients_equal_lax(spatial, window, strides, padding, ld,
   w = jax.random.normal(keys[1], window + (4, 5))
   ref = lambda x, w: _lax_conv(x, w, strides, padding, ld, rd)
   ours = lambda x, w: cohort_ops.conv(x, w, strides, padding, ld, rd)
-  want, want_vjp = jax.vjp(ref, x, w)
-  got, got_vjp = jax.vjp(ours, x, w)
+
+  @jax.jit  # one program for every comparison (eagerly, each op compiles alone)
+  def both(x, w, g):
+    want, want_vjp = jax.vjp(ref, x, w)
+    got, got_vjp = jax.vjp(ours, x, w)
+    # Under vmap: per-client kernels, a shared kernel, shared inputs.
+    xs, ws = jnp.stack([x, 2 * x]), jnp.stack([w, -w])
+    vmapped = (jax.vmap(ours)(xs, ws)[1], ref(2 * x, -w),
+               jax.vmap(ours, (0, None))(xs, w)[1], ref(2 * x, w),
+               jax.vmap(ours, (None, 0))(x, ws)[1], ref(x, -w))
+    grads = jax.vmap(jax.grad(lambda x, w: jnp.sum(ours(x, w) ** 2), (0, 1)))(xs, ws)
+    want_g = jax.grad(lambda x, w: jnp.sum(ref(x, w) ** 2), (0, 1))(2 * x, -w)
+    return got, want, got_vjp(g), want_vjp(g), vmapped, grads, want_g
+
+  shape = jax.eval_shape(ref, x, w).shape
+  got, want, got_ct, want_ct, vmapped, grads, want_g = both(
+      x, w, jax.random.normal(keys[2], shape))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  g = jax.random.normal(keys[2], want.shape)
-  for a, b in zip(got_vjp(g), want_vjp(g)):
+  for a, b in zip(got_ct, want_ct):
     assert a.shape == b.shape
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
-  # Under vmap: per-client kernels, a shared kernel, shared inputs.
-  xs, ws = jnp.stack([x, 2 * x]), jnp.stack([w, -w])
-  np.testing.assert_allclose(jax.vmap(ours)(xs, ws)[1], ref(2 * x, -w), rtol=1e-5, atol=1e-4)
-  np.testing.assert_allclose(jax.vmap(ours, (0, None))(xs, w)[1], ref(2 * x, w),
-                             rtol=1e-5, atol=1e-4)
-  np.testing.assert_allclose(jax.vmap(ours, (None, 0))(x, ws)[1], ref(x, -w),
-                             rtol=1e-5, atol=1e-4)
-  grads = jax.vmap(jax.grad(lambda x, w: jnp.sum(ours(x, w) ** 2), (0, 1)))(xs, ws)
-  want_g = jax.grad(lambda x, w: jnp.sum(ref(x, w) ** 2), (0, 1))(2 * x, -w)
+  for a, b in zip(vmapped[::2], vmapped[1::2]):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
   for a, b in zip(grads, want_g):
     np.testing.assert_allclose(a[1], b, rtol=1e-4, atol=1e-3)
 
@@ -69,13 +76,14 @@ def test_per_client_kernels_batched_as_products_or_grouped_equal_lax(mode, case)
   ws = jax.random.normal(keys[1], (2,) + window + (4, 5))
   ref = lambda x, w: _lax_conv(x, w, strides, padding, ld, rd)
   ours = lambda x, w: cohort_ops.conv(x, w, strides, padding, ld, rd)
+  both = lambda f: jax.jit(lambda xs, ws: (jax.vmap(f)(xs, ws), jax.vmap(jax.grad(
+      lambda x, w: jnp.sum(jnp.sin(f(x, w))), (0, 1)))(xs, ws)))  # one program each
   jax.clear_caches()
   with cohort_ops.cohort_batching(mode):
-    got = jax.vmap(ours)(xs, ws)
-    got_g = jax.vmap(jax.grad(lambda x, w: jnp.sum(jnp.sin(ours(x, w))), (0, 1)))(xs, ws)
+    got, got_g = both(ours)(xs, ws)
   jax.clear_caches()
-  np.testing.assert_allclose(got, jax.vmap(ref)(xs, ws), rtol=1e-5, atol=1e-4)
-  want_g = jax.vmap(jax.grad(lambda x, w: jnp.sum(jnp.sin(ref(x, w))), (0, 1)))(xs, ws)
+  want, want_g = both(ref)(xs, ws)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
   for a, b in zip(got_g, want_g):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
 
@@ -91,13 +99,14 @@ def test_per_client_kernels_on_shared_inputs_equal_lax(mode):
   ref = lambda x, w: _lax_conv(x, w, strides, padding, ld, rd)
   ours = lambda x, w: cohort_ops.conv(x, w, strides, padding, ld, rd)
   loss = lambda f: lambda x, w: jnp.sum(jnp.sin(f(x, w)))
+  both = lambda f: jax.jit(lambda x, ws: (jax.vmap(f, (None, 0))(x, ws), jax.vmap(
+      jax.grad(loss(f), (0, 1)), (None, 0))(x, ws)))
   jax.clear_caches()
   with cohort_ops.cohort_batching(mode):
-    got = jax.vmap(ours, (None, 0))(x, ws)
-    got_g = jax.vmap(jax.grad(loss(ours), (0, 1)), (None, 0))(x, ws)
+    got, got_g = both(ours)(x, ws)
   jax.clear_caches()
-  np.testing.assert_allclose(got, jax.vmap(ref, (None, 0))(x, ws), rtol=1e-5, atol=1e-4)
-  want_g = jax.vmap(jax.grad(loss(ref), (0, 1)), (None, 0))(x, ws)
+  want, want_g = both(ref)(x, ws)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
   for a, b in zip(got_g, want_g):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
 
@@ -148,11 +157,11 @@ def test_auto_batching_is_one_client_at_a_time_on_cpu_and_products_on_gpus():
   assert cohort_ops.batching() == "auto"
 
 
-@pytest.mark.parametrize("mode", ["product", "patches", "grouped"])
-def test_paper_cnn_cohort_training_equal_batched_as_products(cnn, mode):
-  """The paper CNN's local updates of two clients (the round's fast path) are
-  the same with the per-client convolutions batched each GPU way (products,
-  0/1 convolutions, grouped convolutions) as one client at a time (the CPU's)."""
+@pytest.fixture(scope="module")
+def paper_cnn_cohort(cnn):
+  """The paper CNN's local updates of two clients as a function of nothing,
+  traced when called; and their value one client at a time (the CPU's way),
+  computed once for every batching compared with it."""
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   xs = jax.random.uniform(keys[0], (2, 10, 28, 28, 1))
   ys = jax.random.randint(keys[1], (2, 10), 0, 10)
@@ -162,6 +171,16 @@ def test_paper_cnn_cohort_training_equal_batched_as_products(cnn, mode):
   jax.clear_caches()
   with cohort_ops.cohort_batching("map"):
     want = cohort()
+  jax.clear_caches()
+  return cohort, want
+
+
+@pytest.mark.parametrize("mode", ["product", "patches", "grouped"])
+def test_paper_cnn_cohort_training_equal_batched_as_products(paper_cnn_cohort, mode):
+  """The paper CNN's local updates of two clients (the round's fast path) are
+  the same with the per-client convolutions batched each GPU way (products,
+  0/1 convolutions, grouped convolutions) as one client at a time (the CPU's)."""
+  cohort, want = paper_cnn_cohort
   jax.clear_caches()
   with cohort_ops.cohort_batching(mode):
     got = cohort()
@@ -223,11 +242,12 @@ def test_rewritten_forward_equals_the_module():
   w = model.init(jax.random.PRNGKey(1))
   params = model.unflatten(w)
   ws = jnp.stack([w, 0.5 * w])
-  want = jax.vmap(lambda v: model.eval_logits(v, x))(ws)  # the module itself
-  got = jax.vmap(lambda v: model.logits(v, x))(ws)
+  # The module itself and the rewritten pass, each one jitted program.
+  both = lambda f: jax.jit(lambda w, ws: (jax.vmap(lambda v: f(v, x))(ws), jax.grad(
+      lambda v: jnp.sum(f(v, x) ** 2))(w)))
+  want, g_want = both(model.eval_logits)(w, ws)
+  got, g_got = both(model.logits)(w, ws)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-  g_want = jax.grad(lambda v: jnp.sum(model.eval_logits(v, x) ** 2))(w)
-  g_got = jax.grad(lambda v: jnp.sum(model.logits(v, x) ** 2))(w)
   np.testing.assert_allclose(g_got, g_want, rtol=1e-4, atol=1e-6)
   traced = fast_apply.trace(model.eval_apply_fn, model.shapes, x)
   top = [e.primitive.name for e in traced.jaxpr.jaxpr.eqns]
@@ -277,8 +297,8 @@ def test_scan_weight_gradients_hoisted_equal_autodiff():
   for fn in (model.logits, model.eval_logits):
     assert fn(ws[0], x).shape == (3, 4)
   loss = lambda fn: lambda w: jnp.sum(jnp.sin(fn(w, x)))
-  want = jax.vmap(jax.value_and_grad(loss(model.eval_logits)))(ws)
-  got = jax.vmap(jax.value_and_grad(loss(model.logits)))(ws)
+  want = jax.jit(jax.vmap(jax.value_and_grad(loss(model.eval_logits))))(ws)
+  got = jax.jit(jax.vmap(jax.value_and_grad(loss(model.logits))))(ws)
   for a, b in zip(got, want):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert np.abs(want[1]).min() >= 0 and np.abs(want[1]).max() > 1e-3
@@ -310,24 +330,23 @@ def test_a_forward_pass_traced_inside_shard_map_is_not_replayed_outside():
   np.testing.assert_allclose(outside, model.eval_logits(w, x), rtol=1e-5, atol=1e-6)
 
 
-def test_lowered_traffic_counts_each_batching(tmp_path):
-  """benchmarks/lowered_traffic.py as a user runs it: a bad flag is one line
+def test_lowered_traffic_counts_each_batching(tmp_path, capsys):
+  """benchmarks/lowered_traffic.py's main (in process): a bad flag is one line
   and exit 2; the counts see the same products in every batching and the
   receptive fields' concatenation only in "product"."""
-  import pathlib  # pylint: disable=import-outside-toplevel
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
-  root = pathlib.Path(__file__).resolve().parents[2]
-  run = lambda *args: subprocess.run([sys.executable, "benchmarks/lowered_traffic.py", *args],
-                                     cwd=root, capture_output=True, text=True, timeout=300)
-  bad = run("--batching", "product,loop")
-  assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown batching loop" in bad.stderr
+  import benchmark_modules  # pylint: disable=import-outside-toplevel
+  main = benchmark_modules.load("lowered_traffic").main
+  with pytest.raises(SystemExit) as bad:
+    main(["--batching", "product,loop"])
+  err = capsys.readouterr().err
+  assert bad.value.code == 2 and err.count("\n") == 1 and "unknown batching loop" in err
   out = tmp_path / "traffic.jsonl"
-  ok = run("--batching", "product,grouped", "--clients", "2", "--steps", "2", "--out", str(out))
-  assert ok.returncode == 0, ok.stderr
+  assert main(["--batching", "product,grouped", "--clients", "2", "--steps", "2",
+               "--out", str(out)]) == 0
+  ok = capsys.readouterr()
   product, grouped = [json.loads(line) for line in out.read_text().splitlines()]
   assert product["product_gflop"] == pytest.approx(grouped["product_gflop"], rel=1e-9)
   assert product["product_gflop"] > 0 and product["unknown_loops"] == 0
   assert product["movement_gb"]["concatenate"] > 5 * grouped["movement_gb"]["concatenate"]
   assert product["patch_conv_gb"] == 0 < grouped["patch_conv_gb"]
-  assert "| grouped |" in ok.stdout
+  assert "| grouped |" in ok.out

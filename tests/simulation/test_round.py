@@ -10,6 +10,7 @@ from fedjax_dp import calibration, simulation
 from fedjax_dp.compression import masks
 from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
 from scheme_helpers import round_plan
+from tiny_model import tiny_linear
 
 
 def _round_plan(scheme, n, **kw):
@@ -41,8 +42,9 @@ def test_dp_round_adds_s_sigma_noise_on_t_only(small_federation, cnn):
     assert (p > 1e-3) == accept, (s, p)
 
 
-def test_round_two_does_not_recompile(small_federation, cnn):
+def test_round_two_does_not_recompile(small_federation):
   data, _, _ = small_federation
+  cnn = tiny_linear()  # the round's program is the same for every model
   scheme = get_scheme("FL-BASIC-DP")
   plan = _round_plan(scheme, cnn.num_params, local_steps=1)
   fn = simulation.make_rounds_fn(cnn, plan, 2)
@@ -53,8 +55,9 @@ def test_round_two_does_not_recompile(small_federation, cnn):
   assert infos.num_sampled.shape == (2,)
 
 
-def test_rounds_are_deterministic_given_the_key(small_federation, cnn):
+def test_rounds_are_deterministic_given_the_key(small_federation):
   data, _, _ = small_federation
+  cnn = tiny_linear()
   plan = _round_plan(get_scheme("FL-STD-DP"), cnn.num_params, local_steps=1)
   fn = jax.jit(simulation.make_round_fn(cnn, plan))
   w0 = cnn.init(jax.random.PRNGKey(0))
@@ -95,15 +98,15 @@ def test_clip_calibration_follows_uai_section_4(small_federation, cnn):
   fixed = top.setup(data)
   s_top = top.calibrate_clip(data, fixed)
   train_key, _ = jax.random.split(jax.random.fold_in(data.key, 1))
-  w1 = local_training.local_sgd(cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5,
-                        batch_size=10, lr=0.215, grad_mask=masks.indices_to_mask(fixed, n))
+  sgd = jax.jit(lambda mask: local_training.local_sgd(  # one program for both references
+      cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5, batch_size=10,
+      lr=0.215, grad_mask=mask))
+  w1 = sgd(masks.indices_to_mask(fixed, n))
   assert s_top == pytest.approx(float(jnp.linalg.norm((w1 - data.w0)[fixed])), rel=1e-4)
   # Random subsets: the median over 100 subsets of the unconstrained update,
   # about sqrt(r) of its full norm, and far below the Top-K norm.
   s_bas = get_scheme("FL-BAS-2-DP").calibrate_clip(data, jnp.zeros((0,), jnp.int32))
-  full = float(jnp.linalg.norm(local_training.local_sgd(
-      cnn.loss, data.w0, data.public_x, data.public_y, train_key, steps=5, batch_size=10,
-      lr=0.215) - data.w0))
+  full = float(jnp.linalg.norm(sgd(jnp.ones((n,), bool)) - data.w0))
   assert 0 < s_bas < s_top and s_bas == pytest.approx(full * np.sqrt(0.005), rel=0.3)
 
 
@@ -111,7 +114,6 @@ def test_initial_update_norms_are_each_clients_round_from_w0(small_federation):
   """Thesis 5.2.6 fn 4: the norms S's median is taken over, one per client, in
   client order, through the padded last chunk (7 clients in chunks of 3)."""
   from fedjax_dp import local_training
-  from tiny_model import tiny_linear
   data, _, _ = small_federation
   model, key = tiny_linear(), jax.random.PRNGKey(5)
   w0 = model.init(jax.random.PRNGKey(0))
@@ -145,7 +147,7 @@ def test_cpu_default_chunks_only_where_they_train_fewer_slots_than_one_piece():
 
 
 def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
-    small_federation, cnn, monkeypatch):
+    small_federation, monkeypatch):
   """Chunked (the CPU default), a chunk whose slots are all padding is
   skipped: only the chunks holding the cohort train, and the round's result
   is the one-piece round's (to float rounding: the sum goes chunk by chunk)."""
@@ -162,6 +164,7 @@ def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
     return train_and_count
 
   monkeypatch.setattr(simulation.round, "make_train_fn", counting)
+  cnn = tiny_linear()
   w0 = cnn.init(jax.random.PRNGKey(0))
   state = simulation.ServerState(w0, jnp.zeros((0,), jnp.int32))
   weights = {}

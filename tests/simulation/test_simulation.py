@@ -40,22 +40,36 @@ def _run(model, name, small_federation):
   return scheme, simulation.run(model, scheme, data, test, public, cfg)
 
 
+@pytest.fixture(scope="module")
+def small_runs(small_federation):
+  """``_run`` on the linear model, each scheme's run once per module (the
+  learning test's FL-STD run is the diverged run's healthy twin)."""
+  runs = {}
+
+  def run(name):
+    if name not in runs:
+      model = tiny_linear()
+      runs[name] = (model,) + _run(model, name, small_federation)
+    return runs[name]
+  return run
+
+
 # Chance is 0.1 (w0 scores ~0.10); on 2,000 test images the standard error
 # there is 0.0067, so 0.15 is over 7 standard errors above chance.
 CHANCE_PLUS = 0.15
 
 
 @pytest.mark.parametrize("name", LEARNING_SCHEMES)
-def test_every_scheme_learns_above_chance(name, small_federation):
-  model = tiny_linear()
-  scheme, record = _run(model, name, small_federation)
+def test_every_scheme_learns_above_chance(name, small_runs):
+  model, scheme, record = small_runs(name)
   assert record["best_accuracy"] > CHANCE_PLUS, record["history"]
   assert record["num_params"] == model.num_params
   assert (0 < record["epsilon"] < np.inf) if scheme.dp else record["epsilon"] is None
 
 
-def test_truncated_poisson_run_is_accounted_with_pld(small_federation, cnn):
+def test_truncated_poisson_run_is_accounted_with_pld(small_federation):
   data, test, public = small_federation
+  cnn = tiny_linear()  # the accounting is the same for every model
   cfg = simulation.RunConfig.of(ratio=0.05, rounds=2, clients_per_round=12, eval_every=2,
                              clip_norm=1.0, accountant="pld", max_cohort=6)
   rec = simulation.run(cnn, get_scheme("FL-TOP-DP"), data, test, public, cfg)
@@ -90,7 +104,7 @@ def test_padded_clients_train_and_bad_runs_are_refused(small_federation):
     simulation.RunConfig.of(selection_metric="auroc").validate(600)
 
 
-def test_a_model_whose_outputs_stop_being_finite_is_flagged(small_federation):
+def test_a_model_whose_outputs_stop_being_finite_is_flagged(small_federation, small_runs):
   """A diverged run (here a learning rate of 3e38) is not mistaken for a poor
   model: its record names the first round whose test outputs are NaN or
   infinite, each such evaluation is marked, and the run warns."""
@@ -101,7 +115,7 @@ def test_a_model_whose_outputs_stop_being_finite_is_flagged(small_federation):
     record = simulation.run(tiny_linear(), get_scheme("FL-STD"), data, test, public, cfg)
   assert record["nonfinite_round"] == 1
   assert [h.get("nonfinite") for h in record["history"]] == [True, True]
-  _, healthy = _run(tiny_linear(), "FL-STD", small_federation)
+  _, _, healthy = small_runs("FL-STD")
   assert "nonfinite_round" not in healthy
   assert not any("nonfinite" in h for h in healthy["history"])
 
