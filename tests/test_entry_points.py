@@ -3,6 +3,7 @@ throughput benchmark (one scheme of every family, in-process on the tiny
 model; the command line once on the paper CNN), the decoder benchmark and
 the discrete Gaussian benchmark (small)."""
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -12,6 +13,7 @@ import sys
 import pytest
 
 import benchmark_modules
+from fedjax_dp import schemes
 from fedjax_dp.schemes import FAMILIES
 from tiny_model import tiny_linear
 
@@ -30,9 +32,23 @@ def test_example_defines_registers_and_runs_a_new_scheme():
   out = json.loads(proc.stdout.strip().splitlines()[-1])
   assert out["scheme"] == "FedAvg-QSGD" and out["upstream_bits"] == 4
   assert out["best_accuracy"] > 0.6  # three blobs: learnt in 3 rounds
-  bad = _script("experiments/examples/new_scheme.py", "--levels", "0")
-  assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
-  assert "levels must be >= 1" in bad.stderr
+
+
+def test_example_refuses_bad_levels_in_one_line(capsys, monkeypatch):
+  """The example's main in this process (a fresh interpreter costs about 4 s);
+  the scheme it registers is taken out of the registry again."""
+  spec = importlib.util.spec_from_file_location(
+      "new_scheme_example", ROOT / "experiments" / "examples" / "new_scheme.py")
+  module = importlib.util.module_from_spec(spec)
+  monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look it up
+  spec.loader.exec_module(module)
+  try:
+    code, err = _exit_in_process(module.main, capsys, ["--levels", "0"])
+  finally:
+    for registry in (schemes.SCHEMES, schemes.USER_FAMILY.schemes):
+      registry.pop("FedAvg-QSGD", None)
+  assert code == 2 and err.strip().count("\n") == 0 and "levels must be >= 1" in err
+  assert "Traceback" not in err
 
 
 # One scheme of every family, and two Gaussian DP schemes (FL-SIGN-DP's
@@ -321,52 +337,64 @@ def test_gpu_suite_commands_parse(tmp_path):
   assert usage.returncode == 2 and "usage" in usage.stderr
 
 
+def _json_lines(capsys) -> list[dict]:
+  return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+
+# The benchmarks below run through their ``main`` in this process (what the
+# script runs; a fresh interpreter costs about 4 s), on its one CPU device.
 def test_discrete_gaussian_benchmark_runs_small(capsys, monkeypatch):
-  proc = _script("benchmarks/discrete_gaussian.py", "--size", "20000", "--repeats", "1",
-                 "--scales", "3.5", "--no-paper-vector", "--json")
-  assert proc.returncode == 0, proc.stderr
-  rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+  module = benchmark_modules.load("discrete_gaussian")
+  monkeypatch.setattr(sys, "argv", ["benchmarks/discrete_gaussian.py", "--size", "20000",
+                                    "--repeats", "1", "--scales", "3.5", "--no-paper-vector",
+                                    "--json"])
+  assert module.main() is None  # the script's exit status 0
+  rows = _json_lines(capsys)
   assert [(r["case"], r["sampler"]) for r in rows] == [
       ("DG(0, 3.5)", "table"), ("DG(0, 3.5)", "rejection"),
       ("jax.random.normal", "continuous"), ("threefry uint32 words", "bits")]
   assert all(r["samples_per_s"] > 0 for r in rows)
   assert rows[0]["table_build_s"] >= 0 and rows[1]["table_build_s"] is None
   monkeypatch.setattr(sys, "argv", ["benchmarks/discrete_gaussian.py", "--scales", "-1"])
-  code, err = _exit_in_process(benchmark_modules.load("discrete_gaussian").main, capsys)
+  code, err = _exit_in_process(module.main, capsys)
   assert code == 2 and "--scales" in err and "Traceback" not in err
 
 
-def test_cs_decoder_benchmark_runs_small():
-  proc = _script("benchmarks/cs_decoder.py", "--num-params", "5000", "--chunks", "10",
-                 "--iters", "5", "--repeats", "1", "--json")
-  assert proc.returncode == 0, proc.stderr
-  rec = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_cs_decoder_benchmark_runs_small(capsys):
+  assert benchmark_modules.load("cs_decoder").main([
+      "--num-params", "5000", "--chunks", "10", "--iters", "5", "--repeats", "1",
+      "--json"]) == 0
+  rec = _json_lines(capsys)[-1]
   assert rec["num_params"] == 5000 and rec["chunks"] == 10
 
 
 def test_local_training_benchmark_runs_small(capsys):
-  proc = _script("benchmarks/local_training.py", "--clients", "2", "--steps", "3",
-                 "--samples", "20", "--repeats", "1", "--json")
-  assert proc.returncode == 0, proc.stderr
-  rec = json.loads(proc.stdout.strip().splitlines()[-1])
+  module = benchmark_modules.load("local_training")
+  assert module.main(["--clients", "2", "--steps", "3", "--samples", "20", "--repeats", "1",
+                      "--json"]) == 0
+  rec = _json_lines(capsys)[-1]
   forms = rec["forms"]
   assert set(forms) == {"factored", "per-client"} and rec["history_rows"] == 30
   assert forms["factored"]["time_over_factored"] == 1.0
   assert forms["per-client"]["max_abs_diff_from_factored"] < 1e-3 * rec["max_abs_update"]
-  code, err = _exit_in_process(benchmark_modules.load("local_training").main, capsys,
-                               ["--steps", "0"])
+  code, err = _exit_in_process(module.main, capsys, ["--steps", "0"])
   assert code == 2 and "--steps" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("command", [["benchmarks/throughput.py", "--no-torch"],
-                                     ["benchmarks/processes.py"]])
-def test_benchmarks_without_data_end_in_one_line_exit_2(command, tmp_path):
-  env = dict(os.environ, FEDJAX_DP_DATA=str(tmp_path / "nowhere"),
-             FEDJAX_DP_CACHE=str(tmp_path / "cache"), FEDJAX_DP_NO_DOWNLOAD="1")
-  proc = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=300)
-  lines = proc.stderr.strip().splitlines()
-  assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+@pytest.mark.parametrize("name, argv", [("throughput", ["--no-torch"]), ("processes", [])])
+def test_benchmarks_without_data_end_in_one_line_exit_2(name, argv, tmp_path, capsys,
+                                                        monkeypatch):
+  """Through the script's main, in this process, its parsed arrays set aside
+  (a fresh interpreter costs about 4 s)."""
+  from fedjax_dp.data import idx  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("FEDJAX_DP_DATA", str(tmp_path / "nowhere"))
+  monkeypatch.setenv("FEDJAX_DP_CACHE", str(tmp_path / "cache"))
+  monkeypatch.setenv("FEDJAX_DP_NO_DOWNLOAD", "1")
+  monkeypatch.setattr(idx, "_ARRAY_CACHE", {})
+  monkeypatch.setattr(sys, "argv", [f"benchmarks/{name}.py", *argv])
+  code, err = _exit_in_process(benchmark_modules.load(name).main, capsys)
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, err[-3000:]
   assert "not found" in lines[0] and "FEDJAX_DP_DATA" in lines[0]
 
 

@@ -11,9 +11,18 @@ import pytest
 
 from fedjax_dp import runlock
 from fedjax_dp.cli import sweep
+from tiny_model import tiny_linear
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "experiments" / "sweep.py"
+
+
+@pytest.fixture
+def tiny_model(monkeypatch):
+  """The 7,850-weight linear model in place of the paper CNN, where the record
+  of a flag, not the model, is checked (seconds of compilation instead of
+  minutes); test_small_sweep_writes_table_json_and_csv runs the CNN."""
+  monkeypatch.setattr(sweep, "get_model", lambda name, **_: tiny_linear())
 
 
 def _run(args, tmp_path, env_extra=None):
@@ -23,14 +32,12 @@ def _run(args, tmp_path, env_extra=None):
 
 
 # Through the script (a fresh interpreter each, about 4 s): an argparse error,
-# a validation error, and the device flags, which act before JAX starts.
+# a validation error (--devices, checked once JAX runs), and the device flags,
+# which act before JAX starts. The other messages through sweep.main below.
 @pytest.mark.parametrize("args,needle", [
-    (["--ratio", "0"], "--ratio must be in (0, 1]"),
-    (["--schemes", "FL-NOPE"], "unknown scheme 'FL-NOPE'"),
     (["--rounds", "many"], "invalid int value"),
     (["--devices", "99"], "--devices must be in [1,"),
     (["--cpu-devices", "0"], "--cpu-devices must be > 0"),
-    (["--noise-multiplier", "inf"], "--noise-multiplier must be a finite number, got inf"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path):
   proc = _run(args, tmp_path)
@@ -44,6 +51,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
 # The rest through ``sweep.main``, which the script runs (the cases above
 # show that its exit code and message are the script's).
 @pytest.mark.parametrize("args,needle", [
+    (["--ratio", "0"], "--ratio must be in (0, 1]"),
+    (["--schemes", "FL-NOPE"], "unknown scheme 'FL-NOPE'"),
+    (["--noise-multiplier", "inf"], "--noise-multiplier must be a finite number, got inf"),
     (["--ratio", "1.5"], "--ratio must be in (0, 1]"),
     (["--noise-multiplier", "-1"], "--noise-multiplier must be >= 0"),
     (["--clients-per-round", "7000"], "exceeds the number of clients 6000"),
@@ -257,7 +267,7 @@ def test_medical_synth_sweep_reports_balanced_accuracy_and_auroc(tmp_path, capsy
     assert run["paper_source"] is None
 
 
-def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
+def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys, tiny_model):
   """--dataset mnist with a Dirichlet split: the thesis' MNIST figure beside
   FL-STD's, the partition's label statistics in the record."""
   out = tmp_path / "res"
@@ -275,7 +285,7 @@ def test_mnist_dirichlet_sweep_compares_with_thesis_table_4_1(tmp_path, capsys):
   assert summary["tv_distance_mean"] > 0.4 and "balanced_accuracy" not in run
 
 
-def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys):
+def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys, tiny_model):
   out = tmp_path / "res"
   code = sweep.main([
       "--schemes", "FL-STD", "--aggregator", "trimmed-mean", "--trim-fraction", "0.25",
@@ -287,7 +297,7 @@ def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys):
   assert run["best_accuracy"] > 0.0
 
 
-def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys):
+def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys, tiny_model):
   out = tmp_path / "res"
   code = sweep.main([
       "--dataset", "mnist", "--schemes", "FL-STD", "--attack", "in-backdoor",
@@ -341,7 +351,7 @@ def test_an_out_in_use_by_another_sweep_is_refused(tmp_path, capsys):
   assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.json", "results.md"]
 
 
-def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch):
+def test_each_finished_run_is_written_at_once(tmp_path, capsys, monkeypatch, tiny_model):
   """A sweep interrupted during its second run keeps the first: results.*
   are written after every run, atomically."""
   out = tmp_path / "deep" / "res"
