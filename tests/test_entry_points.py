@@ -16,12 +16,13 @@ import benchmark_modules
 from fedjax_dp import schemes
 from fedjax_dp.schemes import FAMILIES
 from tiny_model import tiny_linear
+from xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _script(*args, timeout=600):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  env = dict(os.environ, XLA_FLAGS=xla_flags(1))
   return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=timeout)
 
