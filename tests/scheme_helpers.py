@@ -73,3 +73,19 @@ def kill_after(evaluations):
     if len(seen) == evaluations:
       raise Killed
   return progress
+
+
+def refusal(argv, out, capsys) -> str:
+  """``sweep.main(argv + --out out)``'s one-line refusal: asserts exit code 2,
+  one line on stderr, no traceback and nothing written to ``out``; returns the line.
+
+  In process: tests/cli/test_cli.py's script cases show that the script's exit
+  code and message are ``main``'s (an interpreter costs about 4 s).
+  """
+  from fedjax_dp.cli import sweep  # pylint: disable=import-outside-toplevel
+  code = sweep.main([*argv, "--out", str(out)])
+  err = capsys.readouterr().err
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+  assert not out.exists()
+  return lines[0]
