@@ -15,6 +15,7 @@ run only returns to Python at evaluation points.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -193,9 +194,7 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
   chunk = capacity if not summer.streams else min(plan.client_chunk or capacity, capacity)
   padded = -(-capacity // chunk) * chunk
 
-  def pad(a):  # a per-slot array to the chunks' whole length (padding slots: zeros)
-    missing = padded - a.shape[0]
-    return jnp.concatenate([a, jnp.zeros((missing,) + a.shape[1:], a.dtype)]) if missing else a
+  pad = functools.partial(_pad_slots, length=padded)
 
   def aggregate(w, inputs: RoundInputs, data, fstates) -> Aggregate:
     slot_mask = inputs.cohort.mask
@@ -257,6 +256,12 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
     return Aggregate(total, num_clipped, num_present, overflow, present, noise, tallies)
 
   return aggregate
+
+
+def _pad_slots(a: jax.Array, length: int) -> jax.Array:
+  """A per-slot array to the chunks' whole ``length`` (padding slots: zeros)."""
+  missing = length - a.shape[0]
+  return jnp.concatenate([a, jnp.zeros((missing,) + a.shape[1:], a.dtype)]) if missing else a
 
 
 def _over_chunks(add_chunk: Callable, init, slot_mask: jax.Array, chunk: int):
