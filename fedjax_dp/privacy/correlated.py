@@ -28,6 +28,7 @@ resumes it exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -74,9 +75,14 @@ class Strategy:
     return self.scale * out.astype(jnp.float32), state
 
 
+@functools.lru_cache(maxsize=8)
 def make_strategy(kind: str, rounds: int, bands: int, min_separation: int) -> Strategy:
   """The strategy of ``kind`` for T rounds whose participations are at least
   ``min_separation`` rounds apart.
+
+  Built once per process for each argument tuple (a BLT optimisation takes
+  seconds to a minute on a CPU; a sweep or a table builds one per run): the
+  strategy is immutable, its matrix read-only.
 
   Raises:
     ValueError: One line, for bands > min_separation (banded) or an unknown kind.
@@ -89,7 +95,7 @@ def make_strategy(kind: str, rounds: int, bands: int, min_separation: int) -> St
     c = (banded.ColumnNormalizedBanded.default(rounds, bands) if bands == 1 else
          banded.optimize(rounds, bands=bands, max_optimizer_steps=OPTIMIZER_STEPS))
     return Strategy(kind, rounds, bands, min_separation, 1.0,
-                    c.inverse_as_streaming_matrix(), np.asarray(c.materialize()))
+                    c.inverse_as_streaming_matrix(), _read_only(c.materialize()))
   if kind == "blt":
     participations = -(-rounds // min_separation)
     blt = buffered_toeplitz.optimize(n=rounds, min_sep=min_separation,
@@ -101,8 +107,14 @@ def make_strategy(kind: str, rounds: int, bands: int, min_separation: int) -> St
         buf_decay=np.asarray(blt.buf_decay), output_scale=np.asarray(blt.output_scale),
         dtype=jnp.float32)
     return Strategy(kind, rounds, len(blt.buf_decay), min_separation, sens,
-                    blt32.inverse_as_streaming_matrix(), matrix)
+                    blt32.inverse_as_streaming_matrix(), _read_only(matrix))
   raise ValueError(f"unknown noise {kind!r}; choose one of {KINDS[1:]}")
+
+
+def _read_only(matrix) -> np.ndarray:
+  out = np.array(matrix)  # a copy, its dtype kept
+  out.flags.writeable = False
+  return out
 
 
 def noise_correlation(strategy: Strategy) -> np.ndarray:

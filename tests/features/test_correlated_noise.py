@@ -89,6 +89,17 @@ def test_the_stream_adds_the_strategys_noise_round_by_round(kind, bands, separat
     assert (min(p_var, p_cross) > 1e-3) == accept, (kind, accept, p_var, p_cross)
 
 
+def test_a_strategy_is_built_once_per_process_and_read_only():
+  """make_strategy is cached (a BLT optimisation costs up to a minute): the
+  same arguments give the same strategy, other ones another, and the shared
+  matrix cannot be changed by one of its users."""
+  first = correlated.make_strategy("banded", 12, 3, 3)
+  assert correlated.make_strategy("banded", 12, 3, 3) is first
+  assert correlated.make_strategy("banded", 12, 2, 3) is not first
+  with pytest.raises(ValueError, match="read-only"):
+    first.matrix[0, 0] = 2.0
+
+
 def test_cyclic_sampling_keeps_participations_b_apart_at_rate_b_q():
   """Client i joins only rounds t with t = i + 1 (mod b), each with
   probability b q: accepted at b q, rejected at q and at 1.2 b q."""
