@@ -186,12 +186,14 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
 
   report = pathlib.Path(report)
   plot_dir = report.parent / f"{report.stem}_plots"
-  sections, everything = [], []
+  sections, everything, beyond = [], [], 0
   index = record_index(out)
   for table in tables().values():
     records = kept_records(out, table, index)
     body, summaries = table_markdown(table, records)
     everything += summaries
+    if table.study:
+      beyond += len(summaries)
     figures = ""
     for stale in plot_dir.glob(f"{table.name}-*.png"):  # a removed row's or table's
       stale.unlink()
@@ -214,7 +216,7 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
   compared = sum(s.numeric for s in everything)
   qualitative = sum(s.qualitative for s in everything)
   agree = sum(s.agrees for s in everything)
-  no_cell = sum(s.row.paper is None and not s.row.diverges for s in everything)
+  no_cell = sum(s.row.paper is None and not s.row.diverges for s in everything) - beyond
   gpu_hours = sum(s.accelerator_seconds for s in everything) / 3600
   cpu_hours = sum(s.seconds for s in everything) / 3600 - gpu_hours
   head = [
@@ -238,6 +240,7 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       f"within {TOLERANCE:g}: {within} of them; qualitative in the paper's setting "
       f"(the paper's \"-\", does not converge): {qualitative}, as in the paper: {agree}; "
       f"no published cell (a table's claim checked instead): {no_cell}; "
+      f"beyond the papers (their setting, a mechanism they did not run): {beyond}; "
       f"wall hours in the kept records: {cpu_hours:.1f} "
       f"on CPUs, {gpu_hours:.1f} on accelerators (each record names its machine).",
       "",

@@ -152,6 +152,9 @@ class Table:
     figure: A figure of the paper drawn from some rows' histories: its
       caption and the row slugs (thesis Figure 6.1: model and attacked-class
       accuracy against round).
+    study: A study in a paper's setting beyond its tables (a mechanism the
+      papers did not run): its rows have no published cell, and the report
+      counts them apart.
   """
 
   name: str
@@ -160,6 +163,7 @@ class Table:
   rows: tuple[Row, ...]
   claim: str = ""
   figure: tuple[str, tuple[str, ...]] = ("", ())
+  study: bool = False
 
   def select(self, patterns: list[str] | None) -> list[Row]:
     """Rows whose name or slug matches one of the shell-style patterns.
@@ -815,7 +819,7 @@ def _correlated_noise() -> Table:
                _setting("correlated-noise", epsilon=CORRELATED_EPSILON,
                         top=paper["FL-TOP-DP"].accuracy, top_round=paper["FL-TOP-DP"].round,
                         std=paper["FL-STD-DP"].accuracy, std_round=paper["FL-STD-DP"].round,
-                        std_epsilon=paper["FL-STD-DP"].epsilon), tuple(rows))
+                        std_epsilon=paper["FL-STD-DP"].epsilon), tuple(rows), study=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1376,6 +1376,21 @@ def test_the_within_count_leaves_qualitative_rows_out(tmp_path):
           "as in the paper: 1; no published cell") in report.read_text()
 
 
+def test_a_studys_rows_count_apart_from_the_rows_a_claim_checks(tmp_path):
+  """Issue 49's table runs a mechanism the papers did not: its rows have no
+  published cell and no claim, and the header counts them on their own."""
+  study = paper_tables.get_table("correlated-noise")
+  assert study.study and all(r.paper is None for r in study.rows)
+  assert not any(t.study for t in paper_tables.tables().values() if t is not study)
+  fedsmp = paper_tables.get_table("fedsmp")
+  for table in (study, fedsmp):
+    paper_runner.run_row(table, table.rows[0], 0, tmp_path, _fake_sweep([], 0.8), "x")
+  report = tmp_path / "R.md"
+  paper_report.write_report(tmp_path, report, "cmd")
+  assert ("no published cell (a table's claim checked instead): 1; beyond the papers (their "
+          "setting, a mechanism they did not run): 1;") in report.read_text()
+
+
 def test_the_committed_reports_counts_are_its_rows():
   """The header's counts of docs/REPRODUCTION.md are those of its rows:
   "within" counts only rows compared by number."""
