@@ -41,6 +41,22 @@ def test_markdown_table_sets_paper_figures_beside_ours():
                  "| 0.97 (1.00) | 0.7 | moments |")
 
 
+def test_the_algorithm_cell_names_noise_correlated_across_rounds():
+  """A run with banded or BLT noise says so beside the scheme (the paper's
+  figure in parentheses is the paper's run, with independent noise)."""
+  run = {"scheme": "FL-TOP-DP", "ratio": 0.005, "best_accuracy": 0.79, "best_round": 194,
+         "downstream_kb": 107.6, "upstream_kb": 107.6, "epsilon": 0.99, "clip_norm": 0.61,
+         "accountant": "rdp"}
+  assert report.algorithm_label(run) == "FL-TOP-DP"
+  banded = dict(run, correlated_noise={"noise": "banded", "bands": 4, "min_separation": 4,
+                                       "strategy_bands_or_buffers": 4})
+  assert report.markdown_table([banded]).splitlines()[2].startswith(
+      "| 0.5% | FL-TOP-DP, banded noise (4 bands, min-separation 4) | 0.79 (0.81) |")
+  blt = dict(run, correlated_noise={"noise": "blt", "bands": 1, "min_separation": 60,
+                                    "strategy_bands_or_buffers": 2})
+  assert report.algorithm_label(blt) == "FL-TOP-DP, BLT noise (2 buffers, min-separation 60)"
+
+
 def test_results_are_written_atomically(tmp_path):
   run = {"scheme": "FL-STD", "ratio": 1.0, "best_accuracy": 0.5, "best_round": 1,
          "downstream_kb": 1.0, "upstream_kb": 1.0, "epsilon": None, "clip_norm": None,

@@ -57,7 +57,7 @@ def markdown_table(runs: list[dict]) -> str:
            "Upstream KB | ε (paper) | S | Accountant |",
            "|---|---|---|---|---|---|---|---|---|"]
   for run in runs:
-    r, name = run["ratio"], run["scheme"]
+    r, name = run["ratio"], algorithm_label(run)
     lines.append(
         f"| {r * 100:g}% | {name} "
         f"| {run['best_accuracy']:.2f} ({_paper(run, 'accuracy', '.2f')}) "
@@ -66,6 +66,19 @@ def markdown_table(runs: list[dict]) -> str:
         f"| {_fmt(run['epsilon'], '.2f')} ({_paper(run, 'epsilon', '.2f')}) "
         f"| {_fmt(run['clip_norm'], '.3g')} | {run['accountant'] or 'N/A'} |")
   return "\n".join(lines) + "\n" + _extra_tables(runs)
+
+
+def algorithm_label(run: dict) -> str:
+  """The scheme, and its noise where it is correlated across rounds:
+  ``FL-TOP-DP, banded noise (4 bands, min-separation 4)`` (the paper's
+  figure beside it is the paper's own run, with independent noise)."""
+  noise = run.get("correlated_noise")
+  if not noise:
+    return run["scheme"]
+  shape = (f"{noise['bands']} bands, " if noise["noise"] == "banded" else
+           f"{noise['strategy_bands_or_buffers']} buffers, ")
+  return (f"{run['scheme']}, {noise['noise'].replace('blt', 'BLT')} noise ({shape}"
+          f"min-separation {noise['min_separation']})")
 
 
 def _extra_tables(runs: list[dict]) -> str:
