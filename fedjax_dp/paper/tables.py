@@ -759,10 +759,9 @@ def _poster_cdp_lq() -> Table:
 # Issue 49: DP-FTRL noise (fedjax_dp.privacy.correlated) on UAI Table 1's
 # setting, at epsilon 1 (RDP, delta 1e-5) under each mechanism's own analysis.
 CORRELATED_EPSILON = 1.0
-# Banded: 4 bands over cyclic Poisson sampling in 4 groups (the strategy of
-# Choquette-Choo et al. 2023's cross-device runs has few bands; at T = 200,
+# Banded: 4 bands over cyclic Poisson sampling in 4 groups; at T = 200,
 # q = 1/60 four bands leave the least summed noise after round 200 of b = 2,
-# 4, 8, 16: docs/correlated-noise.md, "Calibration").
+# 4, 8, 16 (docs/correlated-noise.md, "Calibration").
 CORRELATED_BANDS = 4
 # BLT: min-separation 60, the largest that keeps 100 clients a round (cyclic
 # groups sampled at rate min(1, b / 60)); of b = 10, 25, 40, 50, 60 it leaves
@@ -778,7 +777,8 @@ def correlated_sigma(noise: str, cycle_length: int = 1) -> float:
   Independent or banded noise over cyclic Poisson sampling in b groups is
   ceil(T / b) Poisson-subsampled Gaussian steps at rate b q (amplified banded
   MF, ``accounting.cyclic_epsilon_curve``; b = 1: today's accountant); BLT
-  noise is one Gaussian release (``analytic_gaussian.sigma_for_epsilon``).
+  noise is one Gaussian release (``analytic_gaussian.sigma_for_epsilon``),
+  whatever b: the strategy's min-separation sensitivity scales its noise.
   """
   setting = settings.FASHION_MNIST
   if noise == "blt":
