@@ -112,8 +112,9 @@ def _state(state: paper_runner.RunState, rounds: int) -> str:
 def _list(name: str | None, out: str) -> int:
   """Prints the tables, with the runs running now, or one table's rows with
   what ``out`` holds of them."""
+  index = paper_runner.record_index(out)
   for table in ([paper_tables.get_table(name)] if name else paper_tables.tables().values()):
-    states = {row.slug: paper_runner.run_states(out, table, row) for row in table.rows}
+    states = {row.slug: paper_runner.run_states(out, table, row, index) for row in table.rows}
     kept = sum(any(s.finished for s in v) for v in states.values())
     going = sum(any(not s.finished for s in v) for v in states.values())
     running = sum(any(s.running is not None for s in v) for v in states.values())
@@ -295,10 +296,10 @@ def _paces(out: str, here: str) -> tuple[list[_Pace], str]:
   any was, else on machines of its kind, with an accelerator or without
   (the 2-core CPU VMs of this project differed five-fold in pace, and a GPU
   run took 40-130 s where such a CPU takes hours)."""
-  paces = []
+  paces, index = [], paper_runner.record_index(out)
   for table in paper_tables.tables().values():
     for row in table.rows:
-      for state in paper_runner.run_states(out, table, row):
+      for state in paper_runner.run_states(out, table, row, index):
         if state.finished and not state.same_run_as and state.round:
           _, images = _run_size(row, state.seed, row.reduced if state.reduced else ())
           paces.append((state.machine, _Pace(table.name, row.slug, _kind(row, images),
@@ -344,6 +345,7 @@ def _plan(path: str, out: str) -> int:
   any), and their sum."""
   jobs = _queue(path, out)
   paces, where = _paces(out, host_devices.machine())
+  index = paper_runner.record_index(out)
   planned: set[tuple[str, ...]] = set()  # the commands listed
   hours, without = 0.0, 0
   for job in jobs:
@@ -361,7 +363,7 @@ def _plan(path: str, out: str) -> int:
         name = f"{job.table.name} {row.name} seed {seed}{' (reduced)' if job.reduced else ''}"
         rounds, images = _run_size(row, seed, extra)
         # run_states knows the paper's and the reduced settings' runs, not others.
-        states = [] if job.extra else paper_runner.run_states(out, job.table, row)
+        states = [] if job.extra else paper_runner.run_states(out, job.table, row, index)
         started = next((s for s in states if (s.seed, s.reduced) == (seed, job.reduced)
                         and not s.older and 0 < s.round <= rounds), None)
         if started is not None and started.seconds:

@@ -310,11 +310,22 @@ class RunState(NamedTuple):
   machine: str = ""
 
 
-def run_states(out: str | os.PathLike, table: Table, row: Row) -> list[RunState]:
-  """The row's kept records and checkpoints in ``out`` (``reproduce.py list``)."""
+def run_states(out: str | os.PathLike, table: Table, row: Row,
+               index: dict[tuple[str, ...], tuple[pathlib.Path, dict]] | None = None
+               ) -> list[RunState]:
+  """The row's kept records and checkpoints in ``out`` (``reproduce.py list``).
+
+  A setting without a record of the row's own shows those of the same command
+  kept for another table (its twins, ``same_run_as``; as :func:`kept_records`,
+  from ``index``, built here when needed and not given).
+  """
   states = []
   for suffix, extra in _settings(row):
     kept = _kept(out, table, row, suffix, extra)
+    if not kept:
+      if index is None:
+        index = record_index(out)
+      kept = _twin_records(index, table, row, suffix, extra)
     done = {r["seed"] for r in kept}
     states += [RunState(r["seed"], bool(suffix), True, r["record"]["rounds"],
                         r["record"]["seconds"], same_run_as=r.get("same_run_as", ""),

@@ -751,6 +751,22 @@ def test_a_row_with_the_command_of_another_tables_record_reuses_it(tmp_path, cap
   assert "seed 0 kept (0.0 h; the run of uai-table1/FL-STD.seed0.json)" in capsys.readouterr().out
 
 
+def test_list_counts_a_twins_record_before_its_row_has_run(tmp_path, capsys):
+  """thesis Table 4.4's FL-TOP at 0.5% is UAI Table 1's command: once that
+  run is kept, list and run_states show it for Table 4.4 too (as the report
+  does), though no Table 4.4 record is written yet."""
+  uai, t44 = paper_tables.get_table("uai-table1"), paper_tables.get_table("thesis-4.4")
+  [uai_top], [top] = uai.select(["FL-TOP_r0.005"]), t44.select(["FL-TOP_r0.005"])
+  paper_runner.run_row(uai, uai_top, 0, tmp_path, _fake_sweep([], 0.8, dp=False), "x")
+  assert not (tmp_path / "thesis-4.4").exists()
+  assert paper_runner.run_states(tmp_path, t44, top) == [paper_runner.RunState(
+      0, False, True, 3, 7.0, same_run_as="uai-table1/FL-TOP_r0.005.seed0.json", machine="x")]
+  assert _script_main()(["list", "thesis-4.4", "--out", str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert "(11 rows; 1 with a kept record, 0 with a run in progress" in out
+  assert "seed 0 kept (0.0 h; the run of uai-table1/FL-TOP_r0.005.seed0.json)" in out
+
+
 def test_reduced_runs_are_labelled_so_in_the_plots(tmp_path, monkeypatch):
   """A reduced run is never drawn as the thesis' setting: its curve is labelled
   "(reduced)" and the thesis figure's caption names the reduced setting."""
