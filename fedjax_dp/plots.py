@@ -50,17 +50,23 @@ def _label(record: dict) -> str:
   return record["scheme"] if ratio >= 1.0 else f"{record['scheme']} r={ratio * 100:g}%"
 
 
+def _base(record: dict) -> tuple:
+  """What a scheme and its -DP variant share: the base scheme, the ratio, and
+  the rest of the label where one is given (a report row's: ``FL-STD-DP
+  banded b=4`` and ``FL-STD-DP BLT m=60`` are two lines, not one colour)."""
+  scheme, base = record["scheme"], record["scheme"].removesuffix("-DP")
+  label = record.get("label")
+  return base, record["ratio"], None if label is None else label.replace(scheme, base, 1)
+
+
 def _styles(records: list[dict]) -> list[dict]:
   """Line styles: a scheme and its -DP variant at one ratio share a colour,
   the DP line dashed, so the 16 lines of UAI Table 1 at one ratio stay
-  readable (tab10, or tab20 beyond 10 colours)."""
-  bases = []
-  for record in records:
-    base = (record["scheme"].removesuffix("-DP"), record["ratio"])
-    if base not in bases:
-      bases.append(base)
+  readable (tab10, or tab20 beyond 10 colours); rows of one scheme that
+  differ otherwise (their labels) get colours of their own."""
+  bases = list(dict.fromkeys(_base(r) for r in records))
   cmap = _pyplot().get_cmap("tab10" if len(bases) <= 10 else "tab20")
-  return [{"color": cmap(bases.index((r["scheme"].removesuffix("-DP"), r["ratio"])) % cmap.N),
+  return [{"color": cmap(bases.index(_base(r)) % cmap.N),
            "linestyle": "--" if r["scheme"].endswith("-DP") else "-"} for r in records]
 
 

@@ -44,6 +44,18 @@ def test_a_scheme_and_its_dp_variant_share_a_colour_the_dp_line_dashed():
   assert len({s["color"] for s in plots._styles(many)}) == 16  # tab20 beyond 10
 
 
+def test_rows_of_one_scheme_that_differ_in_their_labels_get_their_own_colours():
+  """A report's rows are labelled: FL-STD-DP with three noises are three
+  colours; a labelled scheme and its -DP variant still share one."""
+  noises = [dict(_record("FL-STD-DP", 1.0, 10, [0.3]), label=f"FL-STD-DP {tag}")
+            for tag in ("independent", "banded b=4", "BLT m=60")]
+  assert len({s["color"] for s in plots._styles(noises)}) == 3
+  pair = [dict(_record(name, 0.005, 10, [0.3]), label=f"{name} r=0.5%")
+          for name in ("FL-TOP", "FL-TOP-DP")]
+  plain, dp = plots._styles(pair)
+  assert plain["color"] == dp["color"] and (plain["linestyle"], dp["linestyle"]) == ("-", "--")
+
+
 def test_ratio_curve_draws_each_schemes_best_accuracy_against_r(tmp_path, monkeypatch):
   drawn = []
   save = plots._save
