@@ -212,10 +212,8 @@ def stage_fns(model, plan: simulation.Plan, run_key, t):
     contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys, round_noise)
     if jnp.issubdtype(contribs.dtype, jnp.integer):
       return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
-    total = noise.masked_sum(contribs, i.cohort.mask)
-    for f, fstate, value in zip(plan.features, state.features, i.features):
-      total = f.total(features.At(fstate, value, inputs=i, noise=round_noise), total)
-    return total
+    return _features_total(plan, state, i, round_noise,
+                           noise.masked_sum(contribs, i.cohort.mask))
 
   @jax.jit
   def decode(state, total):
@@ -463,6 +461,14 @@ def _stage_seconds(model, plan, state, data, run_key, t: int,
           _best(lambda: jax.block_until_ready(decode_fn(state, total)), repeats))
 
 
+def _features_total(plan, state, inputs, round_noise, total: jax.Array) -> jax.Array:
+  """``total`` through the features' ``total`` hooks, as the round's sum goes
+  (correlated noise: its z_t streamed through the strategy and added)."""
+  for f, fstate, value in zip(plan.features, state.features, inputs.features):
+    total = f.total(features.At(fstate, value, inputs=inputs, noise=round_noise), total)
+  return total
+
+
 def _server_noise_seconds(plan, state, run_key, t: int, repeats: int) -> float:
   """Round ``t``'s inputs (with the features' round values: correlated
   noise's z_t and its stream) and the features' ``total`` hooks on a sum of
@@ -474,10 +480,8 @@ def _server_noise_seconds(plan, state, run_key, t: int, repeats: int) -> float:
   def server_noise(state):
     i = simulation.round_inputs(plan, state, run_key, t)
     round_noise = simulation.round_noise(plan, i, state.features)
-    total = jnp.zeros((plan.num_kept,), jnp.float32)
-    for f, fstate, value in zip(plan.features, state.features, i.features):
-      total = f.total(features.At(fstate, value, inputs=i, noise=round_noise), total)
-    return total
+    return _features_total(plan, state, i, round_noise,
+                           jnp.zeros((plan.num_kept,), jnp.float32))
 
   jax.block_until_ready(server_noise(state))
   return _best(lambda: jax.block_until_ready(server_noise(state)), repeats)
