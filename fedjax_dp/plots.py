@@ -3,7 +3,8 @@ against upstream bandwidth.
 
 UAI 2021 Sec. 4.1 measures a scheme by its accuracy and by what a client
 sends up to the round it is reached; :func:`plot_records` draws both, one
-line per run, from the records of ``fedjax_dp.simulation.run``:
+line per run, from the records of ``fedjax_dp.simulation.run`` (a run's
+other seeds, where given, as thin translucent lines of its colour):
 
 - ``<prefix>accuracy.png``: the run's selection metric (accuracy, or
   balanced accuracy on medical-synth) at every evaluated round;
@@ -84,21 +85,31 @@ def _save(fig, path: pathlib.Path) -> None:
 
 
 def plot_records(records: list[dict], out_dir: str | os.PathLike,
-                 prefix: str = "") -> list[pathlib.Path]:
+                 prefix: str = "",
+                 other_seeds: list[list[dict]] | None = None) -> list[pathlib.Path]:
   """Writes the two plots of ``records`` into ``out_dir``.
 
   Args:
     records: Run records (each with its ``history``).
     out_dir: Folder (created if needed).
     prefix: Prepended to the file names.
+    other_seeds: For each record, the records of its other seeds (same
+      row, another seed), drawn thin and translucent in the record's
+      colour and without a legend entry, so that a row's spread over seeds
+      shows; ``None``: none.
 
   Returns:
     The written paths.
 
   Raises:
-    ValueError: No records, or a record without history.
+    ValueError: No records, a record without history, or ``other_seeds``
+      not one list per record.
   """
-  if not records or any(not r.get("history") for r in records):
+  other_seeds = [[] for _ in records] if other_seeds is None else other_seeds
+  if len(other_seeds) != len(records):
+    raise ValueError(f"plot_records needs one list of other seeds per record, "
+                     f"got {len(other_seeds)} for {len(records)} records")
+  if not records or any(not r.get("history") for r in records + sum(other_seeds, [])):
     raise ValueError("plot_records needs records with their history")
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
@@ -110,10 +121,13 @@ def plot_records(records: list[dict], out_dir: str | os.PathLike,
       ("accuracy_vs_upstream", lambda r, h: _upstream_kb(r, h["round"]),
        "upstream KB per client up to the round (UAI Sec. 4.1)", True)):
     fig, ax = _pyplot().subplots(figsize=(7, 4.5))
-    for record, style in zip(records, _styles(records)):
+    for record, others, style in zip(records, other_seeds, _styles(records)):
       history = record["history"]
       ax.plot([x_of(record, h) for h in history], [h[metric] for h in history],
               label=_label(record), linewidth=1.2, **style)
+      for other in others:
+        ax.plot([x_of(other, h) for h in other["history"]],
+                [h[metric] for h in other["history"]], linewidth=0.6, alpha=0.4, **style)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(_LABELS.get(metric, metric))
     if log:

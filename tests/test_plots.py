@@ -33,6 +33,38 @@ def test_balanced_accuracy_runs_and_bad_input(tmp_path):
     plots.plot_records([dict(rec, history=[])], tmp_path)
 
 
+def test_other_seeds_are_thin_lines_of_their_rows_colour_without_a_legend_entry(
+    tmp_path, monkeypatch):
+  drawn = []
+  save = plots._save
+
+  def capture(fig, path):  # every line: its y data, colour, width, alpha, legend label
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    drawn.append(([(list(l.get_ydata()), l.get_color(), l.get_linewidth(), l.get_alpha())
+                   for l in ax.lines], legend))
+    save(fig, path)
+
+  monkeypatch.setattr(plots, "_save", capture)
+  rows = [_record("FL-TOP-DP", 0.005, 8316, [0.3, 0.5]), _record("FL-STD-DP", 1.0, 10, [0.2, 0.4])]
+  seeds = [[_record("FL-TOP-DP", 0.005, 8316, [0.1, 0.2]),
+            _record("FL-TOP-DP", 0.005, 8316, [0.6, 0.7])], []]
+  plots.plot_records(rows, tmp_path, other_seeds=seeds)
+  assert len(drawn) == 2  # the accuracy plot and the one against upstream KB
+  for lines, legend in drawn:
+    assert legend == ["FL-TOP-DP r=0.5%", "FL-STD-DP"]
+    (top, top_colour, top_width, top_alpha), s1, s2, (std, std_colour, _, _) = lines
+    assert top == [0.3, 0.5] and std == [0.2, 0.4] and top_alpha is None
+    assert (s1[0], s2[0]) == ([0.1, 0.2], [0.6, 0.7])
+    for other in (s1, s2):
+      assert other[1] == top_colour != std_colour
+      assert other[2] < top_width and other[3] < 1
+  with pytest.raises(ValueError, match="one list of other seeds per record"):
+    plots.plot_records(rows, tmp_path, other_seeds=seeds[:1])
+  with pytest.raises(ValueError, match="history"):
+    plots.plot_records(rows, tmp_path, other_seeds=[[dict(rows[0], history=[])], []])
+
+
 def test_a_scheme_and_its_dp_variant_share_a_colour_the_dp_line_dashed():
   records = [_record(name, ratio, 8316, [0.3]) for name, ratio in (
       ("FL-TOP", 0.005), ("FL-TOP-DP", 0.005), ("FL-TOP-DP", 0.05), ("FL-STD-DP", 1.0))]

@@ -201,7 +201,9 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       runs = [dict(records[s.row.slug][0]["record"],
                    label=s.row.name + (" (reduced)" if s.reduced else "")) for s in summaries]
       configs = [records[s.row.slug][0]["sweep_config"] for s in summaries]
-      paths = plots.plot_records(runs, plot_dir, prefix=f"{table.name}-")
+      paths = plots.plot_records(
+          runs, plot_dir, prefix=f"{table.name}-",
+          other_seeds=[[kept["record"] for kept in records[s.row.slug][1:]] for s in summaries])
       if any(run.get("epsilon") is not None for run in runs):
         paths.append(plots.plot_epsilon(runs, configs,
                                         plot_dir / f"{table.name}-epsilon.png"))
@@ -225,7 +227,8 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       f"Generated from the records in `{out}` by `{command}`; do not edit by hand.",
       "Each row is the paper's stated setting (the table's S and sigma, never tuned); "
       "ours is the best accuracy over the run's rounds, as the papers report it, "
-      "mean and [min, max] over the seeds run (seed 0 in the plots); a row run at "
+      "mean and [min, max] over the seeds run (the plots draw seed 0, and a row's "
+      "other seeds as thin lines of its colour in the accuracy plots); a row run at "
       "several seeds gives each seed's best round and its ε there, in the order of "
       "its seeds (named in the seeds column), never a mean of rounds. "
       f"A row is within when |ours - paper| <= {TOLERANCE:g}; a row the paper reports "
