@@ -169,6 +169,32 @@ def _attack_plots(table: Table, summaries: list[Summary], runs: list[dict],
   return paths
 
 
+def _table_plots(table: Table, summaries: list[Summary], records: dict[str, list[dict]],
+                 plot_dir: pathlib.Path) -> list[pathlib.Path]:
+  """A table's plots, from seed 0 of each row shown (its other seeds as thin
+  lines in the accuracy plots); its stale PNGs (a removed row's or
+  table's) are deleted first."""
+  from fedjax_dp import plots  # pylint: disable=import-outside-toplevel
+
+  for stale in plot_dir.glob(f"{table.name}-*.png"):
+    stale.unlink()
+  if not summaries:
+    return []
+  runs = [dict(records[s.row.slug][0]["record"],
+               label=s.row.name + (" (reduced)" if s.reduced else "")) for s in summaries]
+  configs = [records[s.row.slug][0]["sweep_config"] for s in summaries]
+  paths = plots.plot_records(
+      runs, plot_dir, prefix=f"{table.name}-",
+      other_seeds=[[kept["record"] for kept in records[s.row.slug][1:]] for s in summaries])
+  if any(run.get("epsilon") is not None for run in runs):
+    paths.append(plots.plot_epsilon(runs, configs, plot_dir / f"{table.name}-epsilon.png"))
+  paths += _attack_plots(table, summaries, runs, plot_dir)
+  if table.claim:  # the claim is about the curve over r
+    paths.append(plots.plot_ratio_curve(ratio_curves(summaries),
+                                        plot_dir / f"{table.name}-ratio.png", table.title))
+  return paths
+
+
 def write_report(out: str | os.PathLike, report: str | os.PathLike,
                  command: str) -> pathlib.Path:
   """Writes REPRODUCTION.md (and its PNGs beside it) from the kept records.
@@ -182,8 +208,6 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
   Returns:
     The report's path.
   """
-  from fedjax_dp import plots  # pylint: disable=import-outside-toplevel
-
   report = pathlib.Path(report)
   plot_dir = report.parent / f"{report.stem}_plots"
   sections, everything, beyond = [], [], 0
@@ -194,25 +218,9 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
     everything += summaries
     if table.study:
       beyond += len(summaries)
-    figures = ""
-    for stale in plot_dir.glob(f"{table.name}-*.png"):  # a removed row's or table's
-      stale.unlink()
-    if summaries:
-      runs = [dict(records[s.row.slug][0]["record"],
-                   label=s.row.name + (" (reduced)" if s.reduced else "")) for s in summaries]
-      configs = [records[s.row.slug][0]["sweep_config"] for s in summaries]
-      paths = plots.plot_records(
-          runs, plot_dir, prefix=f"{table.name}-",
-          other_seeds=[[kept["record"] for kept in records[s.row.slug][1:]] for s in summaries])
-      if any(run.get("epsilon") is not None for run in runs):
-        paths.append(plots.plot_epsilon(runs, configs,
-                                        plot_dir / f"{table.name}-epsilon.png"))
-      paths += _attack_plots(table, summaries, runs, plot_dir)
-      if table.claim:  # the claim is about the curve over r
-        paths.append(plots.plot_ratio_curve(ratio_curves(summaries),
-                                            plot_dir / f"{table.name}-ratio.png", table.title))
-      figures = "\n" + " ".join(
-          f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
+    paths = _table_plots(table, summaries, records, plot_dir)
+    figures = ("\n" + " ".join(f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
+               if paths else "")
     sections.append(f"## {table.title}\n\n{body}{figures}")
   within = sum(s.within for s in everything)
   compared = sum(s.numeric for s in everything)
