@@ -144,7 +144,7 @@ class NoiseCase(NamedTuple):
     if self.noise == "independent":
       return None
     bands = (self.bands or self.cycle_length) if self.noise == "banded" else 1
-    return features.CorrelatedNoiseConfig(self.noise, bands, self.min_separation)
+    return features.CorrelatedNoiseConfig(self.noise, bands)
 
   def label(self) -> str:
     """"independent", "banded-4", "blt" (the record's ``noise``)."""
@@ -176,7 +176,8 @@ def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: f
   cfg = simulation.RunConfig.of(
       ratio=ratio, rounds=rounds, clients_per_round=clients,
       sampler="poisson" if cyclic else "fixed", cycle_length=noise_case.cycle_length,
-      accountant="rdp", clip_norm=0.6, devices=devices, client_chunk=client_chunk,
+      min_separation=noise_case.min_separation if cyclic else None, accountant="rdp",
+      clip_norm=0.6, devices=devices, client_chunk=client_chunk,
       correlated_noise=noise_case.config())
   return simulation.prepare(model, get_scheme(scheme_name), data, public, cfg)
 
@@ -814,6 +815,8 @@ def _check_noise(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     p.error("--bands needs --noise banded")
   if args.min_separation is not None and args.noise == ["independent"]:
     p.error("--min-separation needs --noise banded or --noise blt")
+  if "blt" in args.noise and args.cycle_length < 2:
+    p.error("--noise blt needs a client's rounds at least 2 apart: set --cycle-length")
   for flag, value in (("--bands", args.bands), ("--min-separation", args.min_separation)):
     if value is not None and value > args.cycle_length:
       p.error(f"{flag} {value} needs a client's participations {value} rounds apart; "

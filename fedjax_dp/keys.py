@@ -6,7 +6,8 @@ along a path that names its purpose, so no two draws share a key:
   run key -> "init" (w0), "setup" -> "subset" | "calibration" | "permutation"
                                       | "server" (public-data work before round 1),
              "malicious" (the attackers' set), "audit" (canary directions and
-             which are inserted, fedjax_dp.canaries),
+             which are inserted, fedjax_dp.canaries), "participation"
+             (balls-in-bins' bins, b-min-sep's draws: fedjax_dp.sampling),
              "rounds" -> round t -> "sampling" | "mask" | "server_noise"
                                   | "clients" -> client id -> "train" | "noise"
                                   | "secure_agg" -> client pair -> ring offset
@@ -30,6 +31,7 @@ import jax
 INIT, SETUP, ROUNDS = 0, 1, 2
 MALICIOUS = 3  # the pool of malicious clients (fedjax_dp.attacks)
 AUDIT = 4  # the audit's canaries (fedjax_dp.canaries)
+PARTICIPATION = 5  # balls-in-bins and b-min-sep (fedjax_dp.sampling.Schedule)
 SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
 SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures
 ATTACK, ATTACK_CLIENTS = 6, 7  # colluding attackers' training; each attacker's draw
@@ -143,7 +145,8 @@ class Purpose(NamedTuple):
 # The core's purposes; the round features declare theirs (``fedjax_dp.features``).
 CORE_PURPOSES = (
     Purpose("run", INIT, "w0"), Purpose("run", SETUP, "setup"),
-    Purpose("run", ROUNDS, "rounds"), Purpose("round", SAMPLING, "sampling"),
+    Purpose("run", ROUNDS, "rounds"), Purpose("run", PARTICIPATION, "participation"),
+    Purpose("round", SAMPLING, "sampling"),
     Purpose("round", MASK, "mask"), Purpose("round", SERVER_NOISE, "server noise"),
     Purpose("round", CLIENTS, "clients"), Purpose("round", SECURE_AGG, "secure aggregation"),
     Purpose("round", DROPOUT, "dropouts"),

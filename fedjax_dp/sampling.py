@@ -27,6 +27,24 @@ groups (client i is in group i mod b), round t draws only from group
 expected cohort is still q N and a client's participations are at least b
 rounds apart (the min-separation that banded and BLT noise assume).
 
+Participation across rounds (:class:`Schedule`; Choquette-Choo et al. 2024,
+"Near exact privacy amplification for matrix mechanisms"; Dong and Ganesh
+2026), accounted by Monte Carlo (``fedjax_dp.privacy.monte_carlo``):
+
+* ``balls-in-bins``: each client is put once in one of B = round(1/q) bins,
+  uniformly at random; round t takes every client of bin (t - 1) mod B, so
+  the cohort is a Binomial(N, 1/B) draw, the same every B rounds, and a
+  client's rounds are exactly B apart.
+* ``b-min-sep``: each round every client that did not join in the previous
+  b - 1 rounds joins with probability p = 1 / (1/q - b + 1), from the
+  process's stationary start, so the expected cohort is q N and a client's
+  rounds are at least b apart (b = 1: Poisson sampling; b = 1/q: balls-in-bins
+  with random bins).
+
+Both are pure functions of the run's participation key and the round: a
+round recomputes the clients' state from round 1 (N numbers a round, a
+negligible cost beside training), so a resumed run draws the same cohorts.
+
 A pool of clients may make up a set share of every cohort
 (:class:`PoolShare`; the attack's malicious clients, thesis Ch. 6,
 ``fedjax_dp.features.attack``): the other clients are then sampled exactly as
@@ -47,7 +65,9 @@ import numpy as np
 
 from fedjax_dp import deprecation
 
-SAMPLERS = ("poisson", "fixed")
+SAMPLERS = ("poisson", "fixed", "balls-in-bins", "b-min-sep")
+# Samplers whose cohorts depend on earlier rounds (:class:`Schedule`).
+SCHEDULED = ("balls-in-bins", "b-min-sep")
 
 
 class PoolShare(NamedTuple):
@@ -60,6 +80,99 @@ class PoolShare(NamedTuple):
 
   pool: jax.Array
   fraction: float
+
+
+class Schedule(NamedTuple):
+  """Balls-in-bins or b-min-sep participation (the module docstring).
+
+  Attributes:
+    kind: One of :data:`SCHEDULED`.
+    key: The run's participation key (``keys.PARTICIPATION``).
+    separation: The bins B (balls-in-bins) or b (b-min-sep).
+    prob: b-min-sep's p; 1.0 for balls-in-bins.
+  """
+
+  kind: str
+  key: jax.Array
+  separation: int
+  prob: float = 1.0
+
+
+def schedule_for(sampler: str, key: jax.Array, rate: float,
+                 min_separation: int | None) -> Schedule | None:
+  """The :class:`Schedule` of ``sampler`` at rate q (None for the others).
+
+  >>> s = schedule_for("b-min-sep", jax.random.PRNGKey(0), 1 / 60, 4)
+  >>> s.separation, round(s.prob, 5)
+  (4, 0.01754)
+  >>> schedule_for("balls-in-bins", jax.random.PRNGKey(0), 1 / 60, None).separation
+  60
+
+  Raises:
+    ValueError: One line: b-min-sep without b, or b > 1/q.
+  """
+  if sampler == "balls-in-bins":
+    return Schedule(sampler, key, bins_for(rate))
+  if sampler != "b-min-sep":
+    return None
+  if min_separation is None:
+    raise ValueError("b-min-sep sampling needs its b (min_separation)")
+  inverse = 1.0 / rate - min_separation + 1.0
+  if inverse < 1.0 - 1e-9:
+    raise ValueError(f"b-min-sep with b = {min_separation} cannot keep q = {rate:.4g} of the "
+                     f"clients a round: b is at most 1/q = {1.0 / rate:.4g}")
+  return Schedule(sampler, key, int(min_separation), min(1.0, 1.0 / inverse))
+
+
+def bins_for(rate: float) -> int:
+  """Balls-in-bins' B = round(1/q), the bins that give q N clients a round.
+
+  >>> bins_for(1 / 60), bins_for(0.3)
+  (60, 3)
+  """
+  return max(1, int(round(1.0 / rate)))
+
+
+def stationary_wait(key: jax.Array, num_clients: int, separation: int,
+                     prob: float) -> jax.Array:
+  """(N,) int32: b-min-sep's stationary start (jax-privacy's ``warm_start``):
+  a client waits j = 1..b-1 more rounds with probability p / (1 + (b - 1) p)
+  each, else is eligible (wait 0); ``prob`` may be traced."""
+  u = jax.random.uniform(key, (num_clients,))
+  eligible = 1.0 / (1.0 + (separation - 1) * prob)
+  later = 1 + jnp.floor((u - eligible) / (prob * eligible)).astype(jnp.int32)
+  return jnp.where(u < eligible, 0, jnp.minimum(separation - 1, later)).astype(jnp.int32)
+
+
+def _min_sep_step(schedule: Schedule, wait: jax.Array, t) -> tuple[jax.Array, jax.Array]:
+  """Round t of b-min-sep: (the waits after it, who joined)."""
+  u = jax.random.uniform(jax.random.fold_in(schedule.key, t), wait.shape)
+  join = (wait == 0) & (u < schedule.prob)
+  return jnp.where(join, schedule.separation - 1, jnp.maximum(wait - 1, 0)), join
+
+
+def scheduled_members(schedule: Schedule, num_clients: int, t: jax.Array | int) -> jax.Array:
+  """(N,) bool: the clients round t (from 1) takes under ``schedule``."""
+  if schedule.kind == "balls-in-bins":
+    bins = jax.random.randint(jax.random.fold_in(schedule.key, 0), (num_clients,), 0,
+                              schedule.separation)
+    return bins == (t - 1) % schedule.separation
+  wait = stationary_wait(jax.random.fold_in(schedule.key, 0), num_clients,
+                          schedule.separation, schedule.prob)
+  wait = jax.lax.fori_loop(1, t, lambda s, w: _min_sep_step(schedule, w, s)[0], wait)
+  return _min_sep_step(schedule, wait, t)[1]
+
+
+def scheduled_rounds(schedule: Schedule, num_clients: int, rounds: int) -> np.ndarray:
+  """(T, N) bool: every round's members at once (one pass; equal to
+  :func:`scheduled_members` round by round)."""
+  ts = jnp.arange(1, rounds + 1)
+  if schedule.kind == "balls-in-bins":
+    return np.asarray(jax.vmap(lambda t: scheduled_members(schedule, num_clients, t))(ts))
+  wait = stationary_wait(jax.random.fold_in(schedule.key, 0), num_clients,
+                          schedule.separation, schedule.prob)
+  _, joined = jax.lax.scan(lambda w, t: _min_sep_step(schedule, w, t), wait, ts)
+  return np.asarray(joined)
 
 
 class Cohort(NamedTuple):
@@ -79,6 +192,7 @@ class Cohort(NamedTuple):
 def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
                   sampler: str = "poisson", share: PoolShare | None = None, *,
                   cycle_length: int = 1, t: jax.Array | int = 1,
+                  schedule: Schedule | None = None,
                   malicious: PoolShare | None = None) -> Cohort:
   """Samples one round's cohort.
 
@@ -98,6 +212,8 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
     cycle_length: b, cyclic Poisson sampling over b groups (module
       docstring; Poisson only, no ``share``); 1: every client every round.
     t: The round, from 1 (which group a cycle samples).
+    schedule: Balls-in-bins or b-min-sep (``sampler`` one of :data:`SCHEDULED`):
+      the round's members are :func:`scheduled_members`, in random slot order.
     malicious: Deprecated (0.1.0): ``share``.
 
   Returns:
@@ -111,6 +227,11 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
   """
   share = _renamed_share(share, malicious)
   u = jax.random.uniform(key, (num_clients,))
+  if sampler in SCHEDULED:
+    if schedule is None or schedule.kind != sampler or share is not None or cycle_length > 1:
+      raise ValueError(f"{sampler} sampling needs its Schedule, no pool and no cycle")
+    u = jnp.where(scheduled_members(schedule, num_clients, t), u, 2.0)
+    sampler, rate = "poisson", 1.0  # every member joins, in the order of u
   if cycle_length > 1:
     check_cycle(cycle_length, sampler, share is not None)
     # Clients outside the round's group never join: u past every rate.
@@ -222,11 +343,14 @@ def fixed_cohort_size(num_clients: int, rate: float) -> int:
 
 def planned_cohort_sizes(round_keys: jax.Array, num_clients: int, rate: float,
                          sampler: str = "poisson", share: PoolShare | None = None, *,
-                         cycle_length: int = 1,
+                         cycle_length: int = 1, schedule: Schedule | None = None,
                          malicious: PoolShare | None = None) -> np.ndarray:
   """(rounds,) every round's cohort size |K_t|, from the keys the run will use
   (round t's key in row t - 1; ``malicious``: deprecated, ``share``)."""
   share = _renamed_share(share, malicious)
+  if schedule is not None:
+    rounds = scheduled_rounds(schedule, num_clients, round_keys.shape[0])
+    return rounds.sum(axis=1).astype(np.int64)
   if cycle_length > 1:
     ts = jnp.arange(1, round_keys.shape[0] + 1)
     sizes = jax.vmap(lambda k, t: sample_cohort(k, num_clients, rate, 1, sampler, share,
@@ -279,6 +403,7 @@ def capacity_for(sizes: np.ndarray, num_clients: int, multiple: int = 4) -> int:
 def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
                        capacity: int, sampler: str, rounds_list,
                        share: PoolShare | None = None, *, cycle_length: int = 1,
+                       schedule: Schedule | None = None,
                        malicious: PoolShare | None = None) -> list[int]:
   """Largest number of rounds any client joined within rounds 1..t, per t.
 
@@ -289,8 +414,8 @@ def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
   share = _renamed_share(share, malicious)
   ts = jnp.arange(1, sampling_keys.shape[0] + 1)
   cohorts = jax.jit(jax.vmap(lambda k, t: sample_cohort(
-      k, num_clients, rate, capacity, sampler, share, cycle_length=cycle_length, t=t)
-                             ))(sampling_keys, ts)
+      k, num_clients, rate, capacity, sampler, share, cycle_length=cycle_length, t=t,
+      schedule=schedule)))(sampling_keys, ts)
   indices, mask = np.asarray(cohorts.indices), np.asarray(cohorts.mask)
   joined = np.zeros((indices.shape[0], num_clients), np.int32)
   rows = np.repeat(np.arange(indices.shape[0]), indices.shape[1])

@@ -73,3 +73,69 @@ def test_overflow_keeps_a_uniform_subset_and_reports_it():
 def test_unknown_sampler_is_rejected():
   with pytest.raises(ValueError, match="unknown sampler"):
     sampling.sample_cohort(jax.random.PRNGKey(0), 10, 0.5, 4, "stratified")
+
+
+# Balls-in-bins and b-min-sep (sampling.Schedule): cohorts across rounds.
+
+def _schedule(kind, num_clients, rate, separation=None, seed=0):
+  return sampling.schedule_for(kind, jax.random.PRNGKey(seed), rate, separation)
+
+
+def test_balls_in_bins_takes_each_client_every_b_rounds():
+  """A client is in exactly the rounds of its bin, B = 1/q apart; its bin is
+  uniform (each bin's size Binomial(N, 1/B): accepted, 1.2/B rejected)."""
+  n, rounds = 3000, 40
+  s = _schedule("balls-in-bins", n, 0.1)
+  joined = sampling.scheduled_rounds(s, n, rounds)
+  assert s.separation == 10
+  assert np.all(joined.sum(axis=1)[:10] == joined.sum(axis=1)[10:20])
+  for client in joined.T[:300]:
+    rounds_in = np.flatnonzero(client)
+    assert len(rounds_in) == 4 and np.all(np.diff(rounds_in) == 10)
+  sizes = joined.sum(axis=1)[:10]
+  for q, accept in ((0.1, True), (0.12, False)):
+    stat = np.sum((sizes - n * q) ** 2 / (n * q * (1 - q)))
+    assert (stats.chi2.sf(stat, df=10) > 1e-3) == accept, (q, stat)
+
+
+def test_b_min_sep_keeps_clients_b_apart_at_rate_q():
+  """b-min-sep: no client joins twice within b rounds; cohort sizes have mean
+  q N from round 1 on (p = 1/(1/q - b + 1): accepted; p = q, the plain
+  Poisson rate, rejected); each client's count has mean T q."""
+  n, rounds, q, b = 4000, 60, 0.05, 4
+  s = _schedule("b-min-sep", n, q, b)
+  joined = sampling.scheduled_rounds(s, n, rounds)
+  for client in joined.T:
+    assert np.all(np.diff(np.flatnonzero(client)) >= b)
+  sizes = joined.sum(axis=1)
+  counts = joined.sum(axis=0)
+  assert abs(counts.mean() - rounds * q) < 4 * counts.std() / np.sqrt(n)
+  for p, accept in ((s.prob, True), (q, False)):
+    rate = p / (1 + (b - 1) * p)
+    # Rounds' sizes are nearly independent; their mean's std, widened x2 for that.
+    z = (sizes.mean() - n * rate) / (2 * np.sqrt(n * rate / rounds))
+    z1 = (sizes[0] - n * rate) / np.sqrt(n * rate)
+    assert (abs(z) < 4 and abs(z1) < 4) == accept, (p, z, z1)
+
+
+@pytest.mark.parametrize("kind,separation", [("balls-in-bins", None), ("b-min-sep", 3)])
+def test_scheduled_cohort_is_the_schedules_round(kind, separation):
+  """sample_cohort's members in round t are scheduled_rounds' row t, in the
+  slots; the planned sizes are the rows' sizes."""
+  n, rounds, q = 300, 12, 0.1
+  s = _schedule(kind, n, q, separation, seed=4)
+  joined = sampling.scheduled_rounds(s, n, rounds)
+  keys = jax.random.split(jax.random.PRNGKey(9), rounds)
+  sizes = sampling.planned_cohort_sizes(keys, n, q, kind, schedule=s)
+  assert np.array_equal(sizes, joined.sum(axis=1))
+  cap = sampling.capacity_for(sizes, n)
+  for t in (1, 2, 7, 12):
+    c = sampling.sample_cohort(keys[t - 1], n, q, cap, kind, t=t, schedule=s)
+    real = np.asarray(c.indices)[np.asarray(c.mask)]
+    assert sorted(real.tolist()) == np.flatnonzero(joined[t - 1]).tolist()
+
+
+def test_b_min_sep_needs_b_at_most_one_over_q():
+  with pytest.raises(ValueError, match="b is at most 1/q"):
+    _schedule("b-min-sep", 100, 0.25, 5)
+  assert _schedule("b-min-sep", 100, 0.25, 4).prob == 1.0

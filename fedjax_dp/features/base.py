@@ -13,7 +13,8 @@ Before the run (Python):
   one line naming the field;
   ``client_data`` (a classmethod): change the clients' data (poisoning);
   ``mechanism`` (a classmethod): what a round releases, as the feature
-  changes it (correlated noise), for the accountant;
+  changes it (correlated noise), for the accountant; ``accounted``: the
+  same, with what the built feature knows (the noise strategy's column);
   ``sampler_share``: clients that join cohorts besides the sampler's draw;
   ``init``: the feature's state (carried and checkpointed with the server
   state) and the extra cohort slots its rounds need.
@@ -78,6 +79,9 @@ class RunView(NamedTuple):
     run_key: The run's root key.
     rate: q = C, the sampling rate (``RunConfig.rate``).
     cycle_length: b, cyclic Poisson sampling over b groups (1: none).
+    min_separation: The fewest rounds between a client's participations
+      that the sampling guarantees (``RunConfig.separation``).
+    accountant: The run's accountant (``accounting.RUN_ACCOUNTANTS``).
     slot_multiple: Slot counts are multiples of this (devices).
     clip_norm: S (None without DP; None while a config is only validated).
   """
@@ -99,6 +103,8 @@ class RunView(NamedTuple):
   run_key: jax.Array
   rate: float
   cycle_length: int = 1
+  min_separation: int = 1
+  accountant: str = "moments"
   slot_multiple: int = 4
   clip_norm: float | None = None
 
@@ -286,6 +292,12 @@ class Feature:
   def mechanism(cls, config: Any, mechanism: Mechanism) -> Mechanism:
     """What a round releases once this feature is on (default: unchanged)."""
     del config
+    return mechanism
+
+  def accounted(self, mechanism: Mechanism) -> Mechanism:
+    """The release as the built feature leaves it for the accountant (what
+    only the built feature knows: correlated noise's strategy; default:
+    unchanged)."""
     return mechanism
 
   def sampler_share(self, run_key: jax.Array, num_clients: int) -> sampling.PoolShare | None:

@@ -39,20 +39,17 @@ class CorrelatedNoiseConfig:
   Attributes:
     noise: "independent" (today's fresh noise per round), "banded" or "blt"
       (``fedjax_dp.privacy.correlated``).
-    bands: b, the bands of the banded strategy (at most the min-separation).
-    min_separation: The fewest rounds between two participations of a client
-      the strategy assumes; None: the sampler's cycle length. More than the
-      cycle guarantees is refused.
+    bands: b, the bands of the banded strategy (at most the min-separation
+      the sampling guarantees, ``Privacy.min_separation``; any number under
+      balls-in-bins).
   """
 
   noise: str = setting("independent", "noise across rounds: independent (fresh each round), "
                        "banded or blt (DP-FTRL by matrix factorization, jax-privacy; "
                        "docs/correlated-noise.md)", choices=correlated.KINDS)
-  bands: int = setting(1, "bands of --noise banded (at most --cycle-length)",
+  bands: int = setting(1, "bands of --noise banded (at most --min-separation, the rounds "
+                       "the sampling keeps between a client's participations)",
                        options.positive_int)
-  min_separation: int | None = setting(
-      None, "rounds between two participations of a client the strategy assumes (default: "
-      "--cycle-length, what cyclic sampling guarantees)", options.positive_int)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -84,15 +81,13 @@ class CorrelatedNoise(Feature):
 
   @classmethod
   def from_options(cls, values: Mapping[str, Any]) -> CorrelatedNoiseConfig | None:
-    """None for ``--noise independent`` (the default); --bands and
-    --min-separation need banded or blt noise."""
+    """None for ``--noise independent`` (the default); --bands needs banded noise."""
     if values["noise"] == "independent":
-      for name in ("bands", "min_separation"):
-        option = next(o for o in cls.options if o.name == name)
-        if values[name] != option.default:
-          raise ConfigError(name, "needs --noise banded or --noise blt")
+      option = next(o for o in cls.options if o.name == "bands")
+      if values["bands"] != option.default:
+        raise ConfigError("bands", "needs --noise banded")
       return None
-    return CorrelatedNoiseConfig(values["noise"], values["bands"], values["min_separation"])
+    return CorrelatedNoiseConfig(values["noise"], values["bands"])
 
   @classmethod
   def check(cls, config: CorrelatedNoiseConfig, run: RunView) -> None:
@@ -104,24 +99,25 @@ class CorrelatedNoise(Feature):
       what = ("adds no noise" if mechanism.kind == "none" else
               f"releases a {mechanism.level}-level {mechanism.kind.replace('_', ' ')} "
               "mechanism")
+      fix = ("; run a DP scheme (--schemes FL-TOP-DP, or any other -DP scheme)"
+             if mechanism.kind == "none" else "")
       raise ConfigError("noise", f"{config.noise} noise goes on a client-level Gaussian sum; "
-                        f"{run.scheme_name} {what}")
+                        f"{run.scheme_name} {what}{fix}")
     super().check(config, run)
-    separation = cls.min_separation(config, run)
-    if separation > run.cycle_length:
-      raise ConfigError("min_separation", f"{separation} rounds between a client's "
-                        f"participations are not what the sampler guarantees: --cycle-length "
-                        f"{run.cycle_length} (cyclic Poisson sampling) keeps them "
-                        f"{run.cycle_length} apart")
-    if config.noise == "banded" and config.bands > separation:
+    separation = run.min_separation
+    if config.noise == "banded" and config.bands > separation and run.sampler != "balls-in-bins":
+      fix = ("--min-separation" if run.sampler == "b-min-sep" else "--cycle-length")
       raise ConfigError("bands", f"{config.bands} bands need a client's participations at "
                         f"least {config.bands} rounds apart; the run keeps them {separation} "
-                        f"apart (set --cycle-length {config.bands})")
-
-  @classmethod
-  def min_separation(cls, config: CorrelatedNoiseConfig, run: RunView) -> int:
-    """The min-separation the strategy is built for."""
-    return run.cycle_length if config.min_separation is None else config.min_separation
+                        f"apart (set {fix} {config.bands})")
+    if config.noise == "blt" and run.sampler == "b-min-sep":
+      raise ConfigError("noise", "blt noise's column has T entries; b-min-sep accounting "
+                        "needs at most b: use --sampling balls-in-bins (or --noise banded)")
+    if config.noise == "blt" and separation < 2:
+      raise ConfigError("noise", "blt noise is built for a client's rounds at least 2 "
+                        "apart; this run keeps them 1 apart, where the strategy holds no "
+                        "buffer: give --cycle-length B (cyclic Poisson) or --sampling "
+                        "balls-in-bins --accountant monte-carlo")
 
   @classmethod
   def mechanism(cls, config: CorrelatedNoiseConfig,
@@ -130,8 +126,13 @@ class CorrelatedNoise(Feature):
 
   def __init__(self, config: CorrelatedNoiseConfig, run: RunView):
     super().__init__(config, run)
-    self.strategy = correlated.make_strategy(config.noise, run.rounds, config.bands,
-                                             self.min_separation(config, run))
+    self.strategy = correlated.make_strategy(
+        config.noise, run.rounds, config.bands, run.min_separation,
+        toeplitz=run.accountant == accounting.MONTE_CARLO)
+
+  def accounted(self, mechanism: accounting.Mechanism) -> accounting.Mechanism:
+    """The release with the strategy's first column (Monte Carlo accounting)."""
+    return mechanism._replace(strategy=tuple(float(v) for v in self.strategy.column))
 
   def init(self):
     return self.strategy.init(self.run.num_kept), 0
@@ -162,6 +163,7 @@ class CorrelatedNoise(Feature):
     std = correlated.prefix_noise_std(strategy)
     return {"correlated_noise": {
         **dataclasses.asdict(self.config), "min_separation": strategy.min_separation,
+        "toeplitz": strategy.toeplitz,
         "strategy_bands_or_buffers": strategy.bands, "noise_scale": strategy.scale,
         "final_prefix_noise_std": float(std[-1]),
         "independent_prefix_noise_std": float(strategy.rounds ** 0.5)}}

@@ -37,10 +37,14 @@ import dp_accounting
 import numpy as np
 from scipy import special
 
-from fedjax_dp.privacy import analytic_gaussian
+from fedjax_dp.privacy import analytic_gaussian, monte_carlo
 from fedjax_dp.sampling import SAMPLERS
 
 ACCOUNTANTS = ("moments", "rdp", "pld")
+# A run's accountants: the closed forms above and Monte Carlo accounting of
+# amplified participation (fedjax_dp.privacy.monte_carlo, :func:`report`).
+MONTE_CARLO = "monte-carlo"
+RUN_ACCOUNTANTS = ACCOUNTANTS + (MONTE_CARLO,)
 
 # Integer orders of the moments accountant (Abadi et al. 2016 use lambda = 1..32,
 # i.e. Renyi orders a = lambda + 1 = 2..33).
@@ -550,6 +554,9 @@ class Mechanism(NamedTuple):
       many bands as the sampling's cycle: amplified banded MF) or "blt"
       (buffered linear Toeplitz, noise scaled to the strategy's
       min-separation sensitivity: one Gaussian release, no amplification).
+    strategy: The noise strategy's first column when it is Toeplitz (what
+      Monte Carlo accounting needs; ``Feature.accounted``); empty: fresh
+      noise every round, the column (1,).
   """
 
   kind: str = "none"
@@ -559,6 +566,7 @@ class Mechanism(NamedTuple):
   record_rate: float = 1.0
   steps_per_round: int = 1
   correlation: str = "independent"
+  strategy: tuple = ()
 
 
 class Sampling(NamedTuple):
@@ -573,6 +581,9 @@ class Sampling(NamedTuple):
     participations: ``participations(rounds_list)``: the largest number of
       rounds any client joined within rounds 1..T, per T (record level).
     cycle_length: b, cyclic Poisson sampling over b groups (1: none).
+    separation: b-min-sep's b, balls-in-bins' bins (Monte Carlo accounting).
+    prob: b-min-sep's p (1.0 for balls-in-bins).
+    monte_carlo: (samples, confidence, seed) of Monte Carlo accounting.
   """
 
   rate: float
@@ -582,6 +593,9 @@ class Sampling(NamedTuple):
   max_cohort: int | None = None
   participations: Callable[[list[int]], list[int]] | None = None
   cycle_length: int = 1
+  separation: int = 1
+  prob: float = 1.0
+  monte_carlo: tuple = (monte_carlo.DEFAULT_SAMPLES, monte_carlo.DEFAULT_CONFIDENCE, 0)
 
 
 class PrivacyReport(NamedTuple):
@@ -605,6 +619,10 @@ def check_mechanism(mechanism: Mechanism, accountant: str, sampler: str) -> None
       "gaussian", "client"):
     raise ValueError(f"{mechanism.correlation} noise is accounted for a client-level "
                      "Gaussian mechanism only")
+  if accountant == MONTE_CARLO and mechanism.kind != "none" and (
+      mechanism.kind, mechanism.level) != ("gaussian", "client"):
+    raise ValueError("monte-carlo accounting covers a client-level Gaussian mechanism; use "
+                     "accountant 'rdp'")
   if mechanism.kind == "discrete_gaussian" and accountant not in DG_ACCOUNTANTS:
     raise ValueError("the discrete Gaussian bound (thesis Thm 3) is a moments/RDP bound; "
                      "use accountant 'moments' or accountant 'rdp'")
@@ -671,6 +689,8 @@ def report(mechanism: Mechanism, rounds_list, delta: float, accountant: str,
     label = discrete_gaussian_label(accountant, sampling.sampler, sigma,
                                     mechanism.dimension, sampling.capacity)
     return PrivacyReport(eps, label, {})
+  if accountant == MONTE_CARLO:
+    return _monte_carlo_report(mechanism, rounds_list, delta, sampling)
   if mechanism.correlation != "independent" or sampling.cycle_length > 1:
     return _correlated_report(mechanism, rounds_list, delta, accountant, sampling)
   eps = epsilon_curve(sigma, sampling.rate, rounds_list, delta, accountant,
@@ -722,3 +742,48 @@ def _correlated_report(mechanism: Mechanism, rounds_list, delta: float, accounta
            f"al. 2023)")
   return PrivacyReport(eps, label, {"noise_correlation": mechanism.correlation,
                                     "cycle_length": cycle})
+
+
+def participation(sampling: Sampling, rounds: int) -> monte_carlo.Participation:
+  """The run's participation as Monte Carlo accounting sees it (Poisson is
+  b-min-sep with b = 1)."""
+  if sampling.sampler == "poisson":
+    return monte_carlo.Participation("b-min-sep", rounds, 1, sampling.rate)
+  if sampling.sampler not in monte_carlo.PARTICIPATIONS:
+    raise ValueError(f"monte-carlo accounting does not cover {sampling.sampler} sampling")
+  return monte_carlo.Participation(sampling.sampler, rounds, sampling.separation,
+                                   sampling.prob)
+
+
+def _monte_carlo_report(mechanism: Mechanism, rounds_list, delta: float,
+                        sampling: Sampling) -> PrivacyReport:
+  """Client-level Gaussian noise (independent, or correlated by a Toeplitz
+  strategy) under Poisson, balls-in-bins or b-min-sep participation: the
+  whole run's Monte Carlo epsilon (``fedjax_dp.privacy.monte_carlo``),
+  reported for every round count (the first t rounds' releases are a
+  post-processing of all T, so the run's epsilon bounds theirs)."""
+  if (mechanism.kind, mechanism.level) != ("gaussian", "client"):
+    raise ValueError("monte-carlo accounting covers a client-level Gaussian mechanism only")
+  rounds_list = list(rounds_list)
+  final = max(rounds_list)
+  part = participation(sampling, final)
+  column = mechanism.strategy or (1.0,)
+  samples, confidence, seed = sampling.monte_carlo
+  sigma = mechanism.noise_multiplier
+  found = (monte_carlo.estimate(part, column, sigma, delta, samples=samples,
+                                confidence=confidence, seed=seed)
+           if sigma > 0 else None)
+  eps = math.inf if found is None else found.epsilon
+  what = {"b-min-sep": f"b-min-sep sampling (b = {part.separation}, p = {part.prob:.4g})",
+          "balls-in-bins": f"balls-in-bins sampling ({part.separation} bins)"}[part.kind]
+  if sampling.sampler == "poisson":
+    what = f"Poisson sampling (q = {part.prob:.4g})"
+  label = (f"monte-carlo ({samples} draws of each direction, seed {seed}): an upper bound "
+           f"on epsilon that holds with probability {confidence:g}, {what}, "
+           f"{mechanism.correlation} noise ({len(column)}-entry Toeplitz column); the whole "
+           f"run's epsilon for every round")
+  fields = {"noise_correlation": mechanism.correlation, "participation": part.kind,
+            "min_separation": part.separation, "participation_prob": part.prob}
+  if found is not None:
+    fields.update(found.fields())
+  return PrivacyReport([0.0 if t == 0 else eps for t in rounds_list], label, fields)

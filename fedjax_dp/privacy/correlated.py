@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax_privacy.matrix_factorization import banded, buffered_toeplitz, sensitivity
+from jax_privacy.matrix_factorization import toeplitz as toeplitz_lib
 
 KINDS = ("independent", "banded", "blt")
 
@@ -53,9 +54,12 @@ class Strategy:
     rounds: T, the rounds the strategy is built for.
     bands: b for banded; the buffers for blt.
     min_separation: The fewest rounds between two participations of a client.
-    scale: Multiplies ``C^{-1} z`` (banded: 1; blt: its min-sep sensitivity).
+    scale: Multiplies ``C^{-1} z`` (banded: 1; blt: its min-sep sensitivity,
+      or 1 when Monte Carlo accounting counts C as it is).
     inverse: ``C^{-1}`` as jax-privacy's ``StreamingMatrix``.
     matrix: (T, T) C itself, unscaled (for the record and the tests).
+    toeplitz: C is lower-triangular Toeplitz (Monte Carlo accounting needs
+      it): :attr:`column` is its first column's non-zero head.
   """
 
   kind: str
@@ -65,6 +69,14 @@ class Strategy:
   scale: float
   inverse: Any
   matrix: np.ndarray
+  toeplitz: bool = False
+
+  @property
+  def column(self) -> np.ndarray:
+    """C's first column up to its last non-zero entry (a Toeplitz C is
+    this column shifted down, column by column)."""
+    col = self.matrix[:, 0]
+    return col[:int(np.flatnonzero(col)[-1]) + 1]
 
   def init(self, num_params: int) -> Any:
     """The streaming inverse's state for (n,) noise vectors (round 1 next)."""
@@ -77,9 +89,15 @@ class Strategy:
 
 
 @functools.lru_cache(maxsize=8)
-def make_strategy(kind: str, rounds: int, bands: int, min_separation: int) -> Strategy:
+def make_strategy(kind: str, rounds: int, bands: int, min_separation: int,
+                  toeplitz: bool = False) -> Strategy:
   """The strategy of ``kind`` for T rounds whose participations are at least
   ``min_separation`` rounds apart.
+
+  ``toeplitz``: for Monte Carlo accounting (``fedjax_dp.privacy.monte_carlo``),
+  which counts C as it is: banded noise is jax-privacy's banded *Toeplitz*
+  strategy (``toeplitz.optimize_banded_toeplitz``, first column of norm 1,
+  not column-normalized) and BLT noise is not scaled by its sensitivity.
 
   Built once per process for each argument tuple (a BLT optimisation takes
   seconds to a minute on a CPU; a sweep or a table builds one per run): the
@@ -88,6 +106,13 @@ def make_strategy(kind: str, rounds: int, bands: int, min_separation: int) -> St
   Raises:
     ValueError: One line, for bands > min_separation (banded) or an unknown kind.
   """
+  if kind == "banded" and toeplitz:
+    coef = (np.ones(1) if bands == 1 else np.asarray(toeplitz_lib.optimize_banded_toeplitz(
+        rounds, bands=min(bands, rounds), max_optimizer_steps=OPTIMIZER_STEPS), np.float64))
+    coef = jnp.asarray(coef, jnp.float32)
+    matrix = np.asarray(toeplitz_lib.materialize_lower_triangular(coef, rounds), np.float64)
+    return Strategy(kind, rounds, len(coef), min_separation, 1.0,
+                    toeplitz_lib.inverse_as_streaming_matrix(coef), _read_only(matrix), True)
   if kind == "banded":
     if not 1 <= bands <= min_separation:
       raise ValueError(f"banded noise needs 1 <= bands <= min_separation, got bands {bands} "
@@ -114,8 +139,9 @@ def make_strategy(kind: str, rounds: int, bands: int, min_separation: int) -> St
     blt32 = buffered_toeplitz.BufferedToeplitz.build(
         buf_decay=np.asarray(blt.buf_decay), output_scale=np.asarray(blt.output_scale),
         dtype=jnp.float32)
-    return Strategy(kind, rounds, len(blt.buf_decay), min_separation, sens,
-                    blt32.inverse_as_streaming_matrix(), _read_only(matrix))
+    return Strategy(kind, rounds, len(blt.buf_decay), min_separation,
+                    1.0 if toeplitz else sens, blt32.inverse_as_streaming_matrix(),
+                    _read_only(matrix), toeplitz)
   raise ValueError(f"unknown noise {kind!r}; choose one of {KINDS[1:]}")
 
 

@@ -31,7 +31,7 @@ from fedjax_dp import features as features_lib
 from fedjax_dp.data import settings as data_settings
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.options import setting
-from fedjax_dp.privacy import accounting, secure_aggregation
+from fedjax_dp.privacy import accounting, monte_carlo, secure_aggregation
 from fedjax_dp.schemes.base import LocalTraining
 
 _UAI = data_settings.FASHION_MNIST
@@ -121,12 +121,25 @@ class Privacy:
     clip_ratio: Calibrate S as a run at this ratio would (None: the run's
       own): one S for every ratio, as Fed-SMP Sec. 6.2 tunes it.
     delta: The target delta.
-    accountant: ``accounting.ACCOUNTANTS``.
-    sampler: ``sampling.SAMPLERS``: poisson or fixed.
+    accountant: ``accounting.RUN_ACCOUNTANTS``: moments, rdp, pld or
+      monte-carlo (``fedjax_dp.privacy.monte_carlo``; balls-in-bins and
+      b-min-sep need it).
+    sampler: ``sampling.SAMPLERS``: poisson, fixed, balls-in-bins or b-min-sep.
     max_cohort: Truncated Poisson sampling (PLD accounting); None: none.
     cycle_length: b, cyclic Poisson sampling over b groups of clients
       (``sampling``'s module docstring; amplified banded matrix
       factorization); 1: plain Poisson sampling.
+    min_separation: The fewest rounds between two participations of a
+      client: b-min-sep's b (required there); under cyclic Poisson or
+      balls-in-bins sampling, the separation correlated noise assumes (at
+      most what they keep, ``cycle_length`` or 1/q; None: that); None
+      otherwise.
+    mc_samples: Monte Carlo accounting's draws of each direction.
+    mc_confidence: The probability with which its epsilon bound holds.
+    mc_seed: The seed of its draws (the record's; calibration uses the next).
+    target_epsilon: Calibrate sigma so that the run's epsilon after its
+      last round is at most this, under its accountant and sampler
+      (``simulation.record.calibrated_sigma``); None: sigma as given.
   """
 
   noise_multiplier: float = setting(_UAI["noise_multiplier"], "sigma of DP schemes",
@@ -140,21 +153,46 @@ class Privacy:
       "(Fed-SMP Sec. 6.2: one S for all ratios); default: each run's own ratio",
       options.number)
   delta: float = setting(_UAI["delta"], "delta", options.number, preset="dataset")
-  accountant: str = setting("moments", "moments (the papers' method), rdp or pld "
-                            "(dp-accounting)", choices=accounting.ACCOUNTANTS)
-  sampler: str = setting("poisson", "poisson (epsilon valid) or fixed (the papers' literal "
-                         "fixed-size cohorts; needs --accountant rdp)", name="sampling",
-                         choices=sampling.SAMPLERS)
+  accountant: str = setting(
+      "moments", "moments (the papers' method), rdp or pld (dp-accounting), or monte-carlo "
+      "(amplified correlated noise: an upper bound that holds with probability "
+      "--mc-confidence; docs/correlated-noise.md)", choices=accounting.RUN_ACCOUNTANTS)
+  sampler: str = setting(
+      "poisson", "poisson (epsilon valid), fixed (the papers' literal fixed-size cohorts; "
+      "needs --accountant rdp), balls-in-bins (each client in one of 1/q bins, drawn "
+      "once; round t takes bin (t - 1) mod 1/q) or b-min-sep (a client joins with "
+      "probability p only if it did not in the last b - 1 rounds, b = --min-separation); "
+      "the last two need --accountant monte-carlo", name="sampling",
+      choices=sampling.SAMPLERS)
   max_cohort: int | None = setting(
       None, "cap the Poisson cohort at B clients (truncated Poisson sampling: a random B "
       "of the sampled clients; accounted with --accountant pld)", int)
   cycle_length: int = setting(
-      1, "cyclic Poisson sampling: the clients form B groups, round t samples group t mod "
-      "B at rate B q, so a client's rounds are at least B apart (the min-separation of "
+      1, "cyclic Poisson sampling: the clients form B groups, round t samples group (t - 1) "
+      "mod B at rate B q, so a client's rounds are at least B apart (the min-separation of "
       "--noise banded/blt); 1: plain Poisson sampling", options.positive_int)
+  min_separation: int | None = setting(
+      None, "the fewest rounds between two participations of a client: b of --sampling "
+      "b-min-sep (required there); with --cycle-length B or --sampling balls-in-bins (B = "
+      "1/q), the separation --noise banded/blt assumes (at most B; default B)",
+      options.positive_int)
+  mc_samples: int = setting(monte_carlo.DEFAULT_SAMPLES, "--accountant monte-carlo: draws "
+                            "of each direction of the dominating pair",
+                            options.positive_int)
+  mc_confidence: float = setting(monte_carlo.DEFAULT_CONFIDENCE, "--accountant monte-carlo: "
+                                 "the probability with which its epsilon bound holds",
+                                 options.number)
+  mc_seed: int = setting(0, "--accountant monte-carlo: the seed of its draws (kept in the "
+                         "record)", int)
+  target_epsilon: float | None = setting(
+      None, "calibrate sigma of DP schemes so that the run's epsilon after its last round "
+      "is at most this, under its --accountant and --sampling (overrides "
+      "--noise-multiplier; 4 decimals, rounded up)", options.number)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
+    fewest = (monte_carlo.fewest_samples(self.delta, self.mc_confidence)
+              if 0.0 < self.delta < 1.0 and 0.0 < self.mc_confidence < 1.0 else 0)
     _check([
         (self.noise_multiplier >= 0, "noise_multiplier",
          f"must be >= 0, got {self.noise_multiplier}"),
@@ -165,7 +203,7 @@ class Privacy:
         (self.clip_ratio is None or self.clip_norm is None, "clip_ratio",
          "applies to a calibrated S; clip_norm is given"),
         (0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}"),
-        _one_of("accountant", self.accountant, accounting.ACCOUNTANTS),
+        _one_of("accountant", self.accountant, accounting.RUN_ACCOUNTANTS),
         _one_of("sampler", self.sampler, sampling.SAMPLERS),
         (self.max_cohort is None or self.max_cohort >= 1, "max_cohort",
          f"must be >= 1, got {self.max_cohort}"),
@@ -175,6 +213,32 @@ class Privacy:
         (self.cycle_length == 1 or (self.sampler == "poisson" and self.max_cohort is None),
          "cycle_length", "(cyclic Poisson sampling) needs sampler 'poisson' and no "
          "max_cohort"),
+        (self.sampler not in sampling.SCHEDULED or self.accountant == accounting.MONTE_CARLO,
+         "accountant", f"{self.accountant!r} cannot account {self.sampler} sampling; use "
+         "--accountant monte-carlo"),
+        (self.accountant != accounting.MONTE_CARLO or (
+            self.sampler in ("poisson",) + sampling.SCHEDULED and self.cycle_length == 1
+            and self.max_cohort is None), "accountant",
+         "monte-carlo accounts poisson, balls-in-bins and b-min-sep sampling without "
+         "--cycle-length or --max-cohort"),
+        (self.sampler != "b-min-sep" or self.min_separation is not None, "min_separation",
+         "is b of --sampling b-min-sep; give it"),
+        (self.min_separation is None or self.sampler in sampling.SCHEDULED
+         or self.cycle_length > 1, "min_separation",
+         "needs --sampling b-min-sep, --sampling balls-in-bins or --cycle-length"),
+        (self.min_separation is None or self.cycle_length == 1
+         or self.min_separation <= self.cycle_length, "min_separation",
+         f"{self.min_separation} rounds between a client's participations are not what "
+         f"the sampler guarantees: --cycle-length {self.cycle_length} (cyclic Poisson "
+         f"sampling) keeps them {self.cycle_length} apart"),
+        (self.target_epsilon is None or self.target_epsilon > 0, "target_epsilon",
+         f"must be > 0, got {self.target_epsilon}"),
+        (0.0 < self.mc_confidence < 1.0, "mc_confidence",
+         f"must be in (0, 1), got {self.mc_confidence}"),
+        (self.accountant != accounting.MONTE_CARLO or self.mc_samples >= fewest,
+         "mc_samples", f"{self.mc_samples} draws cannot bound delta {self.delta:g} with "
+         f"probability {self.mc_confidence:g}: at least {fewest} are needed (the default "
+         f"{monte_carlo.DEFAULT_SAMPLES} bounds epsilon 1 at delta 1e-5 within about 0.1)"),
         (self.sampler != "fixed" or self.accountant == "rdp", "accountant",
          f"{self.accountant!r} assumes Poisson sampling; use accountant 'rdp' with "
          "sampler 'fixed'"),
@@ -371,6 +435,18 @@ class RunConfig:
     _check([(0.0 < self.ratio <= 1.0, "ratio", f"must be in (0, 1], got {self.ratio}")])
     self.training.validate(num_clients)
     self.privacy.validate()
+    priv = self.privacy
+    bins = sampling.bins_for(self.rate(num_clients))
+    if priv.sampler == "balls-in-bins" and (priv.min_separation or 1) > bins:
+      raise ConfigError("min_separation", f"{priv.min_separation} rounds between a client's "
+                        f"participations are not what the sampler guarantees: balls-in-bins "
+                        f"keeps them {bins} apart")
+    if priv.sampler == "b-min-sep" and priv.min_separation > (
+        num_clients / self.training.clients_per_round + 1e-9):
+      raise ConfigError("min_separation", f"b = {priv.min_separation} of b-min-sep cannot keep "
+                        f"{self.training.clients_per_round} of {num_clients} clients a round "
+                        f"(b is at most N / |K| = "
+                        f"{num_clients / self.training.clients_per_round:g})")
     self.secure.validate()
     self.dropouts.validate()
     self.execution.validate()
@@ -381,6 +457,19 @@ class RunConfig:
   def rate(self, num_clients: int) -> float:
     """q = C = clients_per_round / N."""
     return self.training.clients_per_round / num_clients
+
+  def separation(self, num_clients: int) -> int:
+    """The fewest rounds between two participations of a client that
+    correlated noise assumes: ``min_separation`` where given (b-min-sep's b;
+    at most what balls-in-bins or cyclic Poisson sampling guarantee), else
+    what the sampling guarantees: balls-in-bins' B = round(1/q), cyclic
+    Poisson's cycle; 1 otherwise."""
+    priv = self.privacy
+    if priv.min_separation is not None:
+      return priv.min_separation
+    if priv.sampler == "balls-in-bins":
+      return sampling.bins_for(self.rate(num_clients))
+    return priv.cycle_length
 
   @property
   def local(self) -> LocalTraining:

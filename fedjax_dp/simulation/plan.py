@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from fedjax_dp import deprecation, sampling
+from fedjax_dp import deprecation, keys, sampling
 from fedjax_dp.privacy import accounting
 from fedjax_dp.schemes.base import LocalTraining, Noise, Scheme
 from fedjax_dp.simulation import sums
@@ -148,6 +148,12 @@ class Plan:
     """The clients a feature places in every cohort (the attackers), if any."""
     shares = [f.sampler_share(run_key, self.num_clients) for f in self.features]
     return next((s for s in shares if s is not None), None)
+
+  def schedule(self, run_key: jax.Array) -> sampling.Schedule | None:
+    """Balls-in-bins' or b-min-sep's participation (``sampling.Schedule``);
+    None for the other samplers."""
+    return sampling.schedule_for(self.sampler, keys.purpose(run_key, keys.PARTICIPATION),
+                                 self.rate, self.config.privacy.min_separation)
 
   def feature_state(self, kind: str, features_state: tuple) -> Any:
     """The state of the run's feature of this kind among ``features_state``

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Any, TypedDict
 
@@ -81,12 +82,52 @@ def privacy_report(plan: Plan, rounds_list) -> accounting.PrivacyReport:
   def participations(ts):
     return sampling.max_participations(plan.sampling_keys, plan.num_clients, plan.rate,
                                        plan.capacity, plan.sampler, ts, share,
-                                       cycle_length=priv.cycle_length)
+                                       cycle_length=priv.cycle_length, schedule=schedule)
 
+  schedule = plan.schedule(plan.run_key)
   return accounting.report(
       plan.mechanism, rounds_list, priv.delta, priv.accountant,
       accounting.Sampling(plan.rate, plan.sampler, plan.num_clients, plan.capacity,
-                          priv.max_cohort, participations, priv.cycle_length))
+                          priv.max_cohort, participations, priv.cycle_length,
+                          separation=1 if schedule is None else schedule.separation,
+                          prob=1.0 if schedule is None else schedule.prob,
+                          monte_carlo=(priv.mc_samples, priv.mc_confidence, priv.mc_seed)))
+
+
+def calibrated_sigma(plan: Plan, target: float, tolerance: float = 1e-4) -> float:
+  """The smallest sigma (to ``tolerance``, rounded up) whose epsilon after
+  the run's last round, as :func:`privacy_report` computes it for this plan,
+  is at most ``target``: any accountant, sampler and mechanism.
+
+  Monte Carlo accounting calibrates on the draws of ``mc_seed + 1``, so
+  that the record's epsilon (``mc_seed``'s draws) is not chosen from its
+  own draws, and to 1e-3 (each evaluation costs up to a minute; cached).
+
+  Raises:
+    ValueError: One line: no sigma up to 1e4 reaches the target.
+  """
+  rounds = plan.config.training.rounds
+  priv = plan.config.privacy
+  if priv.accountant == accounting.MONTE_CARLO:
+    plan = dataclasses.replace(plan, config=plan.config.replace(mc_seed=priv.mc_seed + 1))
+    tolerance = max(tolerance, 1e-3)
+
+  def eps(sigma: float) -> float:
+    trial = dataclasses.replace(plan, mechanism=plan.mechanism._replace(noise_multiplier=sigma))
+    return privacy_report(trial, [rounds]).epsilons[0]
+
+  lo, hi = 0.0, 1.0
+  while eps(hi) > target:
+    lo, hi = hi, 2.0 * hi
+    if hi > 1e4:
+      raise ValueError(f"no noise multiplier up to 1e4 reaches epsilon {target:g}")
+  while hi - lo > tolerance:
+    mid = 0.5 * (lo + hi)
+    if eps(mid) <= target:
+      hi = mid
+    else:
+      lo = mid
+  return math.ceil(round(hi / tolerance, 6)) * tolerance
 
 
 def _warn(name: str, comm, counters, history: list[dict]) -> list[int]:

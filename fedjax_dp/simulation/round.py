@@ -88,7 +88,8 @@ def round_inputs(plan: Plan, state: ServerState, run_key: jax.Array,
   rk = keys.round_keys(run_key, t)
   cohort = sampling.sample_cohort(rk.sampling, plan.num_clients, plan.rate, plan.capacity,
                                   plan.sampler, plan.sampler_share(run_key),
-                                  cycle_length=plan.config.privacy.cycle_length, t=t)
+                                  cycle_length=plan.config.privacy.cycle_length, t=t,
+                                  schedule=plan.schedule(run_key))
   shared = plan.scheme.round_plan(state.scheme_state, rk.mask, state.weights.shape[0],
                                   plan.num_kept)
   for f, fstate, slots in zip(plan.features, state.features, plan.feature_slots):

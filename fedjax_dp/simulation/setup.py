@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -207,7 +208,8 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
       noise_multiplier=priv.noise_multiplier, delta=priv.delta, sampler=priv.sampler,
       max_cohort=priv.max_cohort, secure_aggregation=cfg.secure.secure_aggregation,
       kinds=features_lib.kinds(cfg), run_key=run_key, rate=cfg.rate(num_clients),
-      cycle_length=priv.cycle_length, slot_multiple=slot_multiple)
+      cycle_length=priv.cycle_length, min_separation=cfg.separation(num_clients),
+      accountant=priv.accountant, slot_multiple=slot_multiple)
   features_lib.check(cfg, run)
   accounting.check_mechanism(mechanism, priv.accountant, priv.sampler)
   return run
@@ -233,6 +235,11 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
             public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
   """Validates, then runs the server's work before round 1 and resolves the run.
 
+  With ``Privacy.target_epsilon`` (a DP scheme), sigma is first calibrated
+  on the run as resolved (``record.calibrated_sigma``: its accountant,
+  sampler, capacity and noise strategy), then the run is resolved again
+  with that sigma, which the config then holds.
+
   w0, the scheme's setup on public data, S (the user's, calibrated, or the
   scheme's fixed sensitivity), the features (built once), the cohort
   capacity, the noise shares, the device mesh, bit widths and chunks.
@@ -245,6 +252,18 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   Raises:
     ValueError: A bad setting (one line, naming the parameter).
   """
+  target = cfg.privacy.target_epsilon
+  if target is None or not scheme.traits.dp:
+    return _prepare(model, scheme, data, public, cfg)
+  from fedjax_dp.simulation import record  # pylint: disable=import-outside-toplevel
+  _, plan = _prepare(model, scheme, data, public, cfg)
+  sigma = record.calibrated_sigma(plan, target)
+  return _prepare(model, scheme, data, public, cfg.replace(noise_multiplier=sigma))
+
+
+def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
+             public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
+  """:func:`prepare` at the config's sigma."""
   num_clients, samples = int(data.x.shape[0]), int(data.x.shape[1])
   root = keys.run_key(cfg.training.seed)
   mesh = sharding.client_mesh(cfg.execution.devices)
@@ -273,8 +292,11 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
                            )(jnp.arange(1, train.rounds + 1))
   share = next((s for s in (f.sampler_share(root, num_clients) for f in features)
                 if s is not None), None)
+  schedule = sampling.schedule_for(priv.sampler, keys.purpose(root, keys.PARTICIPATION),
+                                   run.rate, priv.min_separation)
   sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, run.rate, priv.sampler,
-                                        share, cycle_length=priv.cycle_length)
+                                        share, cycle_length=priv.cycle_length,
+                                        schedule=schedule)
   capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
   if priv.max_cohort is not None:  # truncated Poisson: keep a random subset
     capacity = min(capacity, priv.max_cohort)
@@ -296,7 +318,8 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       capacity=capacity, num_params=model.num_params, samples_per_client=samples,
       clip_norm=clip_norm, noise_multiplier=noise_multiplier, num_shares=num_shares,
       client_chunk=client_chunk, mesh=mesh, features=features,
-      feature_slots=tuple(slots for _, slots in inits), comm=comm, mechanism=run.mechanism,
+      feature_slots=tuple(slots for _, slots in inits), comm=comm,
+      mechanism=functools.reduce(lambda m, f: f.accounted(m), features, run.mechanism),
       scheme_constants=constants, sampling_keys=sampling_keys, run_key=root)
   state = ServerState(setup_data.w0, scheme_state, tuple(fstate for fstate, _ in inits))
   return Prepared(state, plan)

@@ -176,7 +176,25 @@ def test_a_run_with_banded_noise_resumes_its_noise_state_exactly(small_federatio
      "client-level discrete gaussian"),
     (["--schemes", "CDP-LQ", "--noise", "banded"],
      "CDP-LQ releases a record-level gaussian"),
-    (["--bands", "2"], "--bands needs --noise banded or --noise blt"),
+    (["--bands", "2"], "--bands needs --noise banded"),
+    (["--noise", "banded"], "FL-TOP adds no noise; run a DP scheme (--schemes FL-TOP-DP, or "
+     "any other -DP scheme)"),
+    (["--schemes", "FL-STD-DP", "--noise", "blt"],
+     "--noise blt noise is built for a client's rounds at least 2 apart"),
+    (["--schemes", "FL-STD-DP", "--noise", "banded", "--bands", "2", "--sampling",
+      "b-min-sep", "--min-separation", "2"],
+     "--accountant 'moments' cannot account b-min-sep sampling; use --accountant monte-carlo"),
+    (["--sampling", "b-min-sep", "--accountant", "monte-carlo"],
+     "--min-separation is b of --sampling b-min-sep; give it"),
+    (["--sampling", "b-min-sep", "--min-separation", "11", "--accountant", "monte-carlo"],
+     "--min-separation b = 11 of b-min-sep cannot keep 6 of 60 clients a round"),
+    (["--schemes", "FL-STD-DP", "--noise", "blt", "--sampling", "b-min-sep",
+      "--min-separation", "3", "--accountant", "monte-carlo"],
+     "use --sampling balls-in-bins"),
+    (["--sampling", "balls-in-bins", "--accountant", "monte-carlo", "--mc-samples", "1000"],
+     "--mc-samples 1000 draws cannot bound delta"),
+    (["--accountant", "monte-carlo", "--cycle-length", "2"],
+     "--accountant monte-carlo accounts poisson, balls-in-bins and b-min-sep sampling"),
     (["--noise", "banded", "--cycle-length", "2", "--sampling", "fixed",
       "--accountant", "rdp"], "--cycle-length (cyclic Poisson sampling) needs sampler"),
 ])
@@ -207,3 +225,39 @@ def test_the_command_line_runs_banded_noise_and_records_its_accounting(tmp_path,
   q = 6 / 60
   assert run["epsilon_final"] == pytest.approx(accounting.cyclic_epsilon_curve(
       run["noise_multiplier"], q, 2, [4], run["delta"])[0])
+
+
+@pytest.mark.parametrize("noise,sampling_flags", [
+    (["--noise", "banded", "--bands", "3"], ["--sampling", "b-min-sep", "--min-separation", "3"]),
+    (["--noise", "blt"], ["--sampling", "balls-in-bins"]),
+])
+def test_amplified_noise_records_its_monte_carlo_epsilon(tmp_path, capsys, noise,
+                                                         sampling_flags):
+  """--noise banded|blt under b-min-sep or balls-in-bins, accounted by Monte
+  Carlo: the record keeps the method, the draws, the confidence and the
+  seed, and its epsilon is the estimate's bound for the run's strategy."""
+  from fedjax_dp.cli import sweep
+  from fedjax_dp.privacy import monte_carlo
+  out = tmp_path / "res"
+  code = sweep.main([
+      "--dataset", "medical-synth", "--schemes", "FL-STD-DP", "--rounds", "6",
+      "--num-clients", "60", "--samples-per-client", "10", "--clients-per-round", "6",
+      "--local-steps", "1", "--test-size", "100", "--quiet", "--accountant", "monte-carlo",
+      "--delta", "1e-3", "--mc-samples", "40000", "--mc-seed", "3", *noise, *sampling_flags,
+      "--out", str(out)])
+  assert code == 0, capsys.readouterr().err
+  run = json.loads((out / "results.json").read_text())["runs"][0]
+  assert (run["epsilon_method"], run["mc_samples"], run["mc_confidence"], run["mc_seed"]) == (
+      "monte-carlo", 40000, 0.99, 3)
+  assert run["sampler"] == sampling_flags[1] and run["correlated_noise"]["toeplitz"]
+  assert run["mc_epsilon_lower"] <= run["mc_epsilon_estimate"] <= run["epsilon_final"]
+  assert run["epsilon"] == run["epsilon_final"]  # the whole run's, every round
+  separation = 3 if sampling_flags[1] == "b-min-sep" else 10
+  prob = monte_carlo.min_sep_prob(0.1, 3) if separation == 3 else 1.0
+  assert (run["min_separation"], run["participation_prob"]) == (separation, prob)
+  part = monte_carlo.Participation(sampling_flags[1], 6, separation, prob)
+  strategy = correlated.make_strategy(noise[1], 6, 3 if noise[1] == "banded" else 1,
+                                      separation, toeplitz=True)
+  again = monte_carlo.estimate(part, strategy.column, run["noise_multiplier"], 1e-3,
+                               samples=40000, seed=3, cache=False)
+  assert run["epsilon_final"] == pytest.approx(again.epsilon, rel=1e-6)

@@ -92,6 +92,10 @@ class Attack(Feature):
     if attack.skip_noise and not run.traits.dp:
       raise ConfigError("skip_noise", f"applies to DP schemes; {run.scheme_name} adds no noise")
     if attack.selection == "cohort":
+      if run.sampler in sampling.SCHEDULED:
+        raise ConfigError("selection", f"'cohort' puts attackers in every cohort, which "
+                          f"{run.sampler} sampling cannot; sample the attackers like every "
+                          "client (selection 'fixed')")
       if run.max_cohort is not None:
         raise ConfigError("max_cohort", "(truncated Poisson sampling) would cut the malicious "
                           "share of the cohort; sample the attackers like every client "

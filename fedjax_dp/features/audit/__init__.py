@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from fedjax_dp import keys
+from fedjax_dp import keys, sampling
 from fedjax_dp.features.audit import canaries
 from fedjax_dp.features.audit.canaries import AuditConfig
 from fedjax_dp.errors import ConfigError
@@ -44,6 +44,9 @@ class Audit(Feature):
     if run.mechanism.level != "client":
       raise ConfigError("audit_canaries", f"audits client-level DP; {run.scheme_name}'s DP "
                         f"is {run.mechanism.level}-level")
+    if run.sampler in sampling.SCHEDULED:
+      raise ConfigError("audit_canaries", "canaries follow Poisson or cyclic Poisson "
+                        f"sampling; a run under {run.sampler} sampling is not audited")
     super().check(config, run)
 
   def init(self):
