@@ -1,7 +1,8 @@
 """Documented entry points run as a user runs them: the example scheme, the
 throughput benchmark (one scheme of every family, in-process on the tiny
-model; the command line once on the paper CNN), the decoder benchmark and
-the discrete Gaussian benchmark (small)."""
+model; the command line once on the paper CNN), the decoder benchmark, the
+discrete Gaussian benchmark, the audit coverage benchmark and the Monte Carlo
+accounting benchmark (small)."""
 
 import importlib.util
 import json
@@ -369,6 +370,27 @@ def test_cs_decoder_benchmark_runs_small(capsys):
   assert rec["num_params"] == 5000 and rec["chunks"] == 10
 
 
+def test_audit_coverage_benchmark_runs_small(capsys, tmp_path):
+  module = benchmark_modules.load("audit_coverage")
+  out = tmp_path / "coverage.json"
+  assert module.main(["--mus", "1", "--draws", "3", "--candidates", "200", "--samples", "50",
+                      "--out", str(out)]) == 0
+  table = capsys.readouterr().out
+  assert "| 1 | 4.38 | 3 |" in table and "basic (reported)" in table
+  rec = json.loads(out.read_text())
+  assert rec["draws"] == 3 and rec["bootstrap_samples"] == 50
+  (row,) = rec["results"]
+  assert set(row["intervals"]) == {"interval", "percentile_interval"}
+  for summary in row["intervals"].values():
+    low, high = summary["coverage_ci95"]
+    assert 0 <= low <= summary["coverage"] <= high <= 1
+    assert summary["covers"] == round(3 * summary["coverage"])
+    assert summary["above"] + summary["below"] + summary["coverage"] == pytest.approx(1)
+  assert len(row["per_draw"]["interval"]) == 3
+  code, err = _exit_in_process(module.main, capsys, ["--mus", "0,1"])
+  assert code == 2 and err.count("\n") == 1 and "--mus" in err and "Traceback" not in err
+
+
 def test_local_training_benchmark_runs_small(capsys):
   module = benchmark_modules.load("local_training")
   assert module.main(["--clients", "2", "--steps", "3", "--samples", "20", "--repeats", "1",
@@ -408,3 +430,24 @@ def test_benchmark_federations_above_the_data_s_clients_repeat_them():
   assert data.x.shape[0] == data.y.shape[0] == common.NUM_CLIENTS + 3
   np.testing.assert_array_equal(data.x[common.NUM_CLIENTS + 1], data.x[1])
   assert common.load_paper_data()[0].x.shape[0] == common.NUM_CLIENTS
+
+
+def test_monte_carlo_benchmark_calibrates_and_accounts_small(capsys):
+  """Each case calibrated to its target on seed 1's draws, accounted on seed
+  0's: near the target, and PLD's epsilon inside the independent case's
+  interval; bad flags refused in one line."""
+  module = benchmark_modules.load("monte_carlo")
+  assert module.main(["--rounds", "12", "--rate", "0.1", "--delta", "1e-2", "--samples",
+                      "20000", "--bands", "2", "--blt-bins", "10", "--blt-separations", "3",
+                      "--calibrate", "--epsilon", "2", "--tolerance", "0.02", "--json"]) == 0
+  rows = _json_lines(capsys)
+  assert [r["case"] for r in rows] == ["independent, Poisson", "banded 2, b-min-sep b=2",
+                                       "BLT (min-sep 3), balls-in-bins 10"]
+  for r in rows:
+    assert r["calibration_seconds"] is not None and abs(r["epsilon"] - 2) < 0.25, r
+    assert r["epsilon_lower"] <= r["epsilon_estimate"] <= r["epsilon"]
+  assert rows[0]["epsilon_lower"] <= rows[0]["pld_epsilon"] <= rows[0]["epsilon"]
+  code, err = _exit_in_process(module.main, capsys, ["--samples", "10"])
+  assert code == 2 and "--samples 10 cannot bound delta" in err and "Traceback" not in err
+  code, err = _exit_in_process(module.main, capsys, ["--cases", "tree"])
+  assert code == 2 and "--cases" in err and "Traceback" not in err
