@@ -10,8 +10,10 @@ TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-4.4, thesis-5.3,
 thesis-5.3.5, thesis-5.1, thesis-5.2, fedsmp, fedsmp-table1, fedsmp-svhn,
 fedsmp-shakespeare, thesis-6.1, thesis-6.2, thesis-6.3, thesis-6.4,
 thesis-6.5, thesis-6.6, thesis-6.7, thesis-6.8, thesis-6.9, thesis-6.10,
-thesis-6.11, thesis-6.12, poster-cdp-lq, and correlated-noise (issue 49:
-DP-FTRL noise on UAI Table 1's setting, docs/correlated-noise.md)
+thesis-6.11, thesis-6.12, poster-cdp-lq, correlated-noise (issue 49:
+DP-FTRL noise on UAI Table 1's setting, docs/correlated-noise.md) and
+amplified-noise (issue 59: the same with amplified participation and each
+row at its tightest epsilon)
 (``fedjax_dp.paper.tables.tables()``; ``list`` shows their rows, with the
 records kept and the runs in progress). A row whose data set this
 machine cannot read (SVHN, CIFAR-10, IMDB, EMNIST by writer: not shipped here)

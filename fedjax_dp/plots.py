@@ -248,3 +248,47 @@ def plot_ratio_curve(curves: dict[str, list[tuple[float, float, float, float]]],
   ax.legend(fontsize=8)
   _save(fig, path)
   return path
+
+
+def plot_trained(rows: dict[str, dict[str, tuple[float, ...]]],
+                 path: str | os.PathLike, title: str = "") -> pathlib.Path:
+  """A study's rows by three measures of the model: its best accuracy, the
+  mean over the last quarter of the rounds and the accuracy after the last
+  round; each seed a dot, the mean over the seeds a bar.
+
+  Args:
+    rows: For each row's label, {"best", "late", "final"}: each seed's value
+      (``fedjax_dp.paper.stats.Summary``'s ``best``, ``late``, ``finals``).
+    path: The PNG to write.
+    title: The plot's title.
+
+  Raises:
+    ValueError: No row.
+  """
+  if not rows:
+    raise ValueError("plot_trained needs at least one row")
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  measures = (("best", "best"), ("late", "mean of the last quarter of the rounds"),
+              ("final", "after the last round"))
+  fig, ax = _pyplot().subplots(figsize=(7, 1.3 + 0.55 * len(rows)))
+  height = 0.25
+  for k, (key, label) in enumerate(measures):
+    for i, values in enumerate(rows.values()):
+      seeds = [v for v in values[key] if v is not None]
+      if not seeds:
+        continue
+      y = i + (k - 1) * height
+      ax.barh(y, sum(seeds) / len(seeds), height=height * 0.9, color=f"C{k}",
+              alpha=0.45, label=label if i == 0 else None)
+      ax.plot(seeds, [y] * len(seeds), "o", color=f"C{k}", markersize=3)
+  ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlabel("test accuracy (dots: seeds; bars: their mean)")
+  ax.set_xlim(0, 1)
+  ax.set_title(title, fontsize=9)
+  ax.grid(alpha=0.3, axis="x")
+  ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
+  fig.tight_layout()
+  _save(fig, path)
+  return path

@@ -88,6 +88,8 @@ def table_markdown(table: Table, records: dict[str, list[dict]]
     lines.append(f"| {row.name} | {paper_cell(row)} | {ours_cell(s)} | "
                  f"{seeds} | {s.rounds} | {diff} | {s.verdict} |")
   lines[0] = f"Setting: {table.setting}.{reduced_clause(summaries)}"
+  if table.study and summaries:
+    lines += trained_lines(summaries)
   if table.claim and summaries:
     lines += ["", f"Claim: {table.claim}. Ours: {claim_check(summaries)}."]
     if single := sum(len(s.seeds) == 1 for s in summaries):
@@ -111,6 +113,30 @@ def table_markdown(table: Table, records: dict[str, list[dict]]
     lines += ["", f"Rows on {dataset} not run yet: {len(rows)}; where its data is "
               f"([datasets.md](datasets.md)): `{rerun_command(table, rows)}`."]
   return "\n".join(lines) + "\n", summaries
+
+
+def _seeds_cell(values: tuple) -> str:
+  """``0.790 [0.780, 0.792, 0.798]``: the mean, then each seed's, seed order."""
+  if not values or None in values:
+    return "-"
+  mean = sum(values) / len(values)
+  return f"{mean:.3f}" + (f" [{', '.join(f'{v:.3f}' for v in values)}]"
+                          if len(values) > 1 else "")
+
+
+def trained_lines(summaries: list[Summary]) -> list[str]:
+  """A study's second table: the best model, the trained model (the mean
+  over the last quarter of the rounds) and the model after the last round,
+  each seed's figure, and the epsilon after the last round (its method)."""
+  lines = ["", "The trained model, by seed (mean [each seed's]):", "",
+           "| row | best | last quarter of the rounds | after the last round | "
+           "ε after the last round |", "|---|---|---|---|---|"]
+  for s in summaries:
+    best = _seeds_cell(s.best)
+    eps = "/".join(f"{e:.2f}" for e in s.final_epsilons) or "-"
+    lines.append(f"| {s.row.name} | {best} | {_seeds_cell(s.late)} | "
+                 f"{_seeds_cell(s.finals)} | {eps} |")
+  return lines
 
 
 _REDUCED_WORDS = {"--rounds": "{} rounds", "--local-steps": "T_gd {}"}
@@ -189,6 +215,10 @@ def _table_plots(table: Table, summaries: list[Summary], records: dict[str, list
   if any(run.get("epsilon") is not None for run in runs):
     paths.append(plots.plot_epsilon(runs, configs, plot_dir / f"{table.name}-epsilon.png"))
   paths += _attack_plots(table, summaries, runs, plot_dir)
+  if table.study:
+    paths.append(plots.plot_trained(
+        {s.row.name: {"best": s.best, "late": s.late, "final": s.finals} for s in summaries},
+        plot_dir / f"{table.name}-trained.png", table.title))
   if table.claim:  # the claim is about the curve over r
     paths.append(plots.plot_ratio_curve(ratio_curves(summaries),
                                         plot_dir / f"{table.name}-ratio.png", table.title))

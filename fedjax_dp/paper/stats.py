@@ -73,6 +73,12 @@ class Summary:
       moving at the end of every seed's run (:func:`late_move`: the last
       fifth of the evaluations against the fifth before, by more than
       ``MOVING`` and twice its standard error), mean change over the seeds.
+    best: Each seed's best model metric, seed order.
+    late: Each seed's mean model metric over the last quarter of its rounds
+      (:func:`late_mean`: rounds 151-200 of a 200-round run), seed order.
+    finals: Each seed's model metric at its last evaluation, seed order.
+    final_epsilons: Each seed's epsilon after its last round (empty
+      without DP).
   """
 
   row: Row
@@ -89,6 +95,10 @@ class Summary:
   reduced: bool = False
   moves: tuple[tuple[str, float], ...] = ()
   epsilons: tuple[float, ...] = ()
+  best: tuple[float, ...] = ()
+  late: tuple[float, ...] = ()
+  finals: tuple[float, ...] = ()
+  final_epsilons: tuple[float, ...] = ()
 
   @property
   def difference(self) -> float | None:
@@ -218,6 +228,14 @@ def settled_low(history: list[dict], metric: str) -> float | None:
   return min(values[-max(1, len(values) // 5):]) if values else None
 
 
+def late_mean(history: list[dict], metric: str, rounds: int) -> float | None:
+  """The mean ``metric`` over the evaluations of rounds (3T/4, T], the
+  trained model (rounds 151-200 of a 200-round run); None without them."""
+  key = _HISTORY_KEYS.get(metric, metric)
+  values = [h[key] for h in history if h["round"] > rounds * 3 // 4 and h.get(key) is not None]
+  return statistics.fmean(values) if values else None
+
+
 def summarize(row: Row, records: list[dict]) -> Summary:
   """Mean and spread of a row's kept records."""
   runs = [r["record"] for r in records]
@@ -239,7 +257,20 @@ def summarize(row: Row, records: list[dict]) -> Summary:
                  settled=None if None in lows else statistics.fmean(lows),
                  attack_value=statistics.fmean(attack) if attack else None,
                  reduced=any(r.get("reduced", False) for r in records),
-                 moves=_moves(row, runs))
+                 moves=_moves(row, runs),
+                 best=tuple(acc),
+                 late=tuple(late_mean(r.get("history", []), row.model_metric, r["rounds"])
+                            for r in runs),
+                 finals=tuple(_final(r, row.model_metric) for r in runs),
+                 final_epsilons=tuple(r["epsilon_final"] for r in runs
+                                      if r.get("epsilon_final") is not None))
+
+
+def _final(run: dict, metric: str) -> float | None:
+  """The model metric at a run's last evaluation."""
+  key = _HISTORY_KEYS.get(metric, metric)
+  history = run.get("history") or [{}]
+  return history[-1].get(key)
 
 
 def _moves(row: Row, runs: list[dict]) -> tuple[tuple[str, float], ...]:

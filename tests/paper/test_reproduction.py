@@ -699,7 +699,8 @@ def test_the_script_names_every_table():
   """reproduce.py's usage lists each table ``paper_tables.tables()`` runs."""
   usage = SCRIPT.read_text().split('"""')[1]
   named = set(re.findall(
-      r"\b(?:uai|thesis)[\w.-]*\d|\bfedsmp(?:-[a-z]+\d?)?\b|\bposter-[a-z-]+|\bcorrelated-noise\b",
+      r"\b(?:uai|thesis)[\w.-]*\d|\bfedsmp(?:-[a-z]+\d?)?\b|\bposter-[a-z-]+|"
+      r"\bcorrelated-noise\b|\bamplified-noise\b",
       usage))
   assert set(paper_tables.tables()) <= named, set(paper_tables.tables()) - named
 
@@ -1277,12 +1278,18 @@ NOTES = ROOT / "docs" / "reproduction-notes.md"
 
 
 def _sections(text):
-  """The report's sections: (title, setting line, row lines)."""
+  """The report's sections: (title, setting line, the row lines of its
+  table; a study's second table, the trained model's, is not one of them)."""
   out = []
   for part in text.split("\n## ")[1:]:
     lines = part.splitlines()
     setting = next((l for l in lines if l.startswith("Setting: ")), "")
-    rows = [l for l in lines if l.startswith("| ") and not l.startswith("| row ")]
+    start = next((i for i, l in enumerate(lines) if l.startswith("| row ")), len(lines))
+    rows = []
+    for line in lines[start + 2:]:
+      if not line.startswith("| "):
+        break
+      rows.append(line)
     out.append((lines[0], setting, rows))
   return out
 
@@ -1393,11 +1400,14 @@ def test_the_within_count_leaves_qualitative_rows_out(tmp_path):
 
 
 def test_a_studys_rows_count_apart_from_the_rows_a_claim_checks(tmp_path):
-  """Issue 49's table runs a mechanism the papers did not: its rows have no
-  published cell and no claim, and the header counts them on their own."""
+  """Issues 49's and 59's tables run mechanisms the papers did not: their rows
+  have no published cell and no claim, and the header counts them on their own."""
   study = paper_tables.get_table("correlated-noise")
-  assert study.study and all(r.paper is None for r in study.rows)
-  assert not any(t.study for t in paper_tables.tables().values() if t is not study)
+  studies = {"correlated-noise", "amplified-noise"}
+  for name in studies:
+    table = paper_tables.get_table(name)
+    assert table.study and all(r.paper is None for r in table.rows)
+  assert not any(t.study for t in paper_tables.tables().values() if t.name not in studies)
   fedsmp = paper_tables.get_table("fedsmp")
   for table in (study, fedsmp):
     paper_runner.run_row(table, table.rows[0], 0, tmp_path, _fake_sweep([], 0.8), "x")
@@ -1454,3 +1464,30 @@ def test_the_reproduction_notes_name_what_exists_and_no_stale_to_do():
     record = json.loads((out / table / f"{slug}.seed0.json").read_text())["record"]
     assert f"{record['best_accuracy']:.3f} at round {record['best_round']}" in quoted
     assert quoted in " ".join(text.split())
+
+
+def test_a_studys_section_gives_the_trained_model_by_seed(tmp_path):
+  """A study's section has a second table: each seed's best, its mean over
+  the last quarter of the rounds and its accuracy after the last round
+  (issue 59), and the report draws them (``<table>-trained.png``)."""
+  study = paper_tables.get_table("amplified-noise")
+  row = study.rows[0]
+  records = []
+  for seed, level in ((0, 0.6), (1, 0.4)):
+    history = [{"round": t, "accuracy": level + (0.1 if t == 5 else 0.0)} for t in range(1, 9)]
+    history[-1]["accuracy"] = level - 0.2
+    records.append({"seed": seed, "record": {
+        "best_accuracy": level + 0.1, "best_round": 5, "epsilon": 0.9, "epsilon_final": 1.0,
+        "rounds": 8, "seconds": 1.0, "history": history}})
+  s = paper_stats.summarize(row, records)
+  # Rounds 7 and 8 are the last quarter of 8: (0.6 + 0.4) / 2 and (0.4 + 0.2) / 2.
+  assert s.late == pytest.approx((0.5, 0.3)) and s.finals == pytest.approx((0.4, 0.2))
+  lines = paper_report.trained_lines([s])
+  assert lines[-1] == (f"| {row.name} | 0.600 [0.700, 0.500] | 0.400 [0.500, 0.300] | "
+                       "0.300 [0.400, 0.200] | 1.00/1.00 |")
+  paper_runner.run_row(study, row, 0, tmp_path, _fake_sweep([], 0.8), "x")
+  report = tmp_path / "R.md"
+  paper_report.write_report(tmp_path, report, "cmd")
+  assert "| row | best | last quarter of the rounds | after the last round |" in \
+      report.read_text()
+  assert (tmp_path / "R_plots" / "amplified-noise-trained.png").stat().st_size > 1000
