@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from fedjax_dp import simulation
+from fedjax_dp import features, simulation
 from fedjax_dp.features import adaptive_clip, dropouts
 from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.schemes import Scheme, get_scheme
@@ -179,3 +179,34 @@ def test_the_run_constants_are_in_the_plan_not_on_the_scheme(small_federation):
     assert (plan.scheme_constants is not None) == scheme.traits.run_constants, name
   _, lq = simulation.prepare(tiny_linear(), get_scheme("CDP-LQ"), data, public, cfg)
   assert isinstance(lq.scheme_constants, int) and lq.scheme_constants >= 1
+
+
+@pytest.mark.parametrize("settings", [
+    dict(accountant="moments"), dict(accountant="rdp"), dict(accountant="pld"),
+    dict(accountant="rdp", cycle_length=2),
+    dict(accountant="rdp", correlated_noise=features.CorrelatedNoiseConfig("blt"),
+         cycle_length=2),
+    dict(accountant="monte-carlo", sampler="b-min-sep", min_separation=2,
+         correlated_noise=features.CorrelatedNoiseConfig("banded", bands=2),
+         delta=1e-2, mc_samples=20_000),
+], ids=lambda s: "-".join(str(v) for k, v in s.items() if k in ("accountant", "sampler",
+                                                                   "cycle_length")))
+def test_target_epsilon_calibrates_sigma_under_every_accountant(small_federation, settings):
+  """--target-epsilon: the plan's sigma puts the run at most at the target
+  under its own accountant and sampler, and two resolutions less (1e-4;
+  Monte Carlo: 1e-3, on the calibration's draws) would not: the bisection
+  stops within one and rounds up by less than one."""
+  data, _, public = small_federation
+  cfg = _CFG.replace(rounds=6, target_epsilon=2.0, **settings)
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public, cfg)
+  sigma = plan.noise_multiplier
+  assert plan.config.privacy.noise_multiplier == sigma and plan.mechanism.noise_multiplier == sigma
+  eps = simulation.privacy_report(plan, [6]).epsilons[0]
+  step = 1e-4
+  if settings["accountant"] == "monte-carlo":  # the calibration's own draws decide
+    plan = dataclasses.replace(plan, config=plan.config.replace(mc_seed=1))
+    eps, step = simulation.privacy_report(plan, [6]).epsilons[0], 1e-3
+  assert eps <= 2.0
+  less = dataclasses.replace(
+      plan, mechanism=plan.mechanism._replace(noise_multiplier=sigma - 2 * step))
+  assert simulation.privacy_report(less, [6]).epsilons[0] > 2.0
