@@ -35,6 +35,7 @@ DOCTEST_MODULES = (
     "fedjax_dp.metrics",
     "fedjax_dp.privacy.accounting",
     "fedjax_dp.privacy.monte_carlo",
+    "fedjax_dp.privacy.bisection",
     "fedjax_dp.privacy.noise",
     "fedjax_dp.compression.masks",
     "fedjax_dp.aggregators",

@@ -37,7 +37,7 @@ import dp_accounting
 import numpy as np
 from scipy import special
 
-from fedjax_dp.privacy import analytic_gaussian, monte_carlo
+from fedjax_dp.privacy import analytic_gaussian, bisection, monte_carlo
 from fedjax_dp.sampling import SAMPLERS
 
 ACCOUNTANTS = ("moments", "rdp", "pld")
@@ -325,18 +325,11 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sampling_rate: float,
       epsilon, sampling_rate=sampling_rate, rounds=rounds, delta=delta,
       accountant=accountant, sampler=sampler, num_clients=num_clients,
       truncated_cohort=truncated_cohort)
-  lo, hi = 0.0, 1.0  # epsilon(0) = inf > target.
-  while eps(hi) > target_epsilon:
-    lo, hi = hi, 2.0 * hi
-    if hi > 1e6:
-      raise ValueError(f"No noise multiplier <= 1e6 reaches epsilon {target_epsilon}.")
-  while hi - lo > tolerance:
-    mid = 0.5 * (lo + hi)
-    if eps(mid) <= target_epsilon:
-      hi = mid
-    else:
-      lo = mid
-  return hi
+  # epsilon(0) = inf > target.
+  sigma = bisection.smallest(lambda s: eps(s) <= target_epsilon, tolerance)
+  if sigma is None:
+    raise ValueError(f"No noise multiplier <= 1e6 reaches epsilon {target_epsilon}.")
+  return sigma
 
 
 def accountant_label(accountant: str, sampler: str,

@@ -38,3 +38,28 @@ def bisect(ok: Callable[[float], bool], lo: float, hi: float, rel_tol: float, *,
     if hi - lo <= rel_tol * max(hi, floor):
       break
   return lo, hi
+
+
+def smallest(ok: Callable[[float], bool], tolerance: float, lo: float = 0.0, hi: float = 1.0,
+             top: float = 1e6) -> float | None:
+  """The upper end of a bracket no wider than ``tolerance`` around where a
+  monotone ``ok`` turns True: the smallest sigma meeting an epsilon, say.
+
+  ``hi`` is doubled until ``ok(hi)`` (None once past ``top``), ``lo`` halved
+  while ``ok(lo)`` (a guess that is already enough), then :func:`bisect`.
+  ``ok(0)`` is taken to be False.
+
+  >>> round(smallest(lambda x: x * x >= 2.0, 1e-6), 5)
+  1.41421
+  >>> smallest(lambda x: False, 1e-3, top=10.0) is None
+  True
+  """
+  while not ok(hi):
+    lo, hi = hi, 2.0 * hi
+    if hi > top:
+      return None
+  while lo > 0.0 and ok(lo):
+    lo, hi = lo / 2.0, lo
+  if hi - lo <= tolerance:
+    return hi
+  return bisect(ok, lo, hi, rel_tol=tolerance / top, floor=top)[1]

@@ -63,6 +63,7 @@ import numpy as np
 from scipy import optimize, special
 
 from fedjax_dp import atomic, sampling
+from fedjax_dp.privacy import bisection
 
 PARTICIPATIONS = ("b-min-sep", "balls-in-bins")
 # Draws per jitted call: (T, CHUNK) float32 arrays of a few tens of MB at T = 200.
@@ -515,19 +516,9 @@ def sigma_for_epsilon(participation: Participation, c_col, target_epsilon: float
     return estimate(participation, c_col, sigma, delta, samples=samples,
                     confidence=confidence, seed=seed, cache=cache).epsilon
 
-  lo, hi = bracket
-  while eps(hi) > target_epsilon:
-    lo, hi = hi, 2.0 * hi
-    if hi > 1e4:
-      raise ValueError(f"no sigma up to 1e4 reaches epsilon {target_epsilon}")
-  while lo > 0.0 and eps(lo) <= target_epsilon:
-    lo, hi = lo / 2.0, lo
-  while hi - lo > tolerance:
-    mid = 0.5 * (lo + hi)
-    if eps(mid) <= target_epsilon:
-      hi = mid
-    else:
-      lo = mid
+  hi = bisection.smallest(lambda s: eps(s) <= target_epsilon, tolerance, *bracket, top=1e4)
+  if hi is None:
+    raise ValueError(f"no sigma up to 1e4 reaches epsilon {target_epsilon}")
   return math.ceil(hi / tolerance) * tolerance
 
 

@@ -11,7 +11,7 @@ from typing import Any, TypedDict
 from fedjax_dp import bandwidth, sampling, sharding
 from fedjax_dp.compression import universal_coding
 from fedjax_dp.models import FlatModel
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accounting, bisection
 from fedjax_dp.simulation.plan import Plan
 
 
@@ -116,17 +116,9 @@ def calibrated_sigma(plan: Plan, target: float, tolerance: float = 1e-4) -> floa
     trial = dataclasses.replace(plan, mechanism=plan.mechanism._replace(noise_multiplier=sigma))
     return privacy_report(trial, [rounds]).epsilons[0]
 
-  lo, hi = 0.0, 1.0
-  while eps(hi) > target:
-    lo, hi = hi, 2.0 * hi
-    if hi > 1e4:
-      raise ValueError(f"no noise multiplier up to 1e4 reaches epsilon {target:g}")
-  while hi - lo > tolerance:
-    mid = 0.5 * (lo + hi)
-    if eps(mid) <= target:
-      hi = mid
-    else:
-      lo = mid
+  hi = bisection.smallest(lambda s: eps(s) <= target, tolerance, top=1e4)
+  if hi is None:
+    raise ValueError(f"no noise multiplier up to 1e4 reaches epsilon {target:g}")
   return math.ceil(round(hi / tolerance, 6)) * tolerance
 
 
