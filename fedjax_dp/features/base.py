@@ -80,7 +80,8 @@ class RunView(NamedTuple):
     rate: q = C, the sampling rate (``RunConfig.rate``).
     cycle_length: b, cyclic Poisson sampling over b groups (1: none).
     min_separation: The fewest rounds between a client's participations
-      that the sampling guarantees (``RunConfig.separation``).
+      that correlated noise assumes (``RunConfig.separation``: at most what
+      the sampling guarantees).
     accountant: The run's accountant (``accounting.RUN_ACCOUNTANTS``).
     slot_multiple: Slot counts are multiples of this (devices).
     clip_norm: S (None without DP; None while a config is only validated).

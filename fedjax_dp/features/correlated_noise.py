@@ -131,7 +131,10 @@ class CorrelatedNoise(Feature):
         toeplitz=run.accountant == accounting.MONTE_CARLO)
 
   def accounted(self, mechanism: accounting.Mechanism) -> accounting.Mechanism:
-    """The release with the strategy's first column (Monte Carlo accounting)."""
+    """The release with a Toeplitz strategy's first column (what Monte Carlo
+    accounting reads); unchanged for the column-normalized banded one."""
+    if not self.strategy.toeplitz:
+      return mechanism
     return mechanism._replace(strategy=tuple(float(v) for v in self.strategy.column))
 
   def init(self):

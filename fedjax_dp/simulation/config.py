@@ -187,7 +187,7 @@ class Privacy:
   target_epsilon: float | None = setting(
       None, "calibrate sigma of DP schemes so that the run's epsilon after its last round "
       "is at most this, under its --accountant and --sampling (overrides "
-      "--noise-multiplier; 4 decimals, rounded up)", options.number)
+      "--noise-multiplier; to 1e-4, Monte Carlo 1e-3, rounded up)", options.number)
 
   def validate(self) -> None:
     """Raises ConfigError naming the field."""
@@ -238,7 +238,7 @@ class Privacy:
         (self.accountant != accounting.MONTE_CARLO or self.mc_samples >= fewest,
          "mc_samples", f"{self.mc_samples} draws cannot bound delta {self.delta:g} with "
          f"probability {self.mc_confidence:g}: at least {fewest} are needed (the default "
-         f"{monte_carlo.DEFAULT_SAMPLES} bounds epsilon 1 at delta 1e-5 within about 0.1)"),
+         f"{monte_carlo.DEFAULT_SAMPLES} bounds epsilon 1 at delta 1e-5 within about 0.05)"),
         (self.sampler != "fixed" or self.accountant == "rdp", "accountant",
          f"{self.accountant!r} assumes Poisson sampling; use accountant 'rdp' with "
          "sampler 'fixed'"),
