@@ -92,8 +92,9 @@ def test_throughput_privacy_stage_adds_the_correlated_noise(small_federation):
   from fedjax_dp import simulation  # pylint: disable=import-outside-toplevel
   data, _, public = small_federation
   module, model = benchmark_modules.load("throughput"), tiny_linear()
+  # BLT needs a client's rounds apart: cyclic Poisson over 2 groups.
   state, plan = module.prepared_round(model, "FL-STD-DP", data, public, 4, 1.0, 1, rounds=3,
-                                      noise_case=module.NoiseCase("blt"))
+                                      noise_case=module.NoiseCase("blt", cycle_length=2))
   t = jnp.int32(2)
   messages, privacy, _ = module.stage_fns(model, plan, plan.run_key, t)
   msgs = messages(state, data)
@@ -102,7 +103,8 @@ def test_throughput_privacy_stage_adds_the_correlated_noise(small_federation):
   which = [f.kind for f in plan.features].index("correlated_noise")
   added = plan.clip_norm * plan.noise_multiplier * inputs.features[which].noise
   assert float(jnp.linalg.norm(added)) > 1.0
-  np.testing.assert_allclose(privacy(state, msgs), clipped.sum(0) + added, atol=1e-4)
+  real = jnp.where(inputs.cohort.mask[:, None], clipped, 0.0).sum(0)
+  np.testing.assert_allclose(privacy(state, msgs), real + added, atol=1e-4)
 
 
 def _fake_torch(module, monkeypatch, calls, oom_chunk=None):
@@ -438,13 +440,13 @@ def test_monte_carlo_benchmark_calibrates_and_accounts_small(capsys):
   interval; bad flags refused in one line."""
   module = benchmark_modules.load("monte_carlo")
   assert module.main(["--rounds", "12", "--rate", "0.1", "--delta", "1e-2", "--samples",
-                      "20000", "--bands", "2", "--blt-bins", "10", "--blt-separations", "3",
-                      "--calibrate", "--epsilon", "2", "--tolerance", "0.02", "--json"]) == 0
+                      "10000", "--bands", "2", "--blt-bins", "10", "--blt-separations", "3",
+                      "--calibrate", "--epsilon", "2", "--tolerance", "0.05", "--json"]) == 0
   rows = _json_lines(capsys)
   assert [r["case"] for r in rows] == ["independent, Poisson", "banded 2, b-min-sep b=2",
                                        "BLT (min-sep 3), balls-in-bins 10"]
   for r in rows:
-    assert r["calibration_seconds"] is not None and abs(r["epsilon"] - 2) < 0.25, r
+    assert r["calibration_seconds"] is not None and abs(r["epsilon"] - 2) < 0.3, r
     assert r["epsilon_lower"] <= r["epsilon_estimate"] <= r["epsilon"]
   assert rows[0]["epsilon_lower"] <= rows[0]["pld_epsilon"] <= rows[0]["epsilon"]
   code, err = _exit_in_process(module.main, capsys, ["--samples", "10"])
