@@ -141,9 +141,30 @@ def plot_records(records: list[dict], out_dir: str | os.PathLike,
   return paths
 
 
+def _epsilon_curve(record: dict, config: dict, rounds: list[int]) -> list[float]:
+  """The run's epsilon after each round, as its accountant gives it: the
+  whole run's epsilon at every round where that is what it reports (Monte
+  Carlo accounting, BLT's one Gaussian release); cyclic Poisson sampling's
+  ceil(t / b) steps; otherwise the subsampled Gaussian over t rounds."""
+  if record.get("epsilon_method") == "monte-carlo" or record.get("noise_correlation") == "blt":
+    return [record["epsilon_final"]] * len(rounds)
+  rate = record["clients_per_round"] / record["num_clients"]
+  accountant = config.get("accountant", "moments")
+  cycle = config.get("cycle_length") or 1
+  if cycle > 1:
+    return accounting.cyclic_epsilon_curve(record["noise_multiplier"], rate, cycle, rounds,
+                                           record["delta"], accountant)
+  return accounting.epsilon_curve(
+      record["noise_multiplier"], rate, rounds, record["delta"], accountant,
+      config.get("sampling", "poisson"), num_clients=record["num_clients"],
+      truncated_cohort=config.get("max_cohort"))
+
+
 def plot_epsilon(records: list[dict], configs: list[dict],
                  path: str | os.PathLike) -> pathlib.Path:
-  """Epsilon after each round of every DP run (the sweep's accountant).
+  """Epsilon after each round of every DP run, as its accountant gives it
+  (:func:`_epsilon_curve`: flat where the accountant reports the whole
+  run's epsilon for every round).
 
   Args:
     records: Run records; those without noise (no ``epsilon``) are skipped.
@@ -161,11 +182,7 @@ def plot_epsilon(records: list[dict], configs: list[dict],
     if record.get("epsilon") is None:
       continue
     rounds = list(range(1, record["rounds"] + 1))
-    eps = accounting.epsilon_curve(
-        record["noise_multiplier"], record["clients_per_round"] / record["num_clients"],
-        rounds, record["delta"], config.get("accountant", "moments"),
-        config.get("sampling", "poisson"), num_clients=record["num_clients"],
-        truncated_cohort=config.get("max_cohort"))
+    eps = _epsilon_curve(record, config, rounds)
     ax.plot(rounds, eps, label=_label(record), linewidth=1.2, **style)
   ax.set_xlabel("round")
   deltas = {r["delta"] for r in records if r.get("epsilon") is not None}

@@ -110,3 +110,21 @@ def test_ratio_curve_draws_each_schemes_best_accuracy_against_r(tmp_path, monkey
                    ("Fed-SMP-topk", [0.01], [0.7], [[0.7, 0.7]]), "log"]
   with pytest.raises(ValueError, match="at least one point"):
     plots.plot_ratio_curve({}, tmp_path / "e.png")
+
+
+def test_the_epsilon_plot_follows_each_runs_accountant():
+  """The curve is the run's accountant's: the whole run's epsilon at every
+  round for Monte Carlo accounting and BLT's one release, ceil(t/b) steps
+  for cyclic Poisson sampling, the subsampled Gaussian otherwise (not the
+  plain Poisson curve for all of them)."""
+  from fedjax_dp.privacy import accounting  # pylint: disable=import-outside-toplevel
+  base = {"noise_multiplier": 1.3, "clients_per_round": 10, "num_clients": 600,
+          "delta": 1e-5, "epsilon_final": 0.9}
+  rounds = [1, 5, 20]
+  assert plots._epsilon_curve(dict(base, epsilon_method="monte-carlo"), {}, rounds) == [0.9] * 3
+  assert plots._epsilon_curve(dict(base, noise_correlation="blt"), {}, rounds) == [0.9] * 3
+  cyclic = plots._epsilon_curve(base, {"accountant": "rdp", "cycle_length": 4}, rounds)
+  assert cyclic == accounting.cyclic_epsilon_curve(1.3, 1 / 60, 4, rounds, 1e-5, "rdp")
+  plain = plots._epsilon_curve(base, {"accountant": "rdp"}, rounds)
+  assert plain == accounting.epsilon_curve(1.3, 1 / 60, rounds, 1e-5, "rdp")
+  assert plain != cyclic
