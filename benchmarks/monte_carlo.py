@@ -8,7 +8,7 @@ noise under b-min-sep, and BLT noise under balls-in-bins. With
 ``--calibrate`` each case's sigma is first calibrated to ``--epsilon`` on
 the draws of seed 1 (``sigma_for_epsilon``, bracketed around the case's
 ``--sigma``, cached) and then accounted on seed 0's, as a run records it
-(``paper.tables.AMPLIFIED_SIGMA`` holds the study's sigmas).
+(``paper.studies.AMPLIFIED_SIGMA`` holds the study's sigmas).
 
     python benchmarks/monte_carlo.py                  # cost at the study's sigmas
     python benchmarks/monte_carlo.py --calibrate      # sigma for epsilon 1 first

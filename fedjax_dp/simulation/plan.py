@@ -150,10 +150,8 @@ class Plan:
     return next((s for s in shares if s is not None), None)
 
   def schedule(self, run_key: jax.Array) -> sampling.Schedule | None:
-    """Balls-in-bins' or b-min-sep's participation (``sampling.Schedule``);
-    None for the other samplers."""
-    return sampling.schedule_for(self.sampler, keys.purpose(run_key, keys.PARTICIPATION),
-                                 self.rate, self.config.privacy.min_separation)
+    """Balls-in-bins' or b-min-sep's participation (:func:`schedule`)."""
+    return schedule(self.config, self.num_clients, run_key)
 
   def feature_state(self, kind: str, features_state: tuple) -> Any:
     """The state of the run's feature of this kind among ``features_state``
@@ -162,6 +160,14 @@ class Plan:
       if f.kind == kind:
         return fstate
     return None
+
+
+def schedule(cfg: RunConfig, num_clients: int, run_key: jax.Array
+             ) -> sampling.Schedule | None:
+  """The run's balls-in-bins or b-min-sep participation (``sampling.Schedule``,
+  from the run's ``keys.PARTICIPATION`` key); None for the other samplers."""
+  return sampling.schedule_for(cfg.privacy.sampler, keys.purpose(run_key, keys.PARTICIPATION),
+                               cfg.rate(num_clients), cfg.privacy.min_separation)
 
 
 def RoundConfig(scheme: Scheme, num_clients: int, clients_per_round: int, capacity: int,  # noqa: N802

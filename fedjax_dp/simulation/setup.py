@@ -19,6 +19,7 @@ from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes.base import Scheme, SetupData, Traits
 from fedjax_dp.simulation.config import RunConfig
+from fedjax_dp.simulation import plan as plan_lib
 from fedjax_dp.simulation.plan import Communication, Plan
 from fedjax_dp.simulation.round import ServerState
 
@@ -292,11 +293,9 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
                            )(jnp.arange(1, train.rounds + 1))
   share = next((s for s in (f.sampler_share(root, num_clients) for f in features)
                 if s is not None), None)
-  schedule = sampling.schedule_for(priv.sampler, keys.purpose(root, keys.PARTICIPATION),
-                                   run.rate, priv.min_separation)
   sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, run.rate, priv.sampler,
                                         share, cycle_length=priv.cycle_length,
-                                        schedule=schedule)
+                                        schedule=plan_lib.schedule(cfg, num_clients, root))
   capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
   if priv.max_cohort is not None:  # truncated Poisson: keep a random subset
     capacity = min(capacity, priv.max_cohort)

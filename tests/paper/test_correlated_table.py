@@ -6,6 +6,7 @@ import pytest
 from fedjax_dp.cli import sweep
 from fedjax_dp.data import settings as data_settings
 from fedjax_dp.paper import results as paper_results
+from fedjax_dp.paper import studies
 from fedjax_dp.paper import tables as paper_tables
 from fedjax_dp.privacy import accounting, analytic_gaussian
 
@@ -43,14 +44,14 @@ def test_each_rows_sigma_meets_epsilon_one_for_the_sampler_it_runs_and_no_more()
             paper_results.UAI_CLIP_NORMS[row.scheme][row.ratio])
     assert priv.clip_norm == pytest.approx(clip)
     if noise == "banded":
-      assert feature.bands == priv.cycle_length == paper_tables.CORRELATED_BANDS
+      assert feature.bands == priv.cycle_length == studies.CORRELATED_BANDS
     if noise == "blt":
-      assert priv.cycle_length == paper_tables.CORRELATED_BLT_SEPARATION
+      assert priv.cycle_length == studies.CORRELATED_BLT_SEPARATION
     sigma = priv.noise_multiplier
     eps = _epsilon(noise, sigma, priv.cycle_length)
     # Calibrated (rounded up to 4 decimals), not over-noised: 0.001 less misses it.
-    assert 0.99 <= eps <= paper_tables.CORRELATED_EPSILON, row.name
-    assert _epsilon(noise, sigma - 1e-3, priv.cycle_length) > paper_tables.CORRELATED_EPSILON
+    assert 0.99 <= eps <= studies.CORRELATED_EPSILON, row.name
+    assert _epsilon(noise, sigma - 1e-3, priv.cycle_length) > studies.CORRELATED_EPSILON
   assert seen == {(s, n) for s in ("FL-STD-DP", "FL-TOP-DP")
                   for n in ("independent", "banded", "blt")}
 
@@ -58,11 +59,11 @@ def test_each_rows_sigma_meets_epsilon_one_for_the_sampler_it_runs_and_no_more()
 def test_the_mechanisms_differ_in_sigma_as_their_analyses_say():
   """Amplified banded MF pays for fewer, denser steps with more noise per
   round; BLT, one unamplified release, with the most (docs/correlated-noise.md)."""
-  independent = paper_tables.correlated_sigma("independent")
-  banded = paper_tables.correlated_sigma("banded", paper_tables.CORRELATED_BANDS)
-  blt = paper_tables.correlated_sigma("blt", paper_tables.CORRELATED_BLT_SEPARATION)
+  independent = studies.correlated_sigma("independent")
+  banded = studies.correlated_sigma("banded", studies.CORRELATED_BANDS)
+  blt = studies.correlated_sigma("blt", studies.CORRELATED_BLT_SEPARATION)
   assert independent == pytest.approx(1.342, abs=1e-3)
   assert independent < banded < blt
   # A separation beyond N / |K| would shrink the cohort below |K|.
-  assert (paper_tables.CORRELATED_BLT_SEPARATION * SETTING["clients_per_round"]
+  assert (studies.CORRELATED_BLT_SEPARATION * SETTING["clients_per_round"]
           <= SETTING["num_clients"])
