@@ -14,7 +14,10 @@ planned), and the whole run ends within ``BUDGET_S`` seconds of the device
 call's start, inside the tool's 600 s. A step past its deadline gets SIGINT
 (the benchmarks keep the records they have: ``throughput.py`` appends each
 case as it ends, ``models.py`` rewrites its file after each model), then
-SIGKILL ``KILL_AFTER_S`` seconds later, and the suite goes on.
+SIGKILL ``KILL_AFTER_S`` seconds later, and the suite goes on. A spare step
+(``pfl``: ``benchmarks/peers.py`` against pfl-research) runs last, on the
+time the others saved, outside the sum of deadlines; it is skipped when less
+than its deadline is left.
 
 What comes back in ``$OUT`` (the tool returns at most 8 files):
 
@@ -23,7 +26,8 @@ What comes back in ``$OUT`` (the tool returns at most 8 files):
   goes; the ``env`` step's line holds nvidia-smi's card, the Python, JAX,
   flax, PyTorch and NumPy versions, the devices, and the source's commit;
 * ``log.txt``: every step's command and output under a header, in order;
-* ``throughput.jsonl`` and ``models.jsonl``: the benchmarks' records;
+* ``throughput.jsonl``, ``models.jsonl`` and ``peers.jsonl``: the benchmarks'
+  records;
 * ``trace.json.gz`` and ``trace-summary.json``: the profiler trace of one
   FL-TOP-DP round of 1,000 clients and ``trace_summary.py``'s reading of it;
 * ``pytest-cpu.txt``: the fast-path tests on the CPU, run beside the GPU
@@ -31,7 +35,8 @@ What comes back in ``$OUT`` (the tool returns at most 8 files):
 
 The summary at the end (printed, and appended to ``log.txt``) gives each
 record's clients/s with the ratios to ``torch.func`` and to the per-client
-loop, the models' rates, the trace's products share and each step's status.
+loop, the models' rates, pfl's rates and our ratios to them, the trace's
+products share and each step's status.
 docs/performance.md ("On a GPU") tells how to read it.
 """
 
@@ -66,6 +71,11 @@ FAST_PATH_TESTS = [line.strip() for line in (ROOT / "tests/fast_path_tests.txt")
 # benchmarks/models.py's models: the paper CNN (for x_paper_cnn) and every zoo model.
 ZOO_MODELS = "paper-cnn,mlp,small-cnn,svhn-cnn,lstm,all-cnn-c,imdb-cnn-lstm,emnist-cnn"
 _FALLBACK_BATCHINGS = ("map", "vmap", "product")
+# pfl's environment on the device (benchmarks/peers.py --pfl-torch shared): pfl and
+# the pins it needs beyond the image's packages, from the wheels `prepare` put in
+# .whl/pfl (the device reaches no package index); the card's torch is the image's.
+PFL_ENV = "/tmp/pfl-env"
+PFL_PIP_ARGS = "--no-index --find-links .whl --find-links .whl/pfl"
 
 
 class Step(typing.NamedTuple):
@@ -77,6 +87,9 @@ class Step(typing.NamedTuple):
   env: dict = {}  # set for its process (never changed in place)
   background: bool = False  # runs beside the sequential steps (CPU only)
   output: typing.Optional[str] = None  # its own output file under $OUT (default: log.txt)
+  # Runs last, on the time the steps before it saved (its deadline: what it needs
+  # at least), outside the sum of deadlines; skipped when less is left.
+  spare: bool = False
 
 
 def batching_modes(path: pathlib.Path = ROOT / "fedjax_dp/models/cohort_ops.py") -> list[str]:
@@ -189,6 +202,13 @@ def steps(out: str) -> list[Step]:
                     "--client-chunk", "1000"] + light),
       Step("10k", "(g) FL-TOP-DP at 10,000 clients (the data's 6,000 repeated)", 20,
            bench + ["--scheme", "FL-TOP-DP", "--clients-per-round", "10000"] + light),
+      Step("pfl", "(h) benchmarks/peers.py: FL-STD-DP against pfl-research 0.6.0 with its "
+           "central DP on the same card, its multi-process simulation and its default, "
+           "100 clients; on the time the steps before saved", 75,
+           [py, "benchmarks/peers.py", "--clients-per-round", "100", "--repeats", "2",
+            "--cases", "FL-STD-DP,pfl-dp-multiproc,pfl-dp-default", "--pfl-torch", "shared",
+            "--pfl-env", PFL_ENV, "--pfl-pip-args", PFL_PIP_ARGS, "--json",
+            "--out", f"{out}/peers.jsonl"], spare=True),
   ]
 
 
@@ -202,14 +222,15 @@ def _cores() -> list[int]:
 def plan(out: str, as_json: bool = False) -> int:
   """Prints the steps, their deadlines and their sum; 1 if over ``STEPS_BUDGET_S``."""
   all_steps = steps(out)
-  sequential = sum(s.deadline for s in all_steps if not s.background)
+  sequential = sum(s.deadline for s in all_steps if not s.background and not s.spare)
   if as_json:
     print(json.dumps({"budget_s": BUDGET_S, "steps_budget_s": STEPS_BUDGET_S,
                       "sequential_s": sequential, "kill_after_s": KILL_AFTER_S,
                       "steps": [s._asdict() for s in all_steps]}))
   else:
     for i, s in enumerate(all_steps):
-      when = "background" if s.background else f"{s.deadline:4.0f} s"
+      when = "background" if s.background else f"{s.deadline:4.0f} s" + (
+          " spare" if s.spare else "")
       print(f"{i:2d}. {s.name:10s} {when:>10s}  {s.what}")
       env = " ".join(f"{k}={v}" for k, v in s.env.items())
       if s.name != "env":
@@ -281,9 +302,10 @@ class Suite:
     """Runs one sequential step; returns (and records) its end."""
     limit = self.deadline(step, later)
     head = {"step": step.name, "deadline_s": step.deadline, "given_s": round(limit, 1)}
-    if limit < min(MIN_STEP_S, step.deadline):
+    if limit < (step.deadline if step.spare else min(MIN_STEP_S, step.deadline)):
       end = dict(head, event="end", status="skipped", note=f"{self.left():.0f} s left of the run's "
-                 f"{self.budget:.0f} s")
+                 f"{self.budget:.0f} s" + (f"; a spare step needs {step.deadline:.0f} s"
+                                           if step.spare else ""))
       self.say(f"== {time.strftime('%H:%M:%S')} {step.name}: skipped (no time left)")
       self.record(end)
       self.results[step.name] = end
@@ -462,6 +484,11 @@ def summary(out: pathlib.Path, results: dict[str, dict]) -> str:
         f"failed: {m['error']}" if "error" in m else
         f"{m['clients_per_sec']:9.0f} clients/s, compile {m['compile_seconds']:.1f} s, "
         f"{num(m.get('fraction_of_matmul'), '.1%')} of matmul"))
+  for r in _jsonl(out / "peers.jsonl"):
+    ratios = "".join(f", {k}/pfl {v:.2f}x" for k, v in (r.get("ratio_ours_over_pfl") or {}).items())
+    lines.append(f"peers.py {r['case']:16s} {r['clients_per_round']:5d} clients " + (
+        f"failed: {r['error']}" if "error" in r else
+        f"{r['clients_per_sec']:9.0f} clients/s, {r['seconds_per_round']:.3f} s a round{ratios}"))
   trace = out / "trace-summary.json"
   for s in _jsonl(trace):
     if s.get("busy_ms") is not None:
@@ -486,7 +513,7 @@ def run(out: str, start: float | None = None) -> int:
   sequential = [s for s in all_steps[1:] if not s.background]
   shutil.rmtree(PROFILE_DIR, ignore_errors=True)  # the trace is this run's
   for i, step in enumerate(sequential):
-    later = sum(s.deadline for s in sequential[i + 1:])
+    later = sum(s.deadline for s in sequential[i + 1:] if not s.spare)
     if step.name == "trace":
       source = _copy_trace(suite)
       if source is None:

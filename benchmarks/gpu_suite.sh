@@ -12,10 +12,10 @@
 # models.jsonl to benchmarks/records/ under dated names.
 #
 # `prepare` downloads the wheels the device image lacks (dp-accounting and
-# dm-tree, for its Python 3.12) into .whl/, copies Fashion-MNIST and MNIST's
-# training split (the server's public batch) into .gpu-data/ (both ignored by
-# git; about 40 MB together, under the 64 MiB a call carries with the working
-# tree), and records the commit and a digest of the sources in
+# dm-tree, for its Python 3.12) into .whl/ (pfl-research's into .whl/pfl/),
+# copies Fashion-MNIST and MNIST's training split (the server's public batch)
+# into .gpu-data/ (both ignored by git; about 40 MB together, under the 64 MiB
+# a call carries with the working tree), and records the commit and a digest of the sources in
 # .gpu-data/source.json (the device has no .git: its env step compares).
 # `run` installs the wheels into /tmp/site and runs gpu_suite.py's suite,
 # which ends within 570 s of this script's start.
@@ -25,13 +25,22 @@ export GPU_SUITE_T0=${GPU_SUITE_T0:-$(date +%s.%N)}
 cd "$(dirname "$0")/.."
 
 WHEELS="dp-accounting==0.6.0 dm-tree==0.1.9"
+# pfl-research for the pfl step (benchmarks/peers.py --pfl-torch shared): pfl and
+# what its pins need beyond the image's packages, in .whl/pfl (not installed into
+# /tmp/site: pfl's dp-accounting<0.6 goes into its own environment on the device).
+PFL_WHEELS="pfl==0.6.0 dp-accounting==0.5.1 prv-accountant==0.2.0 multiprocess==0.70.19
+  dill==0.4.1 absl-py==1.4.0 attrs==23.2.0 mpmath==1.3.0 packaging==25.0 wheel==0.45.1
+  wrapt==2.5.2"
 
 prepare() {
   set -e
-  mkdir -p .whl .gpu-data/mnist
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $WHEELS
+  mkdir -p .whl/pfl .gpu-data/mnist
+  local platforms=(--only-binary=:all: --python-version 3.12 --implementation cp
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+  python3 -m pip download -q --no-deps "${platforms[@]}" -d .whl $WHEELS
+  # shellcheck disable=SC2086
+  python3 -m pip download -q --no-deps "${platforms[@]}" -d .whl/pfl $PFL_WHEELS
   local data=${FEDJAX_DP_DATA:-../shared/data}
   cp -r "$data/fashion-mnist" .gpu-data/
   cp "$data"/mnist/train-*-idx?-ubyte.gz .gpu-data/mnist/

@@ -38,7 +38,8 @@ def test_plan_fits_one_device_call_most_telling_first(suite, tmp_path):
                         env=dict(os.environ, OUT=str(tmp_path)), capture_output=True,
                         text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr
-  total = sum(s.deadline for s in suite.steps(str(tmp_path)) if not s.background)
+  total = sum(s.deadline for s in suite.steps(str(tmp_path))
+              if not s.background and not s.spare)
   assert proc.stdout.splitlines()[-1].startswith(f"sequential steps: {total:.0f} s of 540 s")
   plan = json.loads(subprocess.run([sys.executable, "benchmarks/gpu_suite.py", "plan", "--json"],
                                    cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -46,8 +47,8 @@ def test_plan_fits_one_device_call_most_telling_first(suite, tmp_path):
   steps = plan["steps"]
   assert [s["name"] for s in steps] == ["env", "pytest-cpu", "anchor", "trace", "sign",
                                         "batching", "models", "pytest-gpu", "cs", "flax",
-                                        "chunk", "10k"]
-  sequential = sum(s["deadline"] for s in steps if not s["background"])
+                                        "chunk", "10k", "pfl"]
+  sequential = sum(s["deadline"] for s in steps if not s["background"] and not s["spare"])
   assert sequential == plan["sequential_s"] <= plan["steps_budget_s"] == 540
   # The run ends inside the device tool's 600 s: the steps, a cut step's grace, the summary.
   assert sequential + plan["kill_after_s"] <= plan["budget_s"] <= 575
@@ -82,6 +83,35 @@ def test_every_batching_and_zoo_model_is_measured(suite, tmp_path):
   assert suite.batching_modes(tmp_path / "c.py") == ["map", "tiled"]
   (tmp_path / "d.py").write_text("BATCHINGS = tuple(m for m in MODES)\n")
   assert suite.batching_modes(tmp_path / "d.py") == ["map", "vmap", "product"]
+
+
+def test_the_pfl_step_runs_last_on_the_time_saved(suite, tmp_path):
+  """benchmarks/peers.py against pfl-research: a spare step, last, outside the sum
+  of deadlines (it takes no step's time), skipped with less than its deadline
+  left; its command parses; pfl's environment from the wheels `prepare` fetched;
+  its records in the summary."""
+  all_steps = suite.steps(str(tmp_path))
+  step = all_steps[-1]
+  assert step.name == "pfl" and step.spare and not step.background
+  assert not any(s.spare for s in all_steps[:-1])
+  argv = step.argv
+  args = benchmark_modules.load("peers").parse_args(argv[argv.index("benchmarks/peers.py") + 1:])
+  assert args.cases == ["FL-STD-DP", "pfl-dp-multiproc", "pfl-dp-default"]
+  assert args.pfl_torch == "shared" and args.json and args.out == f"{tmp_path}/peers.jsonl"
+  assert "--no-index" in args.pfl_pip_args and ".whl/pfl" in args.pfl_pip_args
+  assert "pfl==0.6.0" in (ROOT / "benchmarks/gpu_suite.sh").read_text()
+  s = suite.Suite(str(tmp_path), budget=100, kill_after=2)
+  s.start = time.time() - 40  # 60 s left: a step of 10 would run, a spare one of 75 not
+  skipped = s.run(suite.Step("spare", "", 75, _py("print('never')"), spare=True))
+  assert skipped["status"] == "skipped" and "a spare step needs 75 s" in skipped["note"]
+  assert s.run(suite.Step("spare2", "", 20, _py("print('ran')"), spare=True))["status"] == "ok"
+  rec = {"case": "pfl-dp-multiproc", "clients_per_round": 100, "clients_per_sec": 50.0,
+         "seconds_per_round": 2.0, "ratio_ours_over_pfl": {"FL-STD-DP": 3.0}}
+  (tmp_path / "peers.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(
+      {"case": "pfl-dp-default", "clients_per_round": 100, "error": "exit 1: boom"}) + "\n")
+  text = suite.summary(tmp_path, {})
+  assert "peers.py pfl-dp-multiproc   100 clients        50 clients/s" in text
+  assert "FL-STD-DP/pfl 3.00x" in text and "pfl-dp-default     100 clients failed: exit 1" in text
 
 
 def test_a_step_past_its_deadline_is_cut_and_the_suite_goes_on(suite, tmp_path):
