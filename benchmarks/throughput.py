@@ -188,7 +188,8 @@ def stage_fns(model, plan: simulation.Plan, run_key, t):
   Returns:
     ``messages(state, data)``: local training and encoding of the cohort;
     ``privacy(messages)``: ``scheme.privatize`` (sharded as in the round),
-    the plain sum and what the features add to it (their ``total`` hooks,
+    the plain sum, the shares' sum where the round draws it once
+    (``Plan.noise_once``) and what the features add to it (their ``total`` hooks,
     from their round values: correlated noise's z_t, streamed through the
     strategy's inverse, and added);
     ``decode(state, total)``: ``scheme.server_update`` of the mean.
@@ -210,11 +211,14 @@ def stage_fns(model, plan: simulation.Plan, run_key, t):
   def privacy(state, msgs):
     i = inputs(state)
     round_noise = simulation.round_noise(plan, i, state.features)
-    contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys, round_noise)
+    contribs, _ = privatize_fn(msgs, i.cohort.mask, i.noise_keys,
+                               simulation.client_noise(plan, round_noise))
     if jnp.issubdtype(contribs.dtype, jnp.integer):
       return jnp.sum(jnp.where(i.cohort.mask[:, None], contribs, 0), axis=0)
-    return _features_total(plan, state, i, round_noise,
-                           noise.masked_sum(contribs, i.cohort.mask))
+    total = simulation.add_aggregate_noise(plan, i, round_noise,
+                                           noise.masked_sum(contribs, i.cohort.mask),
+                                           jnp.sum(i.cohort.mask))
+    return _features_total(plan, state, i, round_noise, total)
 
   @jax.jit
   def decode(state, total):

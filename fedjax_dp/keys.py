@@ -14,6 +14,8 @@ along a path that names its purpose, so no two draws share a key:
                                   | "dropout" | "attack"
                                   | "attack_clients" -> client id
                                   | "canary_sampling" | "adaptive_clip"
+                                  | "correlated_noise"
+                                  | "aggregate_noise" (the shares' sum, drawn once)
 
 Client keys are folded in by *client id* (not slot), so a client's key in a
 round does not depend on where it sits in the cohort array. Canary clients
@@ -38,6 +40,10 @@ ATTACK, ATTACK_CLIENTS = 6, 7  # colluding attackers' training; each attacker's 
 CANARY_SAMPLING = 8  # which canary clients join the round
 ADAPTIVE_CLIP = 9  # the noise on the clipped count (fedjax_dp.features.adaptive_clip)
 CORRELATED_NOISE = 10  # the server's z_t (fedjax_dp.features.correlated_noise)
+AGGREGATE_NOISE = 11  # the cohort's Gaussian shares drawn as one sum (simulation.round)
+# A plug-in feature's own purposes: PLUGIN_BASE + i, clear of the library's
+# (which grow from 0 at both levels).
+PLUGIN_BASE = 100
 TRAIN, NOISE = 0, 1
 # Sub-keys of the setup key. A run has one scheme, which uses each at most
 # once; SETUP_PERMUTATION (FL-CS's shared shuffle) and SETUP_SERVER (Fed-SMP's
@@ -86,6 +92,7 @@ class RoundKeys(NamedTuple):
   server_noise: jax.Array
   secure_agg: jax.Array
   dropout: jax.Array
+  aggregate_noise: jax.Array
 
 
 def round_keys(key: jax.Array, round_index: jax.Array | int) -> RoundKeys:
@@ -98,7 +105,7 @@ def round_keys(key: jax.Array, round_index: jax.Array | int) -> RoundKeys:
   rkey = round_key(key, round_index)
   return RoundKeys(rkey, purpose(rkey, SAMPLING), purpose(rkey, MASK),
                    purpose(rkey, SERVER_NOISE), purpose(rkey, SECURE_AGG),
-                   purpose(rkey, DROPOUT))
+                   purpose(rkey, DROPOUT), purpose(rkey, AGGREGATE_NOISE))
 
 
 def client_keys(rkey: jax.Array, client_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -150,6 +157,7 @@ CORE_PURPOSES = (
     Purpose("round", MASK, "mask"), Purpose("round", SERVER_NOISE, "server noise"),
     Purpose("round", CLIENTS, "clients"), Purpose("round", SECURE_AGG, "secure aggregation"),
     Purpose("round", DROPOUT, "dropouts"),
+    Purpose("round", AGGREGATE_NOISE, "the cohort's noise shares, summed"),
 )
 
 

@@ -107,6 +107,31 @@ def test_throughput_privacy_stage_adds_the_correlated_noise(small_federation):
   np.testing.assert_allclose(privacy(state, msgs), real + added, atol=1e-4)
 
 
+def test_throughput_privacy_stage_draws_the_noise_as_the_round_does(small_federation):
+  """FL-STD-DP's privacy stage is the clipped sum plus the shares' sum drawn
+  once (``Plan.noise_once``) from the round's own key, as in the round."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from fedjax_dp import simulation  # pylint: disable=import-outside-toplevel
+  from fedjax_dp.privacy import noise  # pylint: disable=import-outside-toplevel
+  data, _, public = small_federation
+  module, model = benchmark_modules.load("throughput"), tiny_linear()
+  state, plan = module.prepared_round(model, "FL-STD-DP", data, public, 4, 1.0, 1, rounds=3)
+  assert plan.noise_once
+  t = jnp.int32(2)
+  messages, privacy, _ = module.stage_fns(model, plan, plan.run_key, t)
+  msgs = messages(state, data)
+  inputs = simulation.round_inputs(plan, state, plan.run_key, t)
+  mask = inputs.cohort.mask
+  clipped = jax.vmap(lambda m: m * jnp.minimum(1.0, plan.clip_norm / jnp.linalg.norm(m)))(msgs)
+  real = jnp.where(mask[:, None], clipped, 0.0).sum(0)
+  added = noise.aggregate_noise(inputs.keys.aggregate_noise, real.shape, plan.clip_norm,
+                                plan.noise_multiplier, jnp.sum(mask), jnp.sum(mask))
+  assert float(jnp.linalg.norm(added)) > 1.0
+  np.testing.assert_allclose(privacy(state, msgs), real + added, atol=1e-4)
+
+
 def _fake_torch(module, monkeypatch, calls, oom_chunk=None):
   """torch_loop and torch_func replaced by counters (torch is an optional extra)."""
   info = {"version": "fake", "device": "cpu", "device_name": "cpu", "tf32": False}

@@ -242,6 +242,13 @@ class Feature:
     self.run = run
 
   @property
+  def keeps_shares(self) -> bool:
+    """Whether a client's noise share must exist apart from the others (the
+    feature replaces or reads a slot's contribution); False lets the round
+    draw the shares' sum once (``Plan.noise_once``)."""
+    return False
+
+  @property
   def ctx(self) -> RunView:
     """Deprecated (0.1.0's ``Context``): :attr:`run`."""
     deprecation.warn("Feature.ctx", "Feature.run", "0.3.0")

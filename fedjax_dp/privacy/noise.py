@@ -83,12 +83,48 @@ def privatize(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
   ([[0.6, 0.8], [0.3, 0.4]], 1)
   """
   clipped, norms = jax.vmap(clip_by_l2_norm, in_axes=(0, None))(updates, clip_norm)
-  share_std = noise_share_std(clip_norm, noise_multiplier, num_shares)
-  shape = updates.shape[1:]
-  shares = jax.vmap(lambda k: jax.random.normal(k, shape, updates.dtype))(noise_keys)
-  contributions = clipped + share_std * shares
+  if isinstance(noise_multiplier, (int, float)) and noise_multiplier == 0:
+    contributions = clipped  # no share (the round draws their sum: aggregate_noise)
+  else:
+    share_std = noise_share_std(clip_norm, noise_multiplier, num_shares)
+    shape = updates.shape[1:]
+    shares = jax.vmap(lambda k: jax.random.normal(k, shape, updates.dtype))(noise_keys)
+    contributions = clipped + share_std * shares
   num_clipped = jnp.sum(slot_mask & ~(norms <= clip_norm))  # NaN norms too (zeroed)
   return contributions, num_clipped
+
+
+def aggregate_noise(key: jax.Array, shape: tuple[int, ...], clip_norm: float | jax.Array,
+                    noise_multiplier: float | jax.Array, num_shares: jax.Array,
+                    num_present: jax.Array) -> jax.Array:
+  """The sum of ``num_present`` shares ``G(0, S^2 sigma^2 / num_shares)``,
+  drawn as the one Gaussian it is: ``G(0, num_present S^2 sigma^2 / num_shares)``.
+
+  What :func:`privatize`'s shares add to a plain sum, at the cost of one draw
+  instead of one per client (``simulation.round`` draws it so wherever no
+  share is needed apart: ``Plan.noise_once``). With dropouts
+  (``num_shares = |K| - l``) it has exactly the variance of the shares that
+  arrived; with nobody present it is zero (the server adds
+  :func:`server_noise`).
+
+  Args:
+    key: The round's aggregate-noise key (``keys.AGGREGATE_NOISE``).
+    shape: The sum's shape.
+    clip_norm: S.
+    noise_multiplier: sigma.
+    num_shares: The shares the noise is split into (as :func:`privatize`'s).
+    num_present: The shares that reach the sum.
+
+  Four shares of std 0.55 sum to std 1.1; two of them to 1.1 / sqrt(2):
+
+  >>> z = aggregate_noise(jax.random.PRNGKey(0), (20000,), 1.0, 1.1, jnp.int32(4),
+  ...                     jnp.int32(2))
+  >>> 0.75 < float(jnp.std(z)) < 0.81
+  True
+  """
+  std = (noise_share_std(clip_norm, noise_multiplier, num_shares)
+         * jnp.sqrt(num_present.astype(jnp.float32)))
+  return std * jax.random.normal(key, shape, jnp.float32)
 
 
 def server_noise(server_key: jax.Array, shape: tuple[int, ...], dtype,

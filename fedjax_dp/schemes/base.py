@@ -284,6 +284,9 @@ class Scheme(abc.ABC):
 
     DP: ``clip(m_k) + G(0, S^2 sigma^2 / num_shares)`` (UAI Alg. 3 lines
     25-27; ``fedjax_dp.privacy.noise.privatize``); otherwise the messages.
+    Where no share is needed apart, the round calls this default with sigma
+    0 and draws the shares' sum once (``Plan.noise_once``); a scheme that
+    overrides it always gets the round's sigma and draws its own shares.
 
     Args:
       messages: (capacity, K) messages.

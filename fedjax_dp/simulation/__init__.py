@@ -21,7 +21,7 @@ from fedjax_dp.simulation.loop import (Counters, Trained, evaluation_metrics, ma
 from fedjax_dp.simulation.record import Record, make_record, privacy_report
 from fedjax_dp.simulation.plan import Communication, Plan, RoundConfig
 from fedjax_dp.simulation.round import (Aggregate, RoundInfo, RoundInputs, ServerState,
-                                        make_aggregate_fn, make_privatize_fn, make_round_fn,
+                                        add_aggregate_noise, client_noise, make_aggregate_fn, make_privatize_fn, make_round_fn,
                                         make_rounds_fn, make_train_fn, make_trainer,
                                         round_inputs, round_noise)
 from fedjax_dp.simulation.setup import (AUTO_CHUNK, AUTO_CHUNK_ABOVE, CPU_CHUNK_PER_DEVICE,
@@ -32,7 +32,8 @@ __all__ = [
     "AUTO_CHUNK", "AUTO_CHUNK_ABOVE", "Aggregate", "CPU_CHUNK_PER_DEVICE", "ClientData",
     "Communication", "Counters", "Dropouts", "Execution", "Plan", "Prepared", "Privacy", "Record",
     "RoundConfig", "RoundInfo", "RoundInputs", "RunConfig", "SELECTION_METRICS", "Secure",
-    "ServerState", "Trained", "Training", "communication", "default_chunk",
+    "ServerState", "Trained", "Training", "add_aggregate_noise", "client_noise", "communication",
+    "default_chunk",
     "evaluation_metrics", "make_aggregate_fn", "make_eval_fn", "make_privatize_fn", "make_record",
     "make_round_fn", "make_rounds_fn", "make_stream_fn", "make_train_fn", "make_trainer",
     "prepare", "privacy_report", "round_inputs", "round_noise", "run", "train_loop", "validate",

@@ -144,6 +144,30 @@ class Plan:
     return sums.make(self.comm.secure_bits, self.comm.secure_scale,
                      self.config.secure.secure_neighbours, self.aggregator)
 
+  @property
+  def noise_once(self) -> bool:
+    """Whether the round draws the cohort's Gaussian noise as one sum.
+
+    The clients' shares ``G(0, S^2 sigma^2 / shares)`` (UAI Alg. 3 line 27)
+    reach the server only as their sum when the scheme releases the plain
+    client-level Gaussian mechanism with fresh noise every round through the
+    library's ``Scheme.privatize`` (a scheme that overrides it always draws
+    its own shares: FL-SIGN-DP's discrete Gaussian ones, whose sum is not a
+    discrete Gaussian; CDP-LQ's record-level noise), the sum is
+    plain (no simulated secure aggregation, whose ring sees each share; no
+    robust rule, which sees each update) and no feature keeps a share apart
+    (``Feature.keeps_shares``: attackers who skip their noise). The sum of
+    the present clients' shares is then drawn once
+    (``privacy.noise.aggregate_noise``, the same distribution, dropouts
+    included) and the clients' ``privatize`` runs with sigma 0.
+    """
+    m = self.mechanism
+    return (self.scheme.traits.dp and m is not None and m.kind == "gaussian"
+            and m.level == "client" and m.correlation == "independent"
+            and type(self.scheme).privatize is Scheme.privatize  # the library's shares
+            and self.comm.secure_bits is None and self.aggregator is None
+            and not any(f.keeps_shares for f in self.features))
+
   def sampler_share(self, run_key: jax.Array) -> sampling.PoolShare | None:
     """The clients a feature places in every cohort (the attackers), if any."""
     shares = [f.sampler_share(run_key, self.num_clients) for f in self.features]

@@ -25,6 +25,7 @@ from fedjax_dp import fast_prng, keys, sampling, sharding
 from fedjax_dp.data import ClientData, as_float
 from fedjax_dp.features.base import At, Chunk, Noise, Observed, Trainer
 from fedjax_dp.models import FlatModel
+from fedjax_dp.privacy import noise as noise_lib
 from fedjax_dp.simulation import sums
 from fedjax_dp.simulation.plan import Plan
 
@@ -169,6 +170,23 @@ def round_noise(plan: Plan, inputs: RoundInputs, fstates) -> Noise:
   return noise._replace(num_shares=jnp.maximum(noise.num_shares, 1))
 
 
+def client_noise(plan: Plan, noise: Noise) -> Noise:
+  """What the clients' ``privatize`` gets: the round's :class:`Noise`, or
+  sigma 0 where the round draws the shares' sum once (``Plan.noise_once``)."""
+  return noise._replace(noise_multiplier=0.0) if plan.noise_once else noise
+
+
+def add_aggregate_noise(plan: Plan, inputs: RoundInputs, noise: Noise, total: jax.Array,
+                        num_present: jax.Array) -> jax.Array:
+  """``total`` plus the present clients' shares drawn as one sum
+  (``privacy.noise.aggregate_noise``) where ``Plan.noise_once``; else ``total``."""
+  if not plan.noise_once:
+    return total
+  return total + noise_lib.aggregate_noise(inputs.keys.aggregate_noise, total.shape,
+                                           noise.clip_norm, noise.noise_multiplier,
+                                           noise.num_shares, num_present)
+
+
 def _present_and_noise(plan: Plan, inputs: RoundInputs, fstates) -> tuple[jax.Array, Noise]:
   """The sampled slots whose client did not fail (the features' ``failures``),
   and the round's :class:`Noise` (:func:`round_noise`)."""
@@ -183,8 +201,9 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
 
   Local training, the features' messages, ``scheme.privatize`` (clip and
   noise shares, or the scheme's own contributions), the features'
-  contributions, client failures, then the round's sum; when no share
-  arrived, a DP scheme's ``server_noise``.
+  contributions, client failures, then the round's sum; the shares' sum
+  drawn once where no share is needed apart (:func:`add_aggregate_noise`);
+  when no share arrived, a DP scheme's ``server_noise``.
 
   Returns:
     ``aggregate(w, inputs, data, feature_states) -> Aggregate``.
@@ -200,6 +219,7 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
   def aggregate(w, inputs: RoundInputs, data, fstates) -> Aggregate:
     slot_mask = inputs.cohort.mask
     present, noise = _present_and_noise(plan, inputs, fstates)
+    shares = client_noise(plan, noise)
     trainer = make_trainer(plan, model, w, data, inputs, noise)
     # Each feature's view of the round once its train hook has run.
     at = [At(fstate, f.train(At(fstate, v, inputs=inputs, noise=noise, trainer=trainer), v),
@@ -217,7 +237,7 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
                        take(tkeys), noise)
       for f, fat in zip(features, at):
         messages = f.messages(fat._replace(chunk=part), messages)
-      contribs, clipped = privatize(messages, part.mask, take(nkeys), noise)
+      contribs, clipped = privatize(messages, part.mask, take(nkeys), shares)
       sent = [fat._replace(chunk=part, messages=messages) for fat in at]
       for f, fat in zip(features, sent):
         contribs, clipped = f.contributions(fat, (contribs, clipped))
@@ -245,6 +265,7 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
       acc, num_clipped, tallies = add_chunk(init, 0)
     num_present = jnp.sum(present)
     total, overflow = summer.finish(acc)
+    total = add_aggregate_noise(plan, inputs, noise, total, num_present)
     if scheme.traits.dp:  # no share arrived: the server adds the noise (thesis 5.2.5)
       total = jax.lax.cond(
           num_present == 0,

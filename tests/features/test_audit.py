@@ -88,8 +88,13 @@ def test_a_correct_mechanism_stays_at_or_below_the_accountants_epsilon(small_fed
                                                                        seed):
   record = _run(small_federation, get_scheme("FL-STD-DP"), seed=seed)
   eps = record["epsilon_final"]
-  assert 0 < record["empirical_epsilon"] <= eps
-  assert 0 <= record["empirical_epsilon_every_round"] <= eps
+  # The estimates are estimates: over 24 seeds each one exceeded this run's
+  # epsilon 5.01 in about a quarter of them (every round: 25% with the
+  # clients' shares, 21% with their sum drawn once, means 3.65 and 3.41).
+  # Their bootstrap intervals reach down to it.
+  for model in ("final_model", "every_round"):
+    assert record["audit"][model]["empirical_epsilon_interval"][0] <= eps, model
+  assert record["empirical_epsilon"] > 0
   assert record["epsilon_lower_bound"] <= eps
   assert record["epsilon_lower_bound_every_round"] <= eps
   audit = record["audit"]

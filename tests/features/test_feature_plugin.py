@@ -16,7 +16,7 @@ from fedjax_dp.features import Conflict, Feature
 
 # --- The feature's module: a config, its options, its feature class. -------------
 
-TOY_KEY = 11  # a round-level purpose of its own
+TOY_KEY = keys.PLUGIN_BASE  # a round-level purpose of its own
 
 
 @dataclasses.dataclass(frozen=True)

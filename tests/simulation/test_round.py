@@ -1,4 +1,7 @@
-"""The jitted round: DP noise at the round level, no recompilation, calibration."""
+"""The jitted round: DP noise at the round level (shares, or their sum drawn once), no
+recompilation, calibration."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +10,8 @@ import pytest
 from scipy import stats
 
 from fedjax_dp import calibration, simulation
+from fedjax_dp.features.attack.adversary import AttackConfig
+from fedjax_dp.privacy import accounting, noise
 from fedjax_dp.compression import masks
 from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
 from scheme_helpers import round_plan
@@ -184,3 +189,82 @@ def test_a_chunk_of_padding_slots_only_is_not_trained_and_changes_nothing(
       assert [len(ids) for ids in trained] == [4] * -(-sampled // 4)  # 6 chunks, not all
   np.testing.assert_allclose(weights[4], weights[None], rtol=1e-5, atol=1e-7)
   assert not np.array_equal(weights[None], np.asarray(w0))
+
+
+def _variance_p(samples: np.ndarray, variance: float) -> float:
+  """Two-sided chi-square p-value of ``samples`` ~ N(0, variance)."""
+  stat, dof = np.sum(np.asarray(samples, np.float64) ** 2) / variance, samples.size
+  return 2 * min(stats.chi2.cdf(stat, dof), stats.chi2.sf(stat, dof))
+
+
+def test_the_shares_sum_drawn_once_has_the_shares_distribution_dropouts_included():
+  """10 slots, 8 sampled, 2 of them failed; shares sized for |K| - l = 6: the
+  present shares' sum and the one draw are both N(0, 6 (S sigma)^2 / 6), and
+  a variance 2% off is rejected for both."""
+  m, clip, sigma, shares = 400_000, 0.7, 1.3, 6
+  sampled = jnp.arange(10) < 8
+  present = sampled & (jnp.arange(10) >= 2)
+  keys = jax.random.split(jax.random.PRNGKey(3), 10)
+  contribs, _ = noise.privatize(jnp.zeros((10, m)), sampled, keys, clip, sigma,
+                                jnp.int32(shares))
+  summed = noise.masked_sum(contribs, present)
+  once = noise.aggregate_noise(jax.random.PRNGKey(4), (m,), clip, sigma, jnp.int32(shares),
+                               jnp.sum(present))
+  variance = 6 * (clip * sigma) ** 2 / shares
+  for draw in (summed, once):
+    assert _variance_p(draw, variance) > 1e-3
+    assert _variance_p(draw, 1.02 * variance) < 1e-3
+    assert _variance_p(draw, variance / 1.02) < 1e-3
+  # Nobody present: nothing (the round's server_noise covers that round).
+  nothing = noise.aggregate_noise(jax.random.PRNGKey(4), (m,), clip, sigma, jnp.int32(1),
+                                  jnp.int32(0))
+  assert not np.any(np.asarray(nothing))
+
+
+def test_a_noise_once_round_adds_s_sigma_noise_and_skips_the_shares(small_federation, cnn):
+  """FL-STD-DP on the paper CNN with a tiny lr: the update is the noise, drawn
+  once, N(0, (S sigma / E|K|)^2) on every weight; a 2% error in its variance
+  is rejected. The clients' privatize gets sigma 0 (no share drawn)."""
+  data, _, _ = small_federation
+  n = cnn.num_params
+  scheme = get_scheme("FL-STD-DP")
+  plan = dataclasses.replace(_round_plan(scheme, n, lr=1e-12, num_kept=n),
+                             mechanism=accounting.Mechanism("gaussian", 1.54))
+  assert plan.noise_once
+  noise_in = simulation.round_noise(plan, simulation.round_inputs(
+      plan, simulation.ServerState(cnn.init(jax.random.PRNGKey(0)), ()),
+      jax.random.PRNGKey(1), jnp.int32(1)), ())
+  assert simulation.client_noise(plan, noise_in).noise_multiplier == 0.0
+  w0 = cnn.init(jax.random.PRNGKey(0))
+  fn = jax.jit(simulation.make_round_fn(cnn, plan))
+  state, info = fn(simulation.ServerState(w0, ()), data, jax.random.PRNGKey(1), jnp.int32(1))
+  assert int(info.num_sampled) > 0
+  diff = np.asarray(state.weights - w0, np.float64)
+  variance = (plan.clip_norm * plan.noise_multiplier / plan.clients_per_round) ** 2
+  assert _variance_p(diff, variance) > 1e-3
+  assert _variance_p(diff, 1.02 * variance) < 1e-3
+  assert _variance_p(diff, variance / 1.02) < 1e-3
+
+
+_ONCE_CASES = {
+    "FL-STD-DP": ("FL-STD-DP", {}, True),
+    "FL-TOP-DP, dropouts": ("FL-TOP-DP", dict(dropout_rate=0.2, max_dropouts=2), True),
+    "FL-STD-DP, secure aggregation": ("FL-STD-DP", dict(secure_aggregation=True), False),
+    "FL-STD-DP, attackers skip their noise": (
+        "FL-STD-DP", dict(attack=AttackConfig("gradient-ascent", 0.1, skip_noise=True)), False),
+    "FL-STD-DP, attackers add their noise": (
+        "FL-STD-DP", dict(attack=AttackConfig("gradient-ascent", 0.1)), True),
+    "FL-SIGN-DP (discrete Gaussian shares)": ("FL-SIGN-DP", {}, False),
+    "FL-STD (no DP)": ("FL-STD", {}, False),
+}
+
+
+@pytest.mark.parametrize("case", list(_ONCE_CASES))
+def test_the_plan_draws_the_noise_once_only_where_no_share_is_needed_apart(
+    small_federation, case):
+  data, _, public = small_federation
+  name, settings, once = _ONCE_CASES[case]
+  cfg = simulation.RunConfig.of(rounds=1, clients_per_round=10, noise_multiplier=1.0,
+                                clip_norm=0.5, **settings)
+  _, plan = simulation.prepare(tiny_linear(), get_scheme(name), data, public, cfg)
+  assert plan.noise_once is once

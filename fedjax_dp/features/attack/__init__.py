@@ -129,6 +129,11 @@ class Attack(Feature):
     return value._replace(sent=attack_messages(at.trainer, self.config, at.inputs,
                                                value.attackers))
 
+  @property
+  def keeps_shares(self) -> bool:
+    """Attackers who skip their noise replace their contribution, share and all."""
+    return bool(self.config.skip_noise)
+
   def messages(self, at: At, messages: jax.Array) -> jax.Array:
     value, chunk = at.value, at.chunk
     if value.sent is None:
