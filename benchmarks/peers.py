@@ -706,5 +706,10 @@ def _check_ours(rec: dict, work: dict) -> None:
                        f"CNN's {PAPER_CNN_PARAMS:,}")
 
 
+def _interrupt(signum, frame):  # pylint: disable=unused-argument
+  raise KeyboardInterrupt  # a pfl case running ends its process group first (_launch)
+
+
 if __name__ == "__main__":
+  signal.signal(signal.SIGTERM, _interrupt)
   sys.exit(main())
