@@ -431,6 +431,18 @@ def test_local_training_benchmark_runs_small(capsys):
   assert code == 2 and "--steps" in err and "Traceback" not in err
 
 
+def test_masked_gradients_benchmark_runs_small(capsys):
+  """The gathered weight-gradient entries equal the whole gradient's there
+  (float32 round-off over 1,960 products each)."""
+  module = benchmark_modules.load("masked_gradients")
+  assert module.main(["--clients", "1", "--entries", "50", "--repeats", "1", "--json"]) == 0
+  rec = _json_lines(capsys)[-1]
+  assert {"forward", "input_grad", "weight_grad", "gathered_50"} <= set(rec["seconds"])
+  assert 0 <= rec["max_abs_diff"]["gathered_50"] < 1e-2
+  code, err = _exit_in_process(module.main, capsys, ["--entries", "51201"])
+  assert code == 2 and err.count("\n") == 1 and "--entries" in err
+
+
 @pytest.mark.parametrize("name, argv", [("throughput", ["--no-torch"]), ("processes", [])])
 def test_benchmarks_without_data_end_in_one_line_exit_2(name, argv, tmp_path, capsys,
                                                         monkeypatch):
