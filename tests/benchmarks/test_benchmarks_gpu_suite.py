@@ -199,7 +199,9 @@ def test_run_records_the_machine_first_and_reads_the_trace(suite, tmp_path, monk
   models = _py(f"open({str(tmp_path / 'models.jsonl')!r}, 'w').write("
                "'{\"model\": \"lstm\", \"error\": \"KeyError: num_consts\"}\\n')")
   real = suite.steps(str(tmp_path))
-  fake = [real[0], suite.Step("anchor", "", 60, anchor), real[3],
+  # The env step's own 15 s would not always hold its imports (JAX, flax, PyTorch)
+  # on 2 loaded cores beside the other tests' workers.
+  fake = [real[0]._replace(deadline=90), suite.Step("anchor", "", 60, anchor), real[3],
           suite.Step("models", "", 30, models)]
   monkeypatch.setattr(suite, "steps", lambda out: fake)
   monkeypatch.setattr(suite, "PROFILE_DIR", str(profile))
