@@ -279,11 +279,20 @@ class Suite:
     # A session of its own: the deadline's signals reach its children (xdist
     # workers). SIGINT's default restored: a suite started in the background by
     # a non-interactive shell inherits it ignored, and a Python step would then
-    # never see its KeyboardInterrupt and write what it measured.
-    return subprocess.Popen(  # pylint: disable=consider-using-with
-        step.argv, cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # never see its KeyboardInterrupt and write what it measured. Restored in
+    # this process for the moment of the start (a child inherits an ignored
+    # signal, not a handler), not by a preexec_fn: that makes subprocess fork
+    # this process, which JAX's threads make unsafe (JAX warns).
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+      signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+      return subprocess.Popen(  # pylint: disable=consider-using-with
+          step.argv, cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.STDOUT,
+          start_new_session=True)
+    finally:
+      if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
   def _stop(self, proc: subprocess.Popen) -> None:
     """SIGINT to the step's process group, SIGKILL ``kill_after`` later."""

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -154,6 +155,30 @@ def test_a_step_past_its_deadline_is_cut_and_the_suite_goes_on(suite, tmp_path):
                   ("late", "skipped")]
   starts = [r for r in rows if r.get("event") == "start"]
   assert starts[0]["step"] == "slow" and "command" in starts[0] and starts[0]["deadline_s"] == 4
+
+
+def test_a_step_sees_sigint_though_the_suite_ignores_it_and_nothing_forks(suite, tmp_path):
+  """Started in the background by a non-interactive shell, the suite inherits
+  SIGINT ignored: its steps still get the deadline's KeyboardInterrupt, and
+  starting them does not fork this (JAX-threaded) process."""
+  import warnings  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.numpy.zeros(1).block_until_ready()  # JAX's threads running: a fork would warn
+  s = suite.Suite(str(tmp_path), budget=60, kill_after=5)
+  measured = tmp_path / "cut.txt"
+  step = suite.Step("slow", "waits for SIGINT", 3, _py(
+      "import time\ntry:\n  print('started', flush=True)\n  time.sleep(30)\n"
+      f"except KeyboardInterrupt:\n  open({str(measured)!r}, 'w').write('cut')\n  raise"))
+  before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      end = s.run(step, later=1000)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # the suite's own, kept
+  finally:
+    signal.signal(signal.SIGINT, before)
+  assert end["status"] == "cut" and measured.read_text() == "cut"
+  assert not [w for w in caught if "fork" in str(w.message)]
 
 
 def test_time_saved_goes_to_the_next_step_never_a_later_steps_time(suite, tmp_path):
