@@ -557,16 +557,6 @@ HEADER = (f"{'clients':>7s}  {'case':18s} {'s/round':>9s} {'rounds/s':>9s} {'cli
           f"{'peak MB':>8s}  {'load':11s}  ours/pfl (clients/s)")
 
 
-def _cohorts(value: str) -> list[int]:
-  try:
-    sizes = [int(n) for n in value.split(",")]
-  except ValueError:
-    sizes = []
-  if not sizes or min(sizes) < 1:
-    raise argparse.ArgumentTypeError(f"expected positive integers, comma-separated: {value!r}")
-  return sizes
-
-
 def _cases(value: str) -> list[str]:
   names = [n.strip() for n in value.split(",") if n.strip()]
   bad = [n for n in names if n not in CASES]
@@ -588,7 +578,7 @@ def _positive(value: str) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
-  p.add_argument("--clients-per-round", type=_cohorts, default=[10, 100, 1000],
+  p.add_argument("--clients-per-round", type=throughput._cohorts, default=[10, 100, 1000],
                  help="cohorts, comma-separated (default 10,100,1000)")
   p.add_argument("--cases", type=_cases, default=list(CASES),
                  help=f"comma-separated, of: {', '.join(CASES)} (default: all)")

@@ -46,6 +46,8 @@ import resource
 import sys
 import time
 
+import torch_cnn  # benchmarks/torch_cnn.py, this script's folder
+
 # Runs before anything heavy: --probe needs only the versions.
 _PROBE = ("pfl", "torch", "dp_accounting", "numpy")
 
@@ -70,35 +72,16 @@ def probe() -> dict:
 
 
 def _cnn_class():
-  """The paper CNN in PyTorch: ``benchmarks/throughput.py``'s (its ``_torch_cnn``),
-  with pfl's ``loss`` and ``metrics`` methods and the counters.
-
-  conv5x5x32 - pool - conv5x5x64 - pool - dense512 - dense10, 'same'
-  padding, the features flattened in NHWC order as the JAX model does;
-  1,663,370 weights.
-  """
+  """The paper CNN in PyTorch (``torch_cnn.py``, ``throughput.py``'s too), with
+  pfl's ``loss`` and ``metrics`` methods and the counters."""
   import torch
-  from torch import nn
   import torch.nn.functional as F
   from pfl.metrics import Weighted
 
-  class CNN(nn.Module):
+  class CNN(torch_cnn.paper_cnn_class()):
     """The model pfl trains; ``evaluations`` counts its ``metrics`` calls."""
 
     evaluations = 0
-
-    def __init__(self):
-      super().__init__()
-      self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
-      self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-      self.dense1 = nn.Linear(3136, 512)
-      self.dense2 = nn.Linear(512, 10)
-
-    def forward(self, h):
-      h = F.max_pool2d(F.relu(self.conv1(h)), 2)
-      h = F.max_pool2d(F.relu(self.conv2(h)), 2)
-      h = h.permute(0, 2, 3, 1).flatten(1)  # NHWC order, as the JAX model
-      return self.dense2(F.relu(self.dense1(h)))
 
     def loss(self, x, y):
       self.train()

@@ -98,6 +98,7 @@ import numpy as np  # noqa: E402
 from common import best_seconds as _best  # noqa: E402
 from common import OneLineParser, load_paper_data, lowered_flops  # noqa: E402
 from common import machine, matmul_gflops  # noqa: E402
+import torch_cnn  # noqa: E402  (benchmarks/torch_cnn.py)
 from fedjax_dp import features, sharding, simulation  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.models import cohort_ops, from_flax, paper_cnn  # noqa: E402
@@ -529,26 +530,8 @@ def _torch_cnn(model, w0, x, y):
   largest difference of the first client's logits from the JAX model's.
   """
   import torch  # pylint: disable=import-outside-toplevel
-  from torch import nn  # pylint: disable=import-outside-toplevel
-  import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
 
   device = torch.device(torch_settings()["device"])
-
-  class CNN(nn.Module):
-    """conv5x5x32 - pool - conv5x5x64 - pool - dense512 - dense10 ('same' padding)."""
-
-    def __init__(self):
-      super().__init__()
-      self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
-      self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-      self.dense1 = nn.Linear(3136, 512)
-      self.dense2 = nn.Linear(512, 10)
-
-    def forward(self, h):
-      h = F.max_pool2d(F.relu(self.conv1(h)), 2)
-      h = F.max_pool2d(F.relu(self.conv2(h)), 2)
-      h = h.permute(0, 2, 3, 1).flatten(1)  # NHWC order, as the JAX model
-      return self.dense2(F.relu(self.dense1(h)))
 
   p = {k: np.asarray(v) for k, v in model.unflatten(w0).items()}
   global_weights = [
@@ -557,7 +540,7 @@ def _torch_cnn(model, w0, x, y):
       p["dense1_w"].T, p["dense1_b"], p["dense2_w"].T, p["dense2_b"]]
   global_weights = [torch.tensor(np.ascontiguousarray(a), device=device)
                     for a in global_weights]
-  net = CNN().to(device)
+  net = torch_cnn.paper_cnn_class()().to(device)
   xs = torch.tensor(np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 1, 4, 2, 3)),
                     device=device)
   ys = torch.tensor(np.asarray(y, np.int64), device=device)

@@ -201,9 +201,8 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
 
   Local training, the features' messages, ``scheme.privatize`` (clip and
   noise shares, or the scheme's own contributions), the features'
-  contributions, client failures, then the round's sum; the shares' sum
-  drawn once where no share is needed apart (:func:`add_aggregate_noise`);
-  when no share arrived, a DP scheme's ``server_noise``.
+  contributions, client failures, the round's sum, :func:`add_aggregate_noise`,
+  then a DP scheme's ``server_noise`` if no share arrived.
 
   Returns:
     ``aggregate(w, inputs, data, feature_states) -> Aggregate``.
@@ -219,7 +218,6 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
   def aggregate(w, inputs: RoundInputs, data, fstates) -> Aggregate:
     slot_mask = inputs.cohort.mask
     present, noise = _present_and_noise(plan, inputs, fstates)
-    shares = client_noise(plan, noise)
     trainer = make_trainer(plan, model, w, data, inputs, noise)
     # Each feature's view of the round once its train hook has run.
     at = [At(fstate, f.train(At(fstate, v, inputs=inputs, noise=noise, trainer=trainer), v),
@@ -237,7 +235,7 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
                        take(tkeys), noise)
       for f, fat in zip(features, at):
         messages = f.messages(fat._replace(chunk=part), messages)
-      contribs, clipped = privatize(messages, part.mask, take(nkeys), shares)
+      contribs, clipped = privatize(messages, part.mask, take(nkeys), client_noise(plan, noise))
       sent = [fat._replace(chunk=part, messages=messages) for fat in at]
       for f, fat in zip(features, sent):
         contribs, clipped = f.contributions(fat, (contribs, clipped))
