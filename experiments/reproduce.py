@@ -275,6 +275,17 @@ class _Pace(NamedTuple):
   slug: str
   kind: tuple[str, int, bool]  # (scheme, _run_size's images a round, attacked)
   seconds_per_round: float
+  finished: str  # when the record was kept (ISO 8601): the newest set the pace
+
+
+#: How many of the newest alike records set a pace (their median): a faster
+#: round, once it lands in that many records, sets the estimates.
+_NEWEST = 3
+
+
+def _newest(paces: list[_Pace]) -> list[_Pace]:
+  """The :data:`_NEWEST` most recently kept of ``paces``."""
+  return sorted(paces, key=lambda p: p.finished)[-_NEWEST:]
 
 
 def _run_size(row: paper_tables.Row, seed: int, extra: tuple[str, ...]) -> tuple[int, int]:
@@ -305,7 +316,8 @@ def _paces(out: str, here: str) -> tuple[list[_Pace], str]:
         if state.finished and not state.same_run_as and state.round:
           _, images = _run_size(row, state.seed, row.reduced if state.reduced else ())
           paces.append((state.machine, _Pace(table.name, row.slug, _kind(row, images),
-                                             state.seconds / state.round)))
+                                             state.seconds / state.round,
+                                             state.finished_at)))
   model = paper_stats.machine_model(here)
   same = [p for m, p in paces if paper_stats.machine_model(m) == model]
   if same:
@@ -321,7 +333,8 @@ def _pace(paces: list[_Pace], table: paper_tables.Table, row: paper_tables.Row,
   """Estimated seconds a round of a row's run, and what the estimate rests
   on: the row's kept seeds, else kept runs of its scheme and size (attacked
   or not, as it is), else of its size, else every kept run's seconds per
-  image; None without a kept run."""
+  image; each the median of the :data:`_NEWEST` newest such records, so the
+  estimate follows the code's pace as it changes. None without a kept run."""
   if not paces:
     return None
   scheme, _, attacked = kind = _kind(row, images)
@@ -335,9 +348,16 @@ def _pace(paces: list[_Pace], table: paper_tables.Table, row: paper_tables.Row,
       ([p for p in alike if p.kind == kind], f"the kept {scheme} {what} of its size"),
       ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size")):
     if chosen:
-      return statistics.median(p.seconds_per_round for p in chosen), f"{basis} ({len(chosen)})"
-  per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in alike)
-  return images * per_image, f"the kept {what}, scaled by size ({len(alike)})"
+      return (statistics.median(p.seconds_per_round for p in _newest(chosen)),
+              f"{basis} ({_count(chosen)})")
+  per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(alike))
+  return images * per_image, f"the kept {what}, scaled by size ({_count(alike)})"
+
+
+def _count(paces: list[_Pace]) -> str:
+  """How many records a pace rests on: ``"2"``, or ``"newest 3 of 7"``."""
+  used = len(_newest(paces))
+  return str(used) if used == len(paces) else f"newest {used} of {len(paces)}"
 
 
 def _plan(path: str, out: str) -> int:

@@ -176,6 +176,9 @@ def _run(table: Table, row: Row, seed: int, path: pathlib.Path, work: pathlib.Pa
   work.mkdir(parents=True, exist_ok=True)
   with atomic_file(work / COMMAND, "w") as f:
     json.dump({"argv": row.argv(seed, "OUT", extra)}, f)
+  # The work folder is this (row, seed)'s own: a sweep of an older definition
+  # of the row left there is replaced (its kept record is the run's record).
+  argv = [*argv, "--overwrite"]
   code = sweep([a for a in argv if a != "--quiet"] if progress else argv)
   if code == INTERRUPTED:
     raise KeyboardInterrupt
@@ -297,6 +300,8 @@ class RunState(NamedTuple):
       is replaced, not continued, when the row runs).
     machine: A record's machine line (``host_devices.machine``); "" for a
       checkpoint, whose machine is not known.
+    finished_at: When a record was kept (its ``finished`` time, ISO 8601);
+      "" for a checkpoint.
   """
 
   seed: int
@@ -308,6 +313,7 @@ class RunState(NamedTuple):
   same_run_as: str = ""
   older: bool = False
   machine: str = ""
+  finished_at: str = ""
 
 
 def run_states(out: str | os.PathLike, table: Table, row: Row,
@@ -329,7 +335,7 @@ def run_states(out: str | os.PathLike, table: Table, row: Row,
     done = {r["seed"] for r in kept}
     states += [RunState(r["seed"], bool(suffix), True, r["record"]["rounds"],
                         r["record"]["seconds"], same_run_as=r.get("same_run_as", ""),
-                        machine=r.get("machine", ""))
+                        machine=r.get("machine", ""), finished_at=r.get("finished", ""))
                for r in kept]
     runs = pathlib.Path(out, ".runs", table.name, row.slug)
     # A run holds its lock from the start, its folder exists once it trains.

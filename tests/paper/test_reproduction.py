@@ -244,6 +244,8 @@ def test_run_row_keeps_each_record_and_runs_it_once(tmp_path):
   assert kept["paper"]["accuracy"] == 0.78 and kept["record"]["best_accuracy"] == 0.5
   assert calls[0][calls[0].index("--out") + 1] == str(
       paper_runner.work_dir(tmp_path, table, row, 1))
+  # The work folder is the row's own: an older definition's sweep there is replaced.
+  assert calls[0][-1] == "--overwrite" and "--overwrite" not in kept["argv"]
   assert paper_runner.run_row(table, row, 1, tmp_path, _fake_sweep(calls), "x") == kept
   assert len(calls) == 1 and "--quiet" in calls[0]  # kept: not run again
   # With a progress bar (reproduce.py on a terminal): the same record.
@@ -1055,6 +1057,25 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
                     "rounds at the pace of the kept runs without attack of its size (1))")
   assert out[-1].endswith("at the paces of the records kept on this machine")
   (tmp_path / "thesis-5.3" / "FL-FREQ-DP_r0.05.seed0.json").unlink()
+  # The newest records set the pace: two runs of a faster round (3 rounds in
+  # 3 s) kept after two slow ones (30 s) outweigh them (the median of the
+  # newest three is 1 s a round; of all four it would be 5.5 s).
+  def keep(slug, seconds, finished):
+    [row] = t53.select([slug])
+    paper_runner.run_row(t53, row, 0, tmp_path, _fake_sweep([], seconds=seconds),
+                         here.format(0.5))
+    path = tmp_path / "thesis-5.3" / f"{slug}.seed0.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), finished=finished)))
+    return path
+  kept = [keep(f"{scheme}_r{ratio}", seconds, f"2026-11-0{day}")
+          for ratio, seconds, day in (("0.1", 30.0, 1), ("0.2", 3.0, 2))
+          for scheme in ("FL-RND-DP", "FL-FREQ-DP")]
+  assert plan(queue) == 0
+  assert capsys.readouterr().out.splitlines()[0] == (
+      f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 1 / 3600:.1f} h (200 rounds at the "
+      "pace of the kept runs without attack of its size (newest 3 of 4))")
+  for path in kept:
+    path.unlink()
   # A quick check (--sweep-flags) is another run than the paper setting's checkpoint.
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 2 --sweep-flags '--rounds 100'\n")
   assert plan(queue) == 0
