@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 
@@ -32,6 +33,7 @@ import numpy as np
 from scipy import stats
 
 from common import OneLineParser, machine  # benchmarks/common.py
+from fedjax_dp.atomic import atomic_file
 from fedjax_dp.privacy import analytic_gaussian, audit
 
 PROG = "audit_coverage.py"
@@ -179,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
                  help="the intervals' nominal coverage (default %(default)s)")
   p.add_argument("--samples", type=int, default=audit.BOOTSTRAP_SAMPLES,
                  help="bootstrap resamples per draw (default %(default)s, the audit's)")
-  p.add_argument("--out", help="also write the record (per-draw values included) as JSON")
+  p.add_argument("--out", help="also write the record (per-draw values included) as JSON; "
+                 "an existing file is refused without --overwrite")
+  p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   p.add_argument("--json", action="store_true", help="print the JSON record, not the table")
   args = p.parse_args(argv)
   try:
@@ -191,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
   for name in ("draws", "samples"):
     if getattr(args, name) < 1:
       p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+  if args.out and os.path.exists(args.out) and not args.overwrite:
+    p.error(f"--out {args.out} exists (another run's record): choose another --out, or "
+            "add --overwrite to replace it")
   if args.candidates < 8:
     p.error(f"--candidates must be >= 8, got {args.candidates}")
   if not 0 < args.delta < 1:
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
   except ValueError as e:
     p.error(str(e))
   if args.out:
-    with open(args.out, "w", encoding="utf-8") as f:
+    with atomic_file(args.out, "w") as f:
       json.dump(record, f)
       f.write("\n")
   if args.json:

@@ -186,7 +186,7 @@ def steps(out: str) -> list[Step]:
       Step("models", "(e) benchmarks/models.py: the paper CNN and every zoo model, "
            "100 clients", 80,
            [py, "benchmarks/models.py", "--models", ZOO_MODELS, "--clients", "100",
-            "--repeats", "2", "--json", "--out", f"{out}/models.jsonl"]),
+            "--repeats", "2", "--json", "--out", f"{out}/models.jsonl", "--overwrite"]),
       Step("pytest-gpu", "(f) the fast-path tests on the device's JAX, on the GPU", 60,
            # The workers share the card, each taking what it needs.
            _pytest(max(1, cores // 4)), env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),

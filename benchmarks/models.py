@@ -248,7 +248,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="XLA CPU devices to create (default: one per core, at most "
                       f"{host_devices.DEFAULT_MAX}; XLA_FLAGS={host_devices.FLAG} wins)")
   p.add_argument("--json", action="store_true", help="one JSON line per model")
-  p.add_argument("--out", default=None, help="also write the JSON lines to this file")
+  p.add_argument("--out", default=None,
+                 help="also write the JSON lines to this file (rewritten after each "
+                      "model); an existing file is refused without --overwrite")
+  p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   args = p.parse_args(argv)
   for name in ("clients", "samples", "batch_size", "steps", "repeats"):
     if getattr(args, name) < 1:
@@ -263,6 +266,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   args.models = [n for n in MODELS if n in names]  # the paper CNN first, for x_paper_cnn
   if args.out is not None and not os.path.isdir(os.path.dirname(args.out) or "."):
     p.error(f"--out: folder {os.path.dirname(args.out)!r} does not exist")
+  if args.out is not None and os.path.exists(args.out) and not args.overwrite:
+    p.error(f"--out {args.out} exists (another run's records): choose another --out, or "
+            "add --overwrite to replace it")
   return args
 
 

@@ -35,7 +35,9 @@ Writes ``table.md`` and ``table.json`` to ``--out`` (and each sweep's
 results under ``--out/<scheme>``) and prints the table. ``--out`` is checked
 before any run and held while the runs write (``fedjax_dp.runlock``); the
 same command run again keeps the finished runs and continues an interrupted
-one from its checkpoint, as ``sweep.py`` does.
+one from its checkpoint, as ``sweep.py`` does. A ``--out`` holding the
+records of another command (a table of other schemes, or a scheme's sweep
+with other settings) is refused before any run, unless ``--overwrite``.
 """
 
 import argparse
@@ -59,7 +61,7 @@ from fedjax_dp.privacy import accounting  # noqa: E402
 from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
 
 RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
-OWN = ("--ratio", "--noise-multiplier", "--out", "--schemes")
+OWN = ("--ratio", "--noise-multiplier", "--out", "--schemes", "--overwrite")
 # sweep.py's options for several processes, refused here.
 PROCESSES = ("--coordinator", "--num-processes", "--process-id")
 
@@ -84,8 +86,29 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--clip-at", default="1.0",
                  help="ratio at which S is calibrated once per scheme when --clip is not "
                       "given (default 1.0), or 'each' to calibrate at every ratio")
-  p.add_argument("--out", default="results/fedsmp_ratio", help="output folder")
+  p.add_argument("--out", default="results/fedsmp_ratio",
+                 help="output folder (default results/fedsmp_ratio); the same command "
+                      "run again keeps its finished runs, another one is refused there")
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace the records of another command in --out")
   return p
+
+
+def check_table(out: str, schemes: list[str]) -> None:
+  """Refuses an ``out`` whose table.json is of other schemes (one line,
+  ValueError); the sweeps' own folders are checked by ``check_records``."""
+  path = pathlib.Path(out) / "table.json"
+  if not path.exists():
+    return
+  try:
+    theirs = {run["scheme"] for run in json.loads(path.read_text())["runs"]}
+  except (OSError, ValueError, KeyError, TypeError):
+    raise ValueError(f"--out {out} holds a table.json that is not this script's: choose "
+                     "another --out, or add --overwrite to replace it") from None
+  if theirs != set(schemes):
+    raise ValueError(f"--out {out} holds the table of other schemes "
+                     f"({', '.join(sorted(theirs))}): choose another --out, or add "
+                     "--overwrite to replace it")
 
 
 def _clip_at(value: str) -> float | None:
@@ -183,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     clash = [o for f in flags for o in OWN if o.startswith(f) and len(f) > 3]
     if clash:
       raise ValueError(f"{clash[0]} is set by this script (use --ratios, --epsilon, "
-                       "--schemes, --out)")
+                       "--schemes, --out, --overwrite)")
     several = [o for f in flags for o in PROCESSES if o.startswith(f) and len(f) > 3]
     if several or os.environ.get(distributed.ENV["coordinator"]):
       raise ValueError(f"{(several or ['$' + distributed.ENV['coordinator']])[0]}: this "
@@ -209,12 +232,16 @@ def main(argv: list[str] | None = None) -> int:
       for i, sigma in enumerate(sigmas):
         sub = out / (scheme if len(sigmas) == 1 else f"{scheme}-sigma{i}")
         overrides = {"ratio": [r for r, s in pairs if s == sigma],
-                     "noise_multiplier": sigma, "out": str(sub)}
+                     "noise_multiplier": sigma, "out": str(sub), "overwrite": args.overwrite}
         if scheme in clips:
           overrides["clip"] = clips[scheme]
         sub_args = sweep_args(forward, scheme, **overrides)
         sweeps.append((sub_args, experiment.plan(sub_args)))
     experiment.check_out(args.out)  # before any run, not after all of them
+    if not args.overwrite:
+      check_table(args.out, [get_scheme(n).name for n in args.schemes])
+    for sub_args, _ in sweeps:
+      experiment.check_records(sub_args)
     claim = experiment.claim_out(args.out)
   except (experiment.UsageError, ValueError, DataError) as e:
     print(f"fedsmp_ratio_sweep.py: error: {e}", file=sys.stderr)

@@ -416,6 +416,16 @@ def test_audit_coverage_benchmark_runs_small(capsys, tmp_path):
   assert len(row["per_draw"]["interval"]) == 3
   code, err = _exit_in_process(module.main, capsys, ["--mus", "0,1"])
   assert code == 2 and err.count("\n") == 1 and "--mus" in err and "Traceback" not in err
+  # The record is this run's: another run into it is refused, unless --overwrite.
+  written = out.read_bytes()
+  code, err = _exit_in_process(module.main, capsys, ["--mus", "1", "--draws", "1", "--out",
+                                                     str(out)])
+  assert code == 2 and err == (f"audit_coverage.py: error: --out {out} exists (another "
+                               "run's record): choose another --out, or add --overwrite "
+                               "to replace it\n") and out.read_bytes() == written
+  assert module.main(["--mus", "1", "--draws", "2", "--candidates", "200", "--samples", "50",
+                      "--out", str(out), "--overwrite", "--json"]) == 0
+  assert json.loads(out.read_text())["draws"] == 2
 
 
 def test_local_training_benchmark_runs_small(capsys):

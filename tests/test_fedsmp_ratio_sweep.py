@@ -98,3 +98,23 @@ def test_ratio_sweep_run_again_keeps_its_finished_runs(tmp_path, capsys, monkeyp
   assert module.main(args) == 0
   assert json.loads((out / "table.json").read_text())["runs"] == first
   assert not (out / runlock.NAME).exists()
+  # Another command in its --out is refused (issue 62): one line, nothing written.
+  capsys.readouterr()
+  files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+  other_epsilon = ["--epsilon", "3", *args[2:]]  # another sigma
+  other_schemes = [a if a != "fed-smp-randk" else "fed-smp-topk" for a in args]
+  for argv, says in (
+      (other_epsilon, f"--out {out / 'Fed-SMP-randk'} holds the records of another sweep "
+                      "(other --noise-multiplier): choose another --out, or add --overwrite"),
+      (other_schemes, f"--out {out} holds the table of other schemes (Fed-SMP-randk): "
+                      "choose another --out, or add --overwrite to replace it")):
+    assert module.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedsmp_ratio_sweep.py: error: ") and (
+        says in err[0]), err
+  assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+  # With --overwrite it goes on to run (here stopped at its first run).
+  def interrupted(*a):
+    raise KeyboardInterrupt
+  monkeypatch.setattr(experiment, "execute", interrupted)
+  assert module.main([*other_epsilon, "--overwrite"]) == 130

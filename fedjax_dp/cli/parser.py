@@ -145,7 +145,12 @@ SWEEP_OPTIONS = (
 # The federation's size: the scheme's preset, else the data set's.
 FEDERATION_OPTIONS = datasets.FEDERATION_OPTIONS
 OUTPUT_OPTIONS = (
-    options.Option("out", str, "results", "output folder"),
+    options.Option("out", str, "results",
+                   "output folder; one sweep's records: the same command run again "
+                   "keeps its finished runs, another sweep is refused there"),
+    options.Option("overwrite", bool, False,
+                   "replace the records of another sweep in --out (without it, a "
+                   "sweep with other settings stops before any work)"),
     options.Option("plot", bool, False,
                    "also write accuracy.png and accuracy_vs_upstream.png to --out: the "
                    "metric against round and against upstream KB, one line per run"),

@@ -54,7 +54,7 @@ from fedjax_dp.schemes import Scheme, family_of, get_scheme
 
 __all__ = ["DEFAULT_SCHEMES", "PRESET_FLAGS", "PROCESS_FLAGS", "Data", "PlannedRun",
            "UsageError", "apply_dataset_defaults", "build_parser", "check_out",
-           "checkpoint_path", "claim_out", "configure", "execute", "finished_runs",
+           "check_records", "checkpoint_path", "claim_out", "configure", "execute", "finished_runs",
            "load_data", "main", "model_for", "plan", "scheme_setting", "setting_source",
            "settings", "write"]
 
@@ -62,6 +62,9 @@ __all__ = ["DEFAULT_SCHEMES", "PRESET_FLAGS", "PROCESS_FLAGS", "Data", "PlannedR
 PROCESS_FLAGS = ("coordinator", "num_processes", "process_id", "process_timeout")
 # Flags each process may set for itself: its id, and what process 0 alone uses.
 _OWN_FLAGS = ("process_id", "process_timeout", "out", "quiet", "plot")
+# Flags that change how the records are shown, where they are written or how
+# the runs are spread over processes, not what they hold.
+_NOT_RESULTS = ("quiet", "plot", "out", *PROCESS_FLAGS)
 
 
 def _scheme_presets(scheme: Scheme, dataset: datasets.Dataset) -> tuple[dict, str]:
@@ -287,9 +290,17 @@ def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
 
 
 def _config(args: argparse.Namespace) -> dict:
-  """The sweep's settings as results.json stores them."""
-  return json.loads(json.dumps(dict(vars(args),
+  """The sweep's settings as results.json stores them (``--overwrite`` aside:
+  what the sweep did to the folder, not what its records are)."""
+  settings_ = {k: v for k, v in vars(args).items() if k != "overwrite"}
+  return json.loads(json.dumps(dict(settings_,
                                     dataset=datasets.get_dataset(args.dataset).label)))
+
+
+def _differences(theirs: dict, mine: dict) -> list[str]:
+  """The flags whose values differ between two stored configs, results aside."""
+  keys = sorted((set(theirs) | set(mine)) - set(_NOT_RESULTS))
+  return ["--" + k.replace("_", "-") for k in keys if theirs.get(k) != mine.get(k)]
 
 
 def write(args: argparse.Namespace, records: list[dict], out: str | None = None) -> None:
@@ -304,21 +315,55 @@ def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
   """The records already in ``--out`` from a sweep with the same settings.
 
   Keyed by (scheme, ratio); empty when ``--out`` holds no results.json or
-  one written with other settings (how results are shown and how the run
-  is spread over processes aside).
+  one written with other settings (how results are shown, the folder's
+  spelling and how the run is spread over processes aside).
   """
   path = pathlib.Path(args.out) / "results.json"
   try:
     saved = json.loads(path.read_text())
-  except (OSError, ValueError):
+    if _differences(saved.get("config", {}), _config(args)):
+      return {}
+    return {(r["scheme"], r["ratio"]): r for r in saved.get("runs", [])}
+  except (OSError, ValueError, AttributeError, KeyError, TypeError):
     return {}
-  mine = _config(args)
-  theirs = saved.get("config", {})
-  display = ("quiet", "plot", *PROCESS_FLAGS)  # not what the results are
-  if ({k: v for k, v in theirs.items() if k not in display} !=
-      {k: v for k, v in mine.items() if k not in display}):
-    return {}
-  return {(r["scheme"], r["ratio"]): r for r in saved.get("runs", [])}
+
+
+def check_records(args: argparse.Namespace) -> None:
+  """Refuses an ``--out`` that holds another sweep's records, unless
+  ``--overwrite``.
+
+  A folder holds one sweep's records: the same command run again keeps its
+  finished runs (:func:`finished_runs`), while a sweep with other settings
+  would replace them as its first run finishes. Such a sweep stops here,
+  before any work, naming the settings that differ; with ``--overwrite`` it
+  goes on and replaces them. Checkpoints are not records: one of other
+  settings is never continued (``fedjax_dp.checkpoint``).
+
+  Raises:
+    ValueError: One line naming --out, the differing flags and the ways out.
+  """
+  if getattr(args, "overwrite", False):
+    return
+  path = pathlib.Path(args.out) / "results.json"
+  if not path.exists():
+    return
+  ways = "choose another --out, or add --overwrite to replace them"
+  try:
+    saved = json.loads(path.read_text())
+    theirs = saved["config"]
+    if not isinstance(theirs, dict):
+      raise TypeError("its config is not an object")
+  except OSError as e:
+    raise ValueError(f"--out {args.out}: results.json cannot be read ({e.strerror or e}): "
+                     f"{ways}") from None
+  except (ValueError, KeyError, TypeError):
+    raise ValueError(f"--out {args.out} holds a results.json that is not a sweep's "
+                     f"records: {ways}") from None
+  differ = _differences(theirs, _config(args))
+  if differ:
+    shown = ", ".join(differ[:6]) + (f" and {len(differ) - 6} more" if len(differ) > 6 else "")
+    raise ValueError(f"--out {args.out} holds the records of another sweep (other {shown}): "
+                     f"{ways}")
 
 
 def check_out(out: str) -> None:
@@ -362,6 +407,7 @@ def _setup(args: argparse.Namespace) -> tuple[list[PlannedRun], Data]:
   runs = plan(args)
   if distributed.is_main():
     check_out(args.out)
+    check_records(args)
   data = load_data(args, runs)
   if distributed.joined():
     mine = {k: v for k, v in _config(args).items() if k not in _OWN_FLAGS}

@@ -134,7 +134,15 @@ def test_models_benchmark_keeps_going_past_a_failing_model_and_keeps_a_cut_run(
   assert rows[1]["x_paper_cnn"] == 2.0 and rows[1]["fraction_of_matmul"] == 0.1
   assert rows[2]["error"] == "KeyError: 'num_consts'" and "x_paper_cnn" not in rows[2]
   seen.clear()
-  assert module.main(["--models", "mlp,imdb-cnn-lstm,emnist-cnn", "--out", str(out)]) == 130
+  # Its file is another run's records now: refused, unless --overwrite (issue 62).
+  with pytest.raises(SystemExit) as refused:
+    module.main(["--models", "mlp", "--out", str(out)])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert refused.value.code == 2 and err == [
+      f"benchmarks/models.py: error: --out {out} exists (another run's records): choose "
+      "another --out, or add --overwrite to replace it"] and seen == []
+  assert module.main(["--models", "mlp,imdb-cnn-lstm,emnist-cnn", "--out", str(out),
+                      "--overwrite"]) == 130
   assert seen == ["mlp", "imdb-cnn-lstm"]
   assert [json.loads(line)["model"] for line in out.read_text().splitlines()] == ["mlp"]
   captured = capsys.readouterr()
