@@ -139,3 +139,23 @@ def test_b_min_sep_needs_b_at_most_one_over_q():
   with pytest.raises(ValueError, match="b is at most 1/q"):
     _schedule("b-min-sep", 100, 0.25, 5)
   assert _schedule("b-min-sep", 100, 0.25, 4).prob == 1.0
+
+
+def test_cyclic_sampling_takes_the_group_that_help_and_docs_name():
+  """Round t (from 1) samples group (t - 1) mod b of the clients i mod b, as
+  --help and docs/correlated-noise.md say (issue 62): at rate b q = 1 a round
+  takes its whole group."""
+  import pathlib  # pylint: disable=import-outside-toplevel
+  from fedjax_dp.cli.parser import build_parser  # pylint: disable=import-outside-toplevel
+  num, b = 12, 4
+  for t in range(1, 2 * b + 1):
+    cohort = sampling.sample_cohort(jax.random.PRNGKey(t), num, 1 / b, num,
+                                    cycle_length=b, t=t)
+    joined = sorted(np.asarray(cohort.indices)[np.asarray(cohort.mask)].tolist())
+    assert joined == [i for i in range(num) if i % b == (t - 1) % b], t
+  text = " ".join(build_parser().format_help().split())
+  assert "round t samples group (t - 1) mod B" in text
+  assert "round t takes bin (t - 1) mod 1/q" in text
+  doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "correlated-noise.md").read_text()
+  assert "round t samples group (t - 1) mod b" in doc and "round t takes bin (t - 1) mod B" in doc
+  assert "t mod B" not in doc.replace("(t - 1) mod B", "")
