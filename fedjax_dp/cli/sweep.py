@@ -54,9 +54,9 @@ from fedjax_dp.schemes import Scheme, family_of, get_scheme
 
 __all__ = ["DEFAULT_SCHEMES", "PRESET_FLAGS", "PROCESS_FLAGS", "Data", "PlannedRun",
            "UsageError", "apply_dataset_defaults", "build_parser", "check_out",
-           "check_records", "checkpoint_path", "claim_out", "configure", "execute", "finished_runs",
-           "load_data", "main", "model_for", "plan", "scheme_setting", "setting_source",
-           "settings", "write"]
+           "check_records", "checkpoint_path", "claim_out", "configure", "execute",
+           "finished_runs", "load_data", "main", "model_for", "plan", "scheme_setting",
+           "setting_source", "settings", "write"]
 
 # Flags that spread a run over processes without changing its numbers.
 PROCESS_FLAGS = ("coordinator", "num_processes", "process_id", "process_timeout")
