@@ -80,3 +80,27 @@ def test_a_results_json_that_is_no_sweeps_record_is_refused(tmp_path, capsys, mo
 def test_the_help_names_the_convention():
   text = sweep.build_parser().format_help()
   assert "--overwrite" in text and "another sweep is refused there" in " ".join(text.split())
+
+
+def _sweep_commands(doc: pathlib.Path) -> list[list[str]]:
+  """The ``python experiments/sweep.py ...`` lines of a page's bash blocks."""
+  import shlex  # pylint: disable=import-outside-toplevel
+  text = doc.read_text().replace("\\\n", " ")
+  blocks = text.split("```bash\n")[1:]
+  lines = [line for block in blocks for line in block.split("```")[0].splitlines()]
+  return [shlex.split(line)[2:] for line in lines
+          if line.startswith("python experiments/sweep.py")]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/cli.md"])
+def test_each_documented_sweep_plans_into_a_folder_of_its_own(page):
+  """A newcomer running the page's commands one after the other gets each
+  command's records in its own folder (none refused, none replaced), and
+  every command is valid."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  commands = _sweep_commands(root / page)
+  assert len(commands) >= (3 if page == "README.md" else 8)
+  outs = [argv[argv.index("--out") + 1] if "--out" in argv else "results" for argv in commands]
+  assert len(set(outs)) == len(outs), outs
+  for argv in commands:
+    assert sweep.plan(sweep.build_parser().parse_args(argv)), argv
