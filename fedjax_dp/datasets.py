@@ -34,7 +34,7 @@ a group of writers).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -110,6 +110,26 @@ def get_dataset(name: str) -> Dataset:
   if name not in DATASETS:
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
   return DATASETS[name]
+
+
+def option_value(values: Mapping[str, Any], name: str, default: Any = None) -> Any:
+  """A scheme family's option ``name`` for a run: the value given in
+  ``values`` (a family's ``configure`` values, None where not given), else
+  the run's data set's (``values["dataset"]``, :attr:`Dataset.option_defaults`),
+  else ``default``.
+
+  >>> option_value({"dataset": "shakespeare", "lr_decay_every": None}, "lr_decay_every", 1)
+  50
+  >>> option_value({"dataset": "shakespeare", "lr_decay_every": 7}, "lr_decay_every", 1)
+  7
+  >>> option_value({"dataset": "fashion-mnist"}, "lr_decay_every", 1)
+  1
+  """
+  given = values.get(name)
+  if given is not None:
+    return given
+  dataset = DATASETS.get(values.get("dataset"))
+  return default if dataset is None else dataset.option_defaults.get(name, default)
 
 
 def _check_count(field: str, value: Any, least: int) -> None:
@@ -295,5 +315,5 @@ __all__ = ["AugmentedImages", "CIFAR_AUGMENTATION", "CIFAR_FLIP_PROBABILITY", "C
            "ConcatRows", "DATASETS", "DEFAULT", "Dataset", "FEDERATION_OPTIONS",
            "FEMNIST_WRITERS_PER_CLIENT", "Federation", "LOAD_OPTIONS", "OPTIONS",
            "PUBLIC_HOLDOUT", "PartitionConfig", "Request", "SHAKESPEARE_TEST_SIZE",
-           "augment_cifar10", "get_dataset", "load", "reachable", "register", "shift_flip",
-           "unregister"]
+           "augment_cifar10", "get_dataset", "load", "option_value", "reachable", "register",
+           "shift_flip", "unregister"]

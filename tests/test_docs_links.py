@@ -54,3 +54,49 @@ def test_the_checker_finds_a_dead_file_and_a_dead_anchor(tmp_path):
 def test_no_dead_link_in_the_docs():
   dead = {path.name: links for path in DOCS if (links := _dead_links(path))}
   assert not dead
+
+
+def _dead_names(text: str) -> list[str]:
+  """The ``fedjax_dp.x.y`` names that neither import nor resolve as an
+  attribute of an importable module, and the repository paths (``tests/``,
+  ``fedjax_dp/``, ``benchmarks/``, ``experiments/``) that do not exist,
+  in ``text``. A path said to be "since removed", and the docs' own
+  example modules (``my_*``), are left out."""
+  import importlib
+  import warnings
+  dead = []
+  for name in sorted(set(re.findall(r"\bfedjax_dp(?:\.[A-Za-z_]\w*)+", text))):
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+      try:
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore", DeprecationWarning)  # the deprecated aliases' docs
+          found = importlib.import_module(".".join(parts[:i]))
+        break
+      except ImportError:
+        continue
+    for attribute in parts[i:]:
+      found = getattr(found, attribute, None)
+    if found is None:
+      dead.append(name)
+  for match in re.finditer(r"\b(?:fedjax_dp|tests|benchmarks|experiments)/[\w/.\-]+\.(?:py|toml|txt|sh)",
+                           text):
+    path = match.group(0)
+    removed = "since removed" in text[match.end():match.end() + 20]
+    if not removed and not pathlib.Path(path).name.startswith("my_") and not (ROOT / path).exists():
+      dead.append(path)
+  return dead
+
+
+def test_the_name_checker_finds_a_dead_module_attribute_and_path():
+  text = ("`fedjax_dp.keys.AGGREGATE_NOISE`, `fedjax_dp.nowhere`, `fedjax_dp.keys.nothing`, "
+          "`fedjax_dp/keys.py`, `tests/nothing.py`, `benchmarks/old.py` (since removed), "
+          "`fedjax_dp/data/sets/my_images.py`")
+  assert _dead_names(text) == ["fedjax_dp.keys.nothing", "fedjax_dp.nowhere", "tests/nothing.py"]
+
+
+def test_every_module_name_and_path_in_the_docs_exists():
+  """docs/api.md, docs/README.md and the others name only modules, names and
+  files that exist (issue 61)."""
+  dead = {doc.name: found for doc in DOCS if (found := _dead_names(doc.read_text()))}
+  assert not dead, f"names in the docs that do not exist: {dead}"

@@ -44,9 +44,13 @@ class _Parser(argparse.ArgumentParser):
     raise UsageError(message)
 
 
-# Flags whose default is the scheme's preset, then the data set's setting.
-PRESET_FLAGS = ("rounds", "num_clients", "samples_per_client", "clients_per_round",
-                "local_steps", "batch_size", "lr")
+# Flags whose default is the scheme's preset, then the data set's setting: the
+# options declared with ``preset="scheme"`` (the federation's size, then the
+# run's training settings), read from their declarations.
+PRESET_FLAGS = tuple(o.name for o in (*datasets.FEDERATION_OPTIONS,
+                                      *(o for _, group in simulation.config.option_groups()
+                                        for o in group))
+                     if o.preset == "scheme")
 
 
 # How the epilog names the preset-able settings.

@@ -34,6 +34,7 @@ __all__ = [
     "DOWNLOAD_TIMEOUT",
     "DataError",
     "SPLITS",
+    "check",
     "data_dirs",
     "load_dataset",
     "locate",
@@ -148,6 +149,16 @@ def decompress_gz(gz: bytes, origin: str) -> bytes:
                         "replace it with the official file") from err
 
 
+# The files verified in this process, by (path, size, modification time):
+# :func:`check` reads a file again only if it changed.
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def _stamp(path: pathlib.Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
 def _read_verified(name: str, file: str, path: pathlib.Path) -> bytes:
     try:
         data = path.read_bytes()
@@ -155,7 +166,34 @@ def _read_verified(name: str, file: str, path: pathlib.Path) -> bytes:
         raise DataError(f"cannot read {path}: {err}") from err
     raw = decompress_gz(data, str(path)) if path.suffix == ".gz" else data
     _verify(name, file, raw, str(path))
+    _VERIFIED.add(_stamp(path))
     return raw
+
+
+def _present(name: str, file: str) -> pathlib.Path | None:
+    """The first of ``<dir>/<name>/<file>.gz`` and ``<dir>/<name>/<file>``
+    over :func:`data_dirs`, or None."""
+    for folder in data_dirs():
+        for path in (folder / name / f"{file}.gz", folder / name / file):
+            if path.is_file():
+                return path
+    return None
+
+
+def check(name: str, file: str) -> None:
+    """Raises as :func:`locate` without download does, unless the file is here
+    and verified; a file verified before in this process and unchanged since
+    (path, size, modification time) is not read again (``reproduce.py plan``
+    asks for every row's data set).
+
+    Raises:
+        ValueError: Unknown ``name`` or ``file``.
+        DataError: The file is corrupt, or missing.
+    """
+    _check_known(name, file)
+    path = _present(name, file)
+    if path is None or _stamp(path) not in _VERIFIED:
+        locate(name, file, download=False)
 
 
 def _download(name: str, file: str, target: pathlib.Path) -> bytes:
@@ -211,12 +249,11 @@ def locate(name: str, file: str, download: bool = True) -> bytes:
             and could not be downloaded.
     """
     _check_known(name, file)
-    dirs = data_dirs()
-    for folder in dirs:
-        for path in (folder / name / f"{file}.gz", folder / name / file):
-            if path.is_file():
-                return _read_verified(name, file, path)
+    path = _present(name, file)
+    if path is not None:
+        return _read_verified(name, file, path)
 
+    dirs = data_dirs()
     cache = cache_dir()
     if not download:
         reason = "download=False"

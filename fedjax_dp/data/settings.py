@@ -52,8 +52,8 @@ MEDICAL = {
 # The Fed-SMP paper's Shakespeare setting (seed fed-smp-sparsified-model-perturbation.txt,
 # Sec. 6.1-6.2, l.155 and l.176-177; the setting of its Table III). The text this project has
 # keeps: momentum SGD, the learning rate "decaying at a rate of 0.99 at every 50 round"
-# (fedjax_dp.schemes.fedsmp.SHAKESPEARE_LR_DECAY_EVERY, applied by the Fed-SMP schemes on
-# this data set), 1 local epoch, 1,000 public samples drawn from the clients' training
+# (``option_defaults`` of fedjax_dp.data.sets.shakespeare, applied by the Fed-SMP schemes
+# on this data set), 1 local epoch, 1,000 public samples drawn from the clients' training
 # samples (top_k), delta below 1/N, S tuned on a grid (one S for SVHN and Shakespeare), and
 # Table III's epsilon, 6.99 (l.156-174), reported for a hypothetical population. It lost
 # |K| ("the minimal |K| sufficient for convergence"), the momentum coefficient, eta, |B|,
@@ -151,7 +151,8 @@ SHAKESPEARE_SOURCES = {
 # scheme's clients lose them here, as on shakespeare: the same clients for every scheme, and
 # S calibrated on data no client holds); T_gd = 50 = 5 epochs x 100 / 10. T_init = 5 is
 # UAI Table 5's (FL-TOP; not a Fed-SMP setting). Fed-SMP-top_k's server trains 5 passes over
-# its public set a round (the clients' local period, Sec. 6.2: fedsmp.SERVER_EPOCHS).
+# its public set a round (the clients' local period, Sec. 6.2: ``option_defaults`` of
+# fedjax_dp.data.sets.svhn).
 SVHN = {
     "num_clients": 6000,
     "samples_per_client": 100,

@@ -14,7 +14,7 @@ others join when their config is in ``RunConfig.features``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from fedjax_dp import keys
 from fedjax_dp.features import adaptive_clip, attack, audit, correlated_noise, dropouts
@@ -22,9 +22,21 @@ from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.features.attack import AttackConfig
 from fedjax_dp.features.audit import AuditConfig
 from fedjax_dp.features.correlated_noise import CorrelatedNoiseConfig
-from fedjax_dp.features.base import (At, Chunk, Conflict, Feature, Noise, Observed, RunView,
-                                     Trainer)
+from fedjax_dp.features.base import Conflict, Feature, RunView
+from fedjax_dp.round_types import At, Chunk, Noise, Observed, Trainer
 from fedjax_dp.errors import ConfigError
+
+
+class RunFeatures(Protocol):
+  """What the registry reads of a run's config (``simulation.RunConfig`` is
+  one): the dropouts' config, and the other features' configs."""
+
+  @property
+  def dropouts(self) -> Any: ...
+
+  @property
+  def features(self) -> tuple: ...
+
 
 REGISTRY: dict[str, type[Feature]] = {}
 KINDS: tuple[str, ...] = ()
@@ -102,9 +114,9 @@ def from_options(values: Mapping[str, Any]) -> tuple:
   return tuple(c for c in found if c is not None)
 
 
-def _present(config: Any) -> list[tuple[type[Feature], Any]]:
-  """(feature class, its config) of the run's features (``config``: a
-  RunConfig): dropouts, then the others in registry order."""
+def _present(config: RunFeatures) -> list[tuple[type[Feature], Any]]:
+  """(feature class, its config) of the run's features: dropouts, then the
+  others in registry order."""
   present = [(dropouts.Dropouts, config.dropouts)]
   for kind, feature in REGISTRY.items():
     found = find(config.features, kind)
@@ -113,38 +125,38 @@ def _present(config: Any) -> list[tuple[type[Feature], Any]]:
   return present
 
 
-def kinds(config: Any) -> tuple[str, ...]:
+def kinds(config: RunFeatures) -> tuple[str, ...]:
   """The kinds of the run's features, in the order the round calls them."""
   return tuple(cls.kind for cls, _ in _present(config))
 
 
-def check(config: Any, run: RunView) -> None:
+def check(config: RunFeatures, run: RunView) -> None:
   """Each of the run's features checks its config against the run (before setup)."""
   for cls, found in _present(config):
     cls.check(found, run)
 
 
-def client_data(config: Any, data: Any, run_key: Any) -> Any:
+def client_data(config: RunFeatures, data: Any, run_key: Any) -> Any:
   """The clients' data as the run's features leave it (``Feature.client_data``)."""
   for cls, found in _present(config):
     data = cls.client_data(found, data, run_key)
   return data
 
 
-def mechanism(config: Any, released: Any) -> Any:
+def mechanism(config: RunFeatures, released: Any) -> Any:
   """What a round releases as the run's features leave it (``Feature.mechanism``)."""
   for cls, found in _present(config):
     released = cls.mechanism(found, released)
   return released
 
 
-def build(config: Any, run: RunView) -> tuple[Feature, ...]:
+def build(config: RunFeatures, run: RunView) -> tuple[Feature, ...]:
   """The run's features, built once (``run``: S known)."""
   return tuple(cls(found, run) for cls, found in _present(config))
 
 
 __all__ = ["AdaptiveClipConfig", "At", "AttackConfig", "AuditConfig", "Chunk", "Conflict",
-           "Feature", "KINDS", "Noise", "Observed", "REGISTRY", "RunView", "Trainer", "build",
-           "check", "check_unique", "client_data", "CorrelatedNoiseConfig", "find",
+           "Feature", "KINDS", "Noise", "Observed", "REGISTRY", "RunFeatures", "RunView", "Trainer",
+           "build", "check", "check_unique", "client_data", "CorrelatedNoiseConfig", "find",
            "from_options", "kind_of", "kinds", "mechanism", "register", "unregister",
            "with_kinds"]

@@ -40,7 +40,7 @@ After evaluations and the run (Python):
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 import jax
 import numpy as np
@@ -49,12 +49,9 @@ from fedjax_dp import deprecation, keys, sampling
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.options import Option
 from fedjax_dp.privacy.accounting import Mechanism
-from fedjax_dp.schemes.base import Noise, Traits
-
-if TYPE_CHECKING:  # the round's types name the features: annotations only
-  from fedjax_dp.data import ClientData
-  from fedjax_dp.models import FlatModel
-  from fedjax_dp.simulation.round import RoundInputs
+# The round's types a feature's hooks see (also importable from here).
+from fedjax_dp.round_types import At, Chunk, Noise, Observed, Trainer  # noqa: F401
+from fedjax_dp.schemes.base import Traits
 
 
 class RunView(NamedTuple):
@@ -108,95 +105,6 @@ class RunView(NamedTuple):
   accountant: str = "moments"
   slot_multiple: int = 4
   clip_norm: float | None = None
-
-
-class Chunk(NamedTuple):
-  """The slots the round trains and sums at once.
-
-  Attributes:
-    ids: (chunk,) their client ids (canaries: N + j).
-    mask: (chunk,) real (sampled) slots.
-    present: (chunk,) real slots whose client did not fail.
-    take: Slices a per-slot array of the round (all its slots) to this chunk.
-  """
-
-  ids: jax.Array
-  mask: jax.Array
-  present: jax.Array
-  take: Callable[[jax.Array], jax.Array]
-
-
-class Observed(NamedTuple):
-  """What the round's sum tells a feature (``observe``).
-
-  Attributes:
-    total: The (noisy) sum of the contributions.
-    tally: The feature's ``tally`` summed over the cohort (None without).
-    slot_mask: (slots,) sampled slots.
-    present: (slots,) sampled slots whose client did not fail.
-    noise: The round's :class:`Noise`.
-    round_key: The round's key (``fedjax_dp.keys``).
-  """
-
-  total: jax.Array
-  tally: Any
-  slot_mask: jax.Array
-  present: jax.Array
-  noise: Noise
-  round_key: jax.Array
-
-
-class Trainer(NamedTuple):
-  """Local training as the round runs it, for a feature's ``train`` hook.
-
-  Attributes:
-    model: The run's model.
-    w: (n,) the round's global model.
-    data: The clients' data.
-    local: The clients' local training.
-    message: ``message(model, x, y, key, local)``: the scheme's
-      ``client_message`` for this round (its shared plan and noise), with
-      any model and local training.
-  """
-
-  model: FlatModel
-  w: jax.Array
-  data: ClientData
-  local: Any
-  message: Callable[..., jax.Array]
-
-
-class At(NamedTuple):
-  """The round as a feature's hook sees it; what is not known yet is None.
-
-  Attributes:
-    state: This feature's state (carried between rounds and checkpointed).
-    value: This feature's round value (``begin``'s; None before it).
-    t: The round, from 1 (``cohort``, ``begin``, ``observe``).
-    run_key: The run's root key (``cohort``, ``begin``, ``observe``; later
-      also ``inputs.run_key``).
-    slots: This feature's extra cohort slots (``init``'s).
-    inputs: The round's keys, cohort, shared plan and client keys
-      (``simulation.RoundInputs``; from ``begin`` on).
-    noise: The round's :class:`Noise` (from ``noise``'s result on).
-    trainer: Local training (``train``).
-    chunk: The slots being trained and summed (``messages``,
-      ``contributions``, ``tally``).
-    messages: The chunk's messages (``contributions``, ``tally``).
-    observed: The round's sum (``observe``).
-  """
-
-  state: Any = None
-  value: Any = None
-  t: jax.Array | None = None
-  run_key: jax.Array | None = None
-  slots: int = 0
-  inputs: RoundInputs | None = None
-  noise: Noise | None = None
-  trainer: Trainer | None = None
-  chunk: Chunk | None = None
-  messages: jax.Array | None = None
-  observed: Observed | None = None
 
 
 class Conflict(NamedTuple):

@@ -68,14 +68,14 @@ FEDSMP_SOURCES = {name: ("Fed-SMP Sec. 6.1-6.2 (N, |D_k|, 10 local epochs); "
 # These are the Fashion-MNIST (and MNIST) presets. On --dataset shakespeare every scheme
 # runs the data set's setting instead, the Fed-SMP Shakespeare setting
 # (fedjax_dp.data.settings.SHAKESPEARE and its sources), with the learning rate
-# decaying every 50 rounds (fedsmp.LR_DECAY_EVERY) and top_k's server making one pass over
-# its public set a round (fedsmp.SERVER_EPOCHS); on --dataset svhn the Fed-SMP SVHN setting
-# (data.settings.SVHN), the rate decaying every round, top_k's public set 2,000 examples
-# (fedsmp.PUBLIC_HOLDOUTS) and its server making 5 passes over it a round.
+# decaying every 50 rounds and top_k's server making one pass over its public set a round;
+# on --dataset svhn the Fed-SMP SVHN setting (data.settings.SVHN), the rate decaying every
+# round, top_k's public set 2,000 examples and its server making 5 passes over it a round
+# (each data set's ``option_defaults``, fedjax_dp.data.sets).
 
 # The CS family on the medical data (thesis Table 8.5): T_gd = 5, the rest
-# as the data set's setting; eta_G = 1.0 (UAI Table 5, medical row:
-# fedjax_dp.schemes.cs.MEDICAL_SERVER_LR).
+# as the data set's setting; eta_G = 1.0 (UAI Table 5, medical row: medical-synth's
+# ``option_defaults``, fedjax_dp.data.sets.medical_synth).
 MEDICAL = {
     name: {"local_steps": 5}
     for name in ("FL-CS", "FL-CS-DP", "FL-RND", "FL-RND-DP", "FL-FREQ", "FL-FREQ-DP")}

@@ -44,6 +44,7 @@ from fedjax_dp.models import FlatModel
 from fedjax_dp.options import Option
 from fedjax_dp.privacy import noise
 from fedjax_dp.privacy.accounting import Mechanism
+from fedjax_dp.round_types import Noise
 
 
 class LocalTraining(NamedTuple):
@@ -128,18 +129,6 @@ class Traits(NamedTuple):
   public_holdout: int = 0
   local_optimizers: tuple[str, ...] = ("sgd", "adam")
   run_constants: bool = False
-
-
-class Noise(NamedTuple):
-  """The round's DP parameters: S, sigma, and the shares the noise is split into.
-
-  The plan's S and sigma, as the run's features change them (adaptive
-  clipping); ``num_shares`` is the cohort's share count (``privatize``).
-  """
-
-  clip_norm: jax.Array | float
-  noise_multiplier: jax.Array | float
-  num_shares: jax.Array
 
 
 class SetupData(NamedTuple):

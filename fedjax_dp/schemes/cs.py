@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp import calibration, keys, options
+from fedjax_dp import calibration, datasets, keys, options
 from fedjax_dp.compression import dct_cs, fista
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
@@ -245,8 +245,6 @@ CS_SCHEMES = {
 
 
 _PAPER = CS_SCHEMES["FL-CS"]
-# eta_G on the medical data (UAI Table 5, medical row; thesis Table 8.5).
-MEDICAL_SERVER_LR = 1.0
 
 
 # FL-CS / FL-FREQ options; defaults: thesis Table 8.4.
@@ -277,10 +275,8 @@ def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
   """FL-CS / FL-FREQ with the given options (FL-RND has none)."""
   if not isinstance(scheme, CSScheme):
     return scheme
-  server_lr = values["server_lr"]
-  if server_lr is None:
-    server_lr = (MEDICAL_SERVER_LR if values.get("dataset") == "medical-synth"
-                 else _PAPER.server_lr)
+  # eta_G: given, else the data set's (medical-synth: UAI Table 5), else the thesis'.
+  server_lr = datasets.option_value(values, "server_lr", _PAPER.server_lr)
   return dataclasses.replace(
       scheme, chunks=values["chunks"], lam=values["cs_lambda"],
       momentum=values["server_momentum"], server_lr=server_lr, decoder=values["decoder"],

@@ -48,7 +48,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import calibration, local_training, keys, options
+from fedjax_dp import calibration, datasets, local_training, keys, options
 from fedjax_dp.compression import masks
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
@@ -58,20 +58,13 @@ from fedjax_dp.schemes.coordinate_subset import MASKED_SCHEMES
 SPARSIFIERS = ("randk", "topk")
 # Fed-SMP paper Sec. 6.1 (Fashion-MNIST): 1,000 public examples for top_k.
 PUBLIC_HOLDOUT = 1000
-# top_k's public set per data set where Sec. 6.1 gives another size (SVHN: 2,000).
-PUBLIC_HOLDOUTS = {"svhn": 2000}
 # Sec. 6.2: the local learning rate decays at a rate of 0.99 every round.
 LR_DECAY = 0.99
-# Sec. 6.2 (l.176), Shakespeare: "decaying at a rate of 0.99 at every 50 round".
-SHAKESPEARE_LR_DECAY_EVERY = 50
-# Rounds between two decays of the learning rate, per data set (default 1).
-LR_DECAY_EVERY = {"shakespeare": SHAKESPEARE_LR_DECAY_EVERY}
-# top_k's server period in passes over the public set, per data set. Sec. 6.2:
-# the server trains "with the same local update period" as the clients, 1
-# local epoch on Shakespeare, where a client's T_gd steps of |B| = 4 make one
-# pass (not one step per pass as on Fashion-MNIST, the default rule), 5 local
-# epochs on SVHN (T_gd = 50 steps of |B| = 10 over a client's 100 examples).
-SERVER_EPOCHS = {"shakespeare": 1, "svhn": 5}
+# Where a data set's setting differs (Shakespeare's learning-rate period, top_k's
+# server period and public set on Shakespeare and SVHN), the data set says so
+# (``Dataset.option_defaults``): Sec. 6.2 has the server train "with the same
+# local update period" as the clients, which on Fashion-MNIST is one step per
+# pass over the public set (the default rule).
 # Sec. 6.2 names local momentum SGD, but its coefficient did not survive in
 # the text this project has; 0.5 is this simulator's choice (see fedjax_dp.paper.presets).
 MOMENTUM = 0.5
@@ -354,8 +347,8 @@ FEDSMP_SCHEMES[DP_FEDAVG.name] = DP_FEDAVG
 # The Fed-SMP paper's settings of these schemes (Sec. 6.1-6.2) are the papers' app's presets
 # (fedjax_dp.paper.presets.FEDSMP), applied by the command line; on --dataset shakespeare
 # and svhn every scheme runs the data set's setting (fedjax_dp.data.settings), with the
-# learning-rate period, top_k's server period and public set of LR_DECAY_EVERY,
-# SERVER_EPOCHS and PUBLIC_HOLDOUTS.
+# learning-rate period, top_k's server period and public set the data set gives
+# (``Dataset.option_defaults``).
 
 
 # Local momentum, learning-rate decay, the server's top_k training.
@@ -380,22 +373,18 @@ OPTIONS = (
 def configure(scheme: Scheme, values: Mapping[str, Any]) -> Scheme:
   """The scheme with the options given (DP-FedAvg has none; None: not given).
 
-  ``lr_decay_every`` not given takes the data set's period
-  (:data:`LR_DECAY_EVERY`: 50 rounds on shakespeare, else every round), and
-  top_k's server period and public set the data set's (:data:`SERVER_EPOCHS`,
-  :data:`PUBLIC_HOLDOUTS`).
+  ``lr_decay_every`` not given takes the data set's period (50 rounds on
+  shakespeare), else every round; top_k's server period and public set are
+  the data set's where it gives them (``Dataset.option_defaults``).
   """
   if not isinstance(scheme, FedSMPScheme):
     return scheme
-  dataset = values.get("dataset")
-  every = values.get("lr_decay_every")
   given = {"momentum": values.get("momentum"), "lr_decay": values.get("lr_decay"),
-           "lr_decay_every": LR_DECAY_EVERY.get(dataset, 1) if every is None else every,
+           "lr_decay_every": datasets.option_value(values, "lr_decay_every", 1),
            "server_steps": values.get("server_steps"),
-           "server_epochs": SERVER_EPOCHS.get(dataset)}
+           "server_epochs": datasets.option_value(values, "server_epochs")}
   if scheme.sparsifier == "topk":
-    holdout = values.get("public_holdout")
-    given["public_holdout"] = PUBLIC_HOLDOUTS.get(dataset) if holdout is None else holdout
+    given["public_holdout"] = datasets.option_value(values, "public_holdout")
   return dataclasses.replace(scheme, **{k: v for k, v in given.items() if v is not None})
 
 

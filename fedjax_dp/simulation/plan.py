@@ -14,6 +14,7 @@ the config here, not copied.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -138,9 +139,10 @@ class Plan:
     agg = self.config.aggregator
     return agg if agg is not None and agg.robust else None
 
-  @property
+  @functools.cached_property
   def sum(self):
-    """The round's sum (``simulation.sums``: secure, robust or plain)."""
+    """The round's sum (``simulation.sums``: secure, robust or plain), built
+    once a plan."""
     return sums.make(self.comm.secure_bits, self.comm.secure_scale,
                      self.config.secure.secure_neighbours, self.aggregator)
 
@@ -170,8 +172,7 @@ class Plan:
 
   def sampler_share(self, run_key: jax.Array) -> sampling.PoolShare | None:
     """The clients a feature places in every cohort (the attackers), if any."""
-    shares = [f.sampler_share(run_key, self.num_clients) for f in self.features]
-    return next((s for s in shares if s is not None), None)
+    return sampler_share(self.features, run_key, self.num_clients)
 
   def schedule(self, run_key: jax.Array) -> sampling.Schedule | None:
     """Balls-in-bins' or b-min-sep's participation (:func:`schedule`)."""
@@ -184,6 +185,15 @@ class Plan:
       if f.kind == kind:
         return fstate
     return None
+
+
+def sampler_share(features: tuple, run_key: jax.Array,
+                  num_clients: int) -> sampling.PoolShare | None:
+  """The clients one of the run's built features places in every cohort (the
+  attackers: ``Feature.sampler_share``), if any; :meth:`Plan.sampler_share`,
+  and ``prepare``'s before its plan exists."""
+  shares = (f.sampler_share(run_key, num_clients) for f in features)
+  return next((s for s in shares if s is not None), None)
 
 
 def schedule(cfg: RunConfig, num_clients: int, run_key: jax.Array

@@ -23,9 +23,9 @@ import jax.numpy as jnp
 
 from fedjax_dp import fast_prng, keys, sampling, sharding
 from fedjax_dp.data import ClientData, as_float
-from fedjax_dp.features.base import At, Chunk, Noise, Observed, Trainer
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import noise as noise_lib
+from fedjax_dp.round_types import At, Chunk, Noise, Observed, RoundInputs, Trainer
 from fedjax_dp.simulation import sums
 from fedjax_dp.simulation.plan import Plan
 
@@ -62,19 +62,6 @@ class RoundInfo(NamedTuple):
   num_sampled: jax.Array
   num_clipped: jax.Array
   secure_overflow: jax.Array | int = 0
-  features: tuple = ()
-
-
-class RoundInputs(NamedTuple):
-  """What a round derives from (state, run key, t): keys, cohort, what the
-  clients share (the scheme's ``round_plan``) and each feature's round value."""
-
-  keys: keys.RoundKeys
-  cohort: sampling.Cohort
-  shared: Any
-  train_keys: jax.Array
-  noise_keys: jax.Array
-  run_key: jax.Array
   features: tuple = ()
 
 

@@ -291,8 +291,7 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   features = features_lib.build(cfg, run._replace(clip_norm=clip_norm))
   sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
                            )(jnp.arange(1, train.rounds + 1))
-  share = next((s for s in (f.sampler_share(root, num_clients) for f in features)
-                if s is not None), None)
+  share = plan_lib.sampler_share(features, root, num_clients)
   sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, run.rate, priv.sampler,
                                         share, cycle_length=priv.cycle_length,
                                         schedule=plan_lib.schedule(cfg, num_clients, root))

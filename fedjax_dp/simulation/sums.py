@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_dp import aggregators
-from fedjax_dp.features.base import Chunk
+from fedjax_dp.round_types import Chunk
 from fedjax_dp.privacy import noise, secure_aggregation
 
 

@@ -218,3 +218,15 @@ def test_every_run_flag_reaches_the_run_config():
       [*args, "--schemes", "FL-STD-DP", "--num-clients", "60"]), num_params=7850)
   flat = run.config.flat()
   assert {field: flat[field] for field in given} == given
+
+
+def test_the_preset_flags_are_read_from_the_declared_options():
+  """The flags whose default is the scheme's preset are the options declared
+  with ``preset="scheme"``, not a hand-kept list (issue 61): UAI Table 5's
+  seven settings."""
+  assert set(cli_parser.PRESET_FLAGS) == {"rounds", "num_clients", "samples_per_client",
+                                          "clients_per_round", "local_steps", "batch_size",
+                                          "lr"}
+  declared = {o.name: o for o in cli_parser.declared_options()}
+  assert all(declared[name].preset == "scheme" for name in cli_parser.PRESET_FLAGS)
+  assert all(declared[name].default is None for name in cli_parser.PRESET_FLAGS)

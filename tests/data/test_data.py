@@ -339,3 +339,31 @@ def test_public_batch_seeded_and_sized():
     assert public_batch(size=3)[0].shape == (3, 28, 28, 1)
     with pytest.raises(ValueError, match="public batch size"):
         public_batch(size=0)
+
+
+def test_check_reads_a_file_once_until_it_changes(monkeypatch, tmp_path):
+    """``idx.check`` (a data set's reachability) verifies a file the first
+    time and again only once it changed; a corrupt or missing one raises as
+    ``locate`` does."""
+    from fedjax_dp.data import idx
+    folder = tmp_path / "data" / "mnist"
+    folder.mkdir(parents=True)
+    path = folder / f"{LABELS}.gz"
+    path.write_bytes(_real_gz("mnist", LABELS))
+    monkeypatch.setenv("FEDJAX_DP_DATA", str(tmp_path / "data"))
+    reads = []
+    real = idx.decompress_gz
+    monkeypatch.setattr(idx, "decompress_gz",
+                        lambda gz, origin: reads.append(origin) or real(gz, origin))
+    idx.check("mnist", LABELS)
+    idx.check("mnist", LABELS)
+    assert reads == [str(path)]
+    raw = bytearray(gzip.decompress(path.read_bytes()))
+    raw[100] ^= 0xFF
+    path.write_bytes(gzip.compress(bytes(raw)))  # changed: read again, and refused
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(DataError, match=rf"{LABELS}.*sha256"):
+        idx.check("mnist", LABELS)
+    path.unlink()
+    with pytest.raises(DataError, match=rf"mnist/{LABELS}.gz not found"):
+        idx.check("mnist", LABELS)

@@ -5,6 +5,7 @@ The built-in data sets are the same: a module of ``fedjax_dp.data.sets``
 each, and one line of the registry."""
 
 import ast
+import dataclasses
 import json
 import pathlib
 import subprocess
@@ -51,7 +52,9 @@ TOY = base.Dataset(
     settings=data_settings.DataSetting(TOY_SETTING, "a test's toy setting", {}),
     federation=_federation, loader=_load, holds_out_public=True,
     options=(options.Option("toy_tag", str, "plain", "a tag the summary carries"),),
-    public_source="4 training images held out", about="tiny random images (a test's)")
+    public_source="4 training images held out", about="tiny random images (a test's)",
+    class_names=tuple(f"glyph{c}" for c in range(10)), class_aliases={"first": 0},
+    option_defaults={"lr_decay_every": 3, "public_holdout": 4, "server_lr": 0.25})
 
 
 @pytest.fixture
@@ -199,3 +202,33 @@ def test_the_data_flags_are_the_declared_options():
     assert name in actions["--dataset"].help
     assert f"{name} {dataset.setting['public_batch']}" in public
   assert f"(default {datasets.SHAKESPEARE_TEST_SIZE})" in actions["--test-size"].help
+
+
+def test_a_data_set_owns_its_classes_and_its_scheme_options(toy):
+  """Backdoor classes by name and the Fed-SMP and FL-CS options the data set
+  sets live on the data set alone (issue 61): a flag still wins."""
+  from fedjax_dp import schemes
+  from fedjax_dp.features.attack import adversary
+  from fedjax_dp.schemes import cs, fedsmp
+  assert adversary.parse_class("Glyph5", "toy-images") == 5
+  assert adversary.parse_class("first", "toy-images") == 0
+  with pytest.raises(ValueError, match="^unknown class 'glyph10' of toy-images"):
+    adversary.parse_class("glyph10", "toy-images")
+  topk = schemes.get_scheme("Fed-SMP-topk")
+  values = {o.name: None for o in fedsmp.OPTIONS}
+  mine = fedsmp.configure(topk, {**values, "dataset": "toy-images"})
+  assert (mine.lr_decay_every, mine.public_holdout) == (3, 4)
+  given = fedsmp.configure(topk, {**values, "dataset": "toy-images", "lr_decay_every": 2})
+  assert (given.lr_decay_every, given.public_holdout) == (2, 4)
+  plain = fedsmp.configure(topk, {**values, "dataset": "fashion-mnist"})
+  assert (plain.lr_decay_every, plain.public_holdout) == (1, topk.public_holdout)
+  cs_values = {o.name: o.default for o in cs.OPTIONS}
+  assert cs.configure(schemes.get_scheme("FL-CS"), {**cs_values, "dataset": "toy-images"}
+                      ).server_lr == 0.25
+  assert cs.configure(schemes.get_scheme("FL-CS"), {**cs_values, "dataset": "medical-synth"}
+                      ).server_lr == 1.0
+  with pytest.raises(ValueError, match="^dataset 'toy-images': class_names names 3 classes "
+                                       "of 10$"):
+    dataclasses.replace(TOY, class_names=("a", "b", "c"))
+  with pytest.raises(ValueError, match="class_aliases name a label outside class_names$"):
+    dataclasses.replace(TOY, class_aliases={"last": 10})

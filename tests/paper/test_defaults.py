@@ -12,7 +12,7 @@ from fedjax_dp.cli import sweep
 from fedjax_dp.data import settings as data_settings
 from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.paper import settings as paper_settings
-from fedjax_dp.schemes import cdp_lq, cs, sign
+from fedjax_dp.schemes import cdp_lq, sign
 
 # UAI 2021 Table 5, Fashion-MNIST row: sigma, q = 100 / 6000, T_cl, T_gd, |B|, eta.
 _UAI_TABLE5 = {"noise_multiplier": 1.54, "clients_per_round": 100, "num_clients": 6000,
@@ -36,7 +36,8 @@ def test_the_schemes_defaults_are_the_papers():
   assert sign.DP_GAMMA == paper_settings.THESIS_TABLE8_2_GAMMA
   assert cdp_lq.POSTER_COMPRESSION_FACTOR == paper_settings.POSTER_CDP_LQ["compression_factor"]
   assert cdp_lq.POSTER_LATTICE_DIM == paper_settings.POSTER_CDP_LQ["lattice_dim"]
-  assert cs.MEDICAL_SERVER_LR == paper_settings.MEDICAL_SERVER_LR
+  medical = datasets.get_dataset("medical-synth").option_defaults
+  assert medical["server_lr"] == paper_settings.MEDICAL_SERVER_LR
 
 
 def test_the_papers_presets_are_applied_from_above():

@@ -35,6 +35,7 @@ def test_prepare_gives_a_frozen_plan_with_s_once(small_federation):
     plan.clip_norm = 2.0  # pylint: disable=invalid-name
   with pytest.raises(dataclasses.FrozenInstanceError):
     plan.capacity = 1
+  assert plan.sum is plan.sum  # built once a plan, not at every access (issue 61)
   # S is calibrated once and held by the plan alone: the config keeps what was
   # given (None), the features see the plan's S, and the record states it.
   assert isinstance(plan.clip_norm, float) and plan.clip_norm > 0

@@ -137,6 +137,17 @@ class Dataset:
       set for every scheme (``public_size`` examples, or ``holdout``), not
       drawn from another data set.
     num_classes: Classes of the labels (for the split's label summary).
+    class_names: Each class's name, in label order, for the backdoor
+      attacks' ``--source-class``/``--target-class`` (``Sandal``); empty:
+      the data set has no backdoor classes.
+    class_aliases: Other names of classes, lower case, by label
+      (fashion-mnist: ``t-shirt`` for 0).
+    option_defaults: The data set's values of scheme options where its
+      setting differs from a family's default; a given option wins. Read by
+      the families that take them: Fed-SMP's ``lr_decay_every``,
+      ``server_epochs`` (top_k's server period in passes over its public
+      set) and ``public_holdout`` (top_k's public set), FL-CS's
+      ``server_lr`` (eta_G).
   """
 
   name: str
@@ -154,6 +165,9 @@ class Dataset:
   split_note: str = ""
   holds_out_public: bool = False
   num_classes: int = 10
+  class_names: tuple[str, ...] = ()
+  class_aliases: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  option_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     missing = [k for k in SETTING_KEYS if k not in self.settings.setting]
@@ -166,6 +180,10 @@ class Dataset:
          "a data set split by partition needs a loader"),
         (not {o.name for o in self.options} & set(LOAD_PARAMETERS),
          f"its options may not take load's names ({', '.join(LOAD_PARAMETERS)})"),
+        (len(self.class_names) in (0, self.num_classes),
+         f"class_names names {len(self.class_names)} classes of {self.num_classes}"),
+        (all(0 <= label < len(self.class_names) for label in self.class_aliases.values()),
+         "class_aliases name a label outside class_names"),
     ]
     for ok, message in problems:
       if not ok:
@@ -335,7 +353,7 @@ def idx_files(dataset: Dataset) -> None:
   if dataset.public_source in idx.DATASETS:
     needed += [(dataset.public_source, f) for f in idx.SPLITS["train"]]
   for name, file in needed:
-    idx.locate(name, file, download=False)
+    idx.check(name, file)
 
 
 def archive_files(*files: tuple[str, str]) -> Callable[[Dataset], None]:

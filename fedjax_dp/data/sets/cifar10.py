@@ -211,4 +211,6 @@ DATASET = base.Dataset(
                   "copies of 50 training images (this simulator's choice)",
     holds_out_public=True,
     about="augmented to 10x (All-CNN-C, thesis Table 8.1; the official files, the public "
-          "set held out of the training set)")
+          "set held out of the training set)",
+    class_names=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                 "ship", "truck"))

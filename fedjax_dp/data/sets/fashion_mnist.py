@@ -15,4 +15,7 @@ DATASET = base.Dataset(
     name="fashion-mnist", model="cnn", settings=SETTINGS,
     federation=base.partition_federation, loader=base.idx_loader("fashion-mnist"),
     files=base.idx_files, public_source="mnist",
-    about="Fashion-MNIST, UAI 2021's data (the paper CNN)")
+    about="Fashion-MNIST, UAI 2021's data (the paper CNN)",
+    class_names=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                 "Sneaker", "Bag", "Ankle boot"),
+    class_aliases={"t-shirt": 0, "tshirt": 0, "top": 0})

@@ -66,4 +66,7 @@ DATASET = base.Dataset(
     public_source="the public hospital, downsampled to 12 + 12 patients",
     synthetic=True, split_by="hospital", num_classes=2,
     about="a synthetic stand-in with the shape of the thesis' medical data (medical MLP; "
-          "presets, clip norms and metrics follow the data set)")
+          "presets, clip norms and metrics follow the data set)",
+    # UAI 2021 Table 5, medical row: the CS family's server step eta_G (thesis
+    # Table 8.5).
+    option_defaults={"server_lr": 1.0})

@@ -16,4 +16,5 @@ DATASET = base.Dataset(
     name="mnist", model="cnn", settings=SETTINGS,
     federation=base.partition_federation, loader=base.idx_loader("mnist"),
     files=base.idx_files, public_source="fashion-mnist",
-    about="MNIST (the paper CNN; the public batch from Fashion-MNIST)")
+    about="MNIST (the paper CNN; the public batch from Fashion-MNIST)",
+    class_names=tuple(str(d) for d in range(10)))

