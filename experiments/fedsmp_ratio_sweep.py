@@ -55,6 +55,7 @@ host_devices.configure()  # one XLA CPU device per core, before JAX starts
 from fedjax_dp import datasets, distributed, simulation  # noqa: E402
 from fedjax_dp.cli import sweep as experiment  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
+from fedjax_dp.cli import interrupts  # noqa: E402
 from fedjax_dp.cli import types  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402
@@ -64,6 +65,7 @@ RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 OWN = ("--ratio", "--noise-multiplier", "--out", "--schemes", "--overwrite")
 # sweep.py's options for several processes, refused here.
 PROCESSES = ("--coordinator", "--num-processes", "--process-id")
+PROG = "fedsmp_ratio_sweep.py"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -246,14 +248,13 @@ def main(argv: list[str] | None = None) -> int:
   except (experiment.UsageError, ValueError, DataError) as e:
     print(f"fedsmp_ratio_sweep.py: error: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt as e:
+    print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
+    return interrupts.exit_code(e)
   with claim:
-    try:
-      rows = run_sweeps(sweeps)
-    except KeyboardInterrupt:
-      print(f"fedsmp_ratio_sweep.py: interrupted; the finished runs and the checkpoint of "
-            f"the run in progress are in {out}: the same command continues",
-            file=sys.stderr)
-      return 130
+    code, rows = _run_held(sweeps, out)
+  if code:
+    return code
   schemes = [get_scheme(n).name for n in args.schemes]
   table = markdown(rows, schemes, args.epsilon)
   command = "python experiments/fedsmp_ratio_sweep.py " + " ".join(
@@ -268,6 +269,38 @@ def main(argv: list[str] | None = None) -> int:
   print(table, end="")
   print(f"\nwrote {out}/table.md, table.json", file=sys.stderr)
   return 0
+
+
+def _run_held(sweeps: list[tuple[argparse.Namespace, list]],
+              out: pathlib.Path) -> tuple[int, list[dict]]:
+  """:func:`main` once ``--out`` is held: (exit code, rows); a checkpoint of
+  another run refused, an interruption said in sweep.py's one line."""
+  try:
+    try:
+      check_checkpoints(sweeps)
+    except (ValueError, DataError) as e:
+      print(f"{PROG}: error: {e}", file=sys.stderr)
+      return 2, []
+    return 0, run_sweeps(sweeps)
+  except KeyboardInterrupt as e:  # the run in progress, its checkpoint and round
+    print(experiment.interrupted_line(PROG, str(out), e, None), file=sys.stderr)
+    return interrupts.exit_code(e), []
+
+
+def check_checkpoints(sweeps: list[tuple[argparse.Namespace, list]]) -> None:
+  """Refuses, before any run, a checkpoint in a sweep's folder that is another
+  run's or version's (``sweep.saved_round``); a sweep's data is loaded only
+  when its folder holds a checkpoint.
+
+  Raises:
+    ValueError: One line naming the file.
+  """
+  for sub_args, runs in sweeps:
+    done = experiment.finished_runs(sub_args)
+    todo = [run for run in runs if (run.scheme.name, run.ratio) not in done
+            and experiment.checkpoint_path(sub_args, run).is_file()]
+    if todo:
+      experiment.check_checkpoints(sub_args, todo, experiment.load_data(sub_args, todo))
 
 
 def run_sweeps(sweeps: list[tuple[argparse.Namespace, list]]) -> list[dict]:
@@ -286,11 +319,14 @@ def run_sweeps(sweeps: list[tuple[argparse.Namespace, list]]) -> list[dict]:
     records = []
     for run in runs:
       key = (run.scheme.name, run.ratio)
-      records += [done[key]] if key in done else experiment.execute(sub_args, [run], data)
+      records += [done[key]] if key in done else experiment.execute(sub_args, [run], data,
+                                                                     prog=PROG)
       experiment.write(sub_args, records)
     rows += [{k: v for k, v in run.items() if k != "history"} for run in records]
   return rows
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  with interrupts.sigterm_as_interrupt():  # SIGTERM stops it as Ctrl-C does
+    code = main()
+  interrupts.end(code)

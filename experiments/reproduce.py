@@ -56,6 +56,7 @@ from fedjax_dp.paper import report as paper_report  # noqa: E402
 from fedjax_dp.paper import runner as paper_runner  # noqa: E402
 from fedjax_dp.paper import stats as paper_stats  # noqa: E402
 from fedjax_dp.paper import tables as paper_tables  # noqa: E402
+from fedjax_dp.cli import interrupts  # noqa: E402
 from fedjax_dp.cli import sweep as experiment  # noqa: E402
 
 DEFAULT_OUT = "experiments/reference/reproduction"
@@ -410,8 +411,22 @@ def _plan(path: str, out: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-  """Runs the command; returns the exit code."""
-  argv = sys.argv[1:] if argv is None else argv
+  """Runs the command; returns the exit code.
+
+  Ctrl-C and SIGTERM (``kill``) stop it alike, in one line, with exit code
+  130 (SIGINT) or 143 (SIGTERM): the sweep's own, naming the checkpoint of
+  the run in progress, when a run was interrupted.
+  """
+  with interrupts.sigterm_as_interrupt():
+    try:
+      return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt as e:  # before or between the runs
+      print("reproduce.py: interrupted; nothing run", file=sys.stderr)
+      return interrupts.exit_code(e)
+
+
+def _main(argv: list[str]) -> int:
+  """:func:`main` with SIGTERM raised as an interruption."""
   try:
     args = build_parser().parse_args(argv)
     if args.target == "list":
@@ -446,10 +461,11 @@ def main(argv: list[str] | None = None) -> int:
       failed += job_failed
       elsewhere += job_elsewhere
       away += job_away
-  except KeyboardInterrupt:
-    print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
-          f"progress are in {args.out}: the same command continues", file=sys.stderr)
-    return paper_runner.INTERRUPTED
+  except KeyboardInterrupt as e:
+    if not isinstance(e, interrupts.Reported):  # else the sweep's line named its checkpoint
+      print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
+            f"progress are in {args.out}: the same command continues", file=sys.stderr)
+    return interrupts.exit_code(e)
   if elsewhere:
     print(f"reproduce.py: left to the processes running them: {', '.join(elsewhere)}",
           file=sys.stderr)
@@ -469,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
   try:
-    sys.exit(main())
+    interrupts.end(main())
   except BrokenPipeError:  # its reader stopped early (`plan ... | head`): no traceback
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(1)

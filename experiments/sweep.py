@@ -7,13 +7,12 @@ Example (UAI 2021 Table 1 at r = 0.5%, the paper's setting):
 Run ``python experiments/sweep.py --help`` for every option.
 """
 
-import sys
-
 from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
+from fedjax_dp.cli import interrupts  # noqa: E402
 from fedjax_dp.cli.sweep import main  # noqa: E402
 
 if __name__ == "__main__":
-  sys.exit(main())
+  interrupts.end(main())

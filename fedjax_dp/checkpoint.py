@@ -6,7 +6,9 @@ counters saved after round t computes exactly what the uninterrupted run
 computes. :func:`save` writes them atomically (a temporary file renamed
 into place) after every evaluation; :func:`load` returns them only if the
 file was written by this version for the same run (its fingerprint) and
-holds a state of the same structure, shapes and dtypes.
+holds a state of the same structure, shapes and dtypes, and refuses
+(:class:`Mismatch`) a file of another run or version rather than let the
+run overwrite it. :func:`verify` checks a file's run without its arrays.
 """
 
 from __future__ import annotations
@@ -51,6 +53,22 @@ class Saved(NamedTuple):
   seconds: float = 0.0
 
 
+class Mismatch(ValueError):
+  """A checkpoint file that is not the run's: another run's, or another
+  version's.
+
+  Attributes:
+    path: The file.
+    reason: What it is, to follow "a checkpoint": e.g. "of another run
+      (other settings, data or model)".
+  """
+
+  def __init__(self, path: str | os.PathLike, reason: str):
+    super().__init__(f"{path} holds a checkpoint {reason}")
+    self.path = pathlib.Path(path)
+    self.reason = reason
+
+
 def fingerprint(*parts: Any) -> str:
   """A short hash of JSON-able parts (the run's settings) identifying a run."""
   text = json.dumps([VERSION, *parts], sort_keys=True, default=str)
@@ -80,9 +98,60 @@ def peek(path: str | os.PathLike) -> dict | None:
     return None
 
 
+def _read(path: pathlib.Path, content: bytes | None,
+          arrays: bool) -> tuple[dict, list] | None:
+  """A checkpoint's metadata and (with ``arrays``) its leaves; None, with a
+  warning, if the file is unreadable."""
+  try:
+    with np.load(path if content is None else io.BytesIO(content)) as f:
+      meta = json.loads(str(f["meta"]))
+      leaves = [f[f"leaf{i}"] for i in range(len(f.files) - 1)] if arrays else []
+  except (OSError, ValueError, KeyError) as e:
+    warnings.warn(f"ignoring unreadable checkpoint {path}: {e}")
+    return None
+  if not isinstance(meta, dict):
+    warnings.warn(f"ignoring unreadable checkpoint {path}: its metadata is not an object")
+    return None
+  return meta, leaves
+
+
+def _check_run(path: pathlib.Path, meta: dict, key: str) -> None:
+  """Raises :class:`Mismatch` unless ``meta`` is of this version and run."""
+  if meta.get("version") != VERSION:
+    raise Mismatch(path, f"of another version of fedjax_dp (format {meta.get('version')}; "
+                         f"this version reads format {VERSION})")
+  if meta.get("key") != key:
+    raise Mismatch(path, "of another run (other settings, data or model)")
+
+
+def verify(path: str | os.PathLike, key: str) -> dict | None:
+  """The metadata of the checkpoint at ``path`` if it is the run's.
+
+  Args:
+    path: The checkpoint file.
+    key: The run's :func:`fingerprint`.
+
+  Returns:
+    Its metadata (``round``, ``seconds``, ``history``, ...); None when there
+    is no file, or (with a warning) an unreadable one, which the run
+    replaces.
+
+  Raises:
+    Mismatch: The file holds another run's checkpoint, or another version's.
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    return None
+  found = _read(path, None, arrays=False)
+  if found is None:
+    return None
+  _check_run(path, found[0], key)
+  return found[0]
+
+
 def load(path: str | os.PathLike, key: str, like_state: Any, *,
          content: bytes | None = None) -> Saved | None:
-  """The checkpoint at ``path`` if it belongs to this run, else None.
+  """The checkpoint at ``path``, if there is one (None otherwise).
 
   Args:
     path: The checkpoint file (missing: None).
@@ -91,24 +160,28 @@ def load(path: str | os.PathLike, key: str, like_state: Any, *,
       match its tree's number of leaves, shapes and dtypes.
     content: The file's bytes, read elsewhere (process 0 of a multi-process
       run reads them for every process); None: read ``path``.
+
+  Returns:
+    What the checkpoint holds; None when there is no file, or (with a
+    warning) an unreadable one.
+
+  Raises:
+    Mismatch: The file holds another run's checkpoint, or one of another
+      version (another format, or a state of another structure).
   """
   path = pathlib.Path(path)
   if content is None and not path.is_file():
     return None
-  try:
-    with np.load(path if content is None else io.BytesIO(content)) as f:
-      meta = json.loads(str(f["meta"]))
-      leaves = [f[f"leaf{i}"] for i in range(len(f.files) - 1)]
-  except (OSError, ValueError, KeyError) as e:
-    warnings.warn(f"ignoring unreadable checkpoint {path}: {e}")
+  found = _read(path, content, arrays=True)
+  if found is None:
     return None
-  if meta.get("version") != VERSION or meta.get("key") != key:
-    return None
+  meta, leaves = found
+  _check_run(path, meta, key)
   like, treedef = jax.tree_util.tree_flatten(like_state)
   if len(like) != len(leaves) or any(
       np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
       for a, b in zip(like, leaves)):
-    return None
+    raise Mismatch(path, "of another version of fedjax_dp (its state's structure differs)")
   state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
   return Saved(meta["round"], state, meta["history"], tuple(meta["counters"]),
                meta["coded_sizes"], float(meta.get("seconds", 0.0)))

@@ -31,15 +31,16 @@ def test_resumed_run_equals_the_uninterrupted_run(name, small_federation, tmp_pa
   with np.load(path) as f:
     earlier = json.loads(str(f["meta"]))["seconds"]  # the killed process' training
   assert earlier > 0
-  resumed_rounds = []
+  resumed_rounds, each_round = [], []
   started = time.perf_counter()
   record, state = simulation.run(model, scheme, data, test, public, cfg,
                                  progress=resumed_rounds.append, return_state=True,
-                                 checkpoint=path)
+                                 checkpoint=path, on_round=each_round.append)
   this_process = time.perf_counter() - started
   # The record's wall time counts the killed process' training too.
   assert this_process < record["seconds"] <= this_process + earlier
   assert resumed_rounds[0] == 2  # the two checkpointed rounds, then one a call
+  assert each_round == [2, 3, 4, 5]  # the checkpoint's round, then each round
   assert record["history"] == whole["history"]
   np.testing.assert_array_equal(state.weights, whole_state.weights)
   for key in ("best_accuracy", "best_round", "epsilon", "measured_upstream_kb",
@@ -48,7 +49,12 @@ def test_resumed_run_equals_the_uninterrupted_run(name, small_federation, tmp_pa
   assert not path.exists()  # a finished run leaves no checkpoint
 
 
-def test_a_checkpoint_of_another_run_is_not_used(small_federation, tmp_path):
+def test_a_checkpoint_of_another_run_or_version_is_refused_not_overwritten(
+    small_federation, tmp_path):
+  """Another seed's checkpoint, or one of another format version, stops the
+  run with one line naming the file (``checkpoint.Mismatch``, a ValueError)
+  before any round, and the file is left as it was; an unreadable file is
+  replaced, with a warning."""
   data, test, public = small_federation
   model, scheme = tiny_linear(), get_scheme("FL-STD")
   cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1)
@@ -56,11 +62,29 @@ def test_a_checkpoint_of_another_run_is_not_used(small_federation, tmp_path):
   with pytest.raises(Killed):
     simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
                    checkpoint=path)
+  saved = path.read_bytes()
   other = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1, seed=1)
   rounds = []
-  simulation.run(model, scheme, data, test, public, other, progress=rounds.append,
-                 checkpoint=path)
-  assert rounds == [1, 1, 1]  # started from round 1
+  with pytest.raises(checkpoint.Mismatch, match="of another run") as refused:
+    simulation.run(model, scheme, data, test, public, other, progress=rounds.append,
+                   checkpoint=path)
+  assert str(refused.value) == (f"{path} holds a checkpoint of another run (other "
+                                "settings, data or model)")
+  assert rounds == [] and path.read_bytes() == saved
+  key = simulation.loop.checkpoint_key(model, scheme, data, cfg)
+  assert checkpoint.verify(path, key)["round"] == 2  # this run's: continued
+  with pytest.raises(checkpoint.Mismatch, match="of another run"):
+    checkpoint.verify(path, simulation.loop.checkpoint_key(model, scheme, data, other))
+  # Version 1's format (before the features' states were saved): refused.
+  meta = checkpoint.peek(path)
+  with np.load(path) as f:
+    arrays = {name: f[name] for name in f.files if name != "meta"}
+  np.savez(path, meta=np.array(json.dumps(dict(meta, version=1))), **arrays)
+  with pytest.raises(checkpoint.Mismatch, match=r"of another version of fedjax_dp "
+                                                r"\(format 1; this version reads format 2\)"):
+    simulation.run(model, scheme, data, test, public, cfg, checkpoint=path)
   path.write_bytes(b"not a checkpoint")
   with pytest.warns(UserWarning, match="unreadable checkpoint"):
     assert checkpoint.load(path, "key", None) is None
+  with pytest.warns(UserWarning, match="unreadable checkpoint"):
+    assert checkpoint.verify(path, "key") is None

@@ -69,7 +69,7 @@ def test_ratio_sweep_checks_out_before_any_run_and_is_held(tmp_path, capsys, mon
   """An unwritable --out stops the script before any calibration run (it
   used to fail with a traceback after every sweep); an --out another run
   holds is refused."""
-  monkeypatch.setattr(experiment, "execute", lambda *a: pytest.fail("ran"))
+  monkeypatch.setattr(experiment, "execute", lambda *a, **kw: pytest.fail("ran"))
   (tmp_path / "FILE").write_text("a file, not a folder")
   args = ["--ratios", "0.1", "--schemes", "fed-smp-randk", "--rounds", "2",
           "--num-clients", "300", "--clients-per-round", "20", "--quiet"]
@@ -94,7 +94,8 @@ def test_ratio_sweep_run_again_keeps_its_finished_runs(tmp_path, capsys, monkeyp
   module = _ratio_sweep()
   assert module.main(args) == 0
   first = json.loads((out / "table.json").read_text())["runs"]
-  monkeypatch.setattr(experiment, "execute", lambda *a: pytest.fail("ran a finished run"))
+  monkeypatch.setattr(experiment, "execute",
+                      lambda *a, **kw: pytest.fail("ran a finished run"))
   assert module.main(args) == 0
   assert json.loads((out / "table.json").read_text())["runs"] == first
   assert not (out / runlock.NAME).exists()
@@ -114,7 +115,7 @@ def test_ratio_sweep_run_again_keeps_its_finished_runs(tmp_path, capsys, monkeyp
         says in err[0]), err
   assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
   # With --overwrite it goes on to run (here stopped at its first run).
-  def interrupted(*a):
+  def interrupted(*a, **kw):
     raise KeyboardInterrupt
   monkeypatch.setattr(experiment, "execute", interrupted)
   assert module.main([*other_epsilon, "--overwrite"]) == 130

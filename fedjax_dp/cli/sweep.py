@@ -29,6 +29,7 @@ import json
 import pathlib
 import sys
 import tempfile
+import threading
 import traceback
 from typing import Callable, NamedTuple
 
@@ -36,8 +37,10 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp import datasets, distributed, keys, plots, runlock, sharding, simulation
 from fedjax_dp.cli import errors as cli_errors
+from fedjax_dp.cli import interrupts
 from fedjax_dp.cli import results as report
 from fedjax_dp.cli import schemes as cli_schemes
 from fedjax_dp.cli import settings as cli_settings
@@ -51,11 +54,13 @@ from fedjax_dp.models import FlatModel, get_model
 from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.paper import results as paper_results
 from fedjax_dp.schemes import Scheme, family_of, get_scheme
+from fedjax_dp.simulation.loop import checkpoint_key
 
-__all__ = ["DEFAULT_SCHEMES", "PRESET_FLAGS", "PROCESS_FLAGS", "Data", "PlannedRun",
-           "UsageError", "apply_dataset_defaults", "build_parser", "check_out",
-           "check_records", "checkpoint_path", "claim_out", "configure", "execute",
-           "finished_runs", "load_data", "main", "model_for", "plan", "scheme_setting",
+__all__ = ["DEFAULT_SCHEMES", "PRESET_FLAGS", "PROCESS_FLAGS", "Data", "Interrupted",
+           "PlannedRun", "UsageError", "apply_dataset_defaults", "build_parser",
+           "check_checkpoints", "check_out", "check_records", "checkpoint_path", "claim_out",
+           "configure", "execute", "finished_runs", "interrupted_line", "load_data", "main",
+           "model_for", "plan", "run_label", "saved_round", "scheme_setting",
            "setting_source", "settings", "write"]
 
 # Flags that spread a run over processes without changing its numbers.
@@ -256,22 +261,153 @@ def checkpoint_path(args: argparse.Namespace, run: PlannedRun) -> pathlib.Path:
   return pathlib.Path(args.out) / ".checkpoints" / f"{run.scheme.name}-r{run.ratio:g}.npz"
 
 
+def run_label(run: PlannedRun) -> str:
+  """A run as the sweep's lines name it: ``FL-TOP-DP r=0.005``."""
+  return f"{run.scheme.name} r={run.ratio:g}"
+
+
+def saved_round(args: argparse.Namespace, run: PlannedRun, fed: datasets.Federation,
+                prog: str = PROG) -> int | None:
+  """The round that the run's checkpoint in ``--out`` holds, which the run
+  continues after; None when there is none. Process 0 alone reads it (the
+  others: None).
+
+  A checkpoint of another run (a command with other settings, data or
+  model for this (scheme, ratio) in the same ``--out``) or of another
+  version of fedjax_dp is never continued, nor silently overwritten: it is
+  refused, unless ``--overwrite``, which deletes it (saying so).
+
+  Raises:
+    ValueError: Another run's or version's checkpoint (one line naming the
+      file and the ways out).
+  """
+  path = checkpoint_path(args, run)
+  if not distributed.is_main() or not path.is_file():
+    return None
+  key = checkpoint_key(model_for(args), run.scheme, fed.data, run.config)
+  try:
+    meta = checkpoint_lib.verify(path, key)
+  except checkpoint_lib.Mismatch as e:
+    if getattr(args, "overwrite", False):
+      path.unlink()
+      print(f"{prog}: deleted {path}, a checkpoint {e.reason} (--overwrite)",
+            file=sys.stderr, flush=True)
+      return None
+    raise ValueError(f"{path} holds a checkpoint {e.reason}, not of {run_label(run)} as "
+                     "this command runs it: delete it to start that run afresh, choose "
+                     "another --out, or add --overwrite") from None
+  return None if meta is None else int(meta["round"])
+
+
+def check_checkpoints(args: argparse.Namespace, runs: list[PlannedRun], data: Data) -> None:
+  """Checks the runs' checkpoints in ``--out`` before any run
+  (:func:`saved_round`): another run's or version's stops the sweep before
+  any work.
+
+  Raises:
+    ValueError: One line, as :func:`saved_round`.
+  """
+  for run in runs:
+    saved_round(args, run, data.of(run))
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C or SIGTERM during a run of the sweep (:func:`execute`).
+
+  Attributes:
+    run: The run in progress.
+    checkpoint: Its checkpoint file (:func:`checkpoint_path`), kept.
+    reached: The last round it trained (0: none yet).
+    code: The exit code (``fedjax_dp.cli.interrupts``: 130, or 143 after
+      SIGTERM).
+  """
+
+  def __init__(self, run: PlannedRun, checkpoint: pathlib.Path, reached: int, code: int):
+    super().__init__(run_label(run))
+    self.run, self.checkpoint, self.reached, self.code = run, checkpoint, reached, code
+
+
+def interrupted_line(prog: str, out: str, error: BaseException, finished: int | None) -> str:
+  """The one line a sweep prints when Ctrl-C or SIGTERM stops it.
+
+  It names the run in progress and the last round it trained, the
+  checkpoint kept and the round it holds (read back from the file: the
+  round the same command continues after) and the finished runs, or says
+  that nothing was written.
+
+  Args:
+    prog: The command's name.
+    out: The folder of the finished runs.
+    error: The interruption; an :class:`Interrupted` names the run.
+    finished: The finished runs written to ``out`` (None: an unknown number,
+      maybe none).
+  """
+  where, kept = "", []
+  if isinstance(error, Interrupted):
+    meta = checkpoint_lib.peek(error.checkpoint) if error.checkpoint.is_file() else None
+    reached = max(error.reached, 0 if meta is None else meta["round"])
+    where = f" in {run_label(error.run)} before its first round ended"
+    if reached:
+      where = f" in {run_label(error.run)} after round {reached} of " \
+              f"{error.run.setting['rounds']}"
+      if meta is None:
+        where += ", before its first checkpoint (one is saved at each evaluation)"
+    if meta is not None:
+      kept.append(f"checkpoint {error.checkpoint} (round {meta['round']}) kept")
+  if finished is None:
+    kept.append(f"the finished runs are in {out}")
+  elif finished:
+    kept.append(f"the {finished} finished runs are in {out}")
+  if not kept:
+    return f"{prog}: interrupted{where}; nothing written"
+  return f"{prog}: interrupted{where}; {' and '.join(kept)}: run the same command to resume"
+
+
+class _Reached:
+  """The last round a run trained, as ``on_round`` tells it (a runtime
+  thread's call), passed on to the caller's ``on_round``."""
+
+  def __init__(self, on_round: Callable[[int], None] | None):
+    self.round, self.on_round = 0, on_round
+
+  def __call__(self, t: int) -> None:
+    self.round = max(self.round, t)
+    if self.on_round is not None:
+      self.on_round(t)
+
+
 def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
-            progress: Callable[[int], None] | None = None) -> list[dict]:
+            progress: Callable[[int], None] | None = None, *,
+            on_round: Callable[[int], None] | None = None, prog: str = PROG) -> list[dict]:
   """Runs every planned run; returns their records (with the sweep's fields).
 
   Each run saves its progress after every evaluation
   (:func:`checkpoint_path`) and, started again with the same settings,
-  continues from there with the same numbers.
+  continues from there with the same numbers, saying so in one line on
+  stderr (process 0, ``prog: resuming ...``); another run's checkpoint is
+  refused (:func:`saved_round`). ``progress`` and ``on_round`` are
+  ``simulation.run``'s: after each evaluation, and as each round ends.
+
+  Raises:
+    Interrupted: Ctrl-C or SIGTERM during a run (its checkpoint kept).
+    ValueError: Another run's or version's checkpoint in ``--out``.
   """
   model = model_for(args)
   dataset = datasets.get_dataset(args.dataset)
   records = []
   for run in runs:
-    fed = data.of(run)
-    saved = checkpoint_path(args, run)
-    record = simulation.run(model, run.scheme, fed.data, fed.test, fed.public, run.config,
-                            progress=progress, checkpoint=saved)
+    fed, saved, reached = data.of(run), checkpoint_path(args, run), _Reached(on_round)
+    try:
+      start = saved_round(args, run, fed, prog)
+      if start is not None:
+        reached(start)
+        print(f"{prog}: resuming {run_label(run)} at round {start + 1} of "
+              f"{run.setting['rounds']} from its checkpoint {saved} (round {start})",
+              file=sys.stderr, flush=True)
+      record = simulation.run(model, run.scheme, fed.data, fed.test, fed.public, run.config,
+                              progress=progress, checkpoint=saved, on_round=reached)
+    except KeyboardInterrupt as e:
+      raise Interrupted(run, saved, reached.round, interrupts.exit_code(e)) from e
     if distributed.is_main():
       with contextlib.suppress(OSError):  # the folder, once no run has a checkpoint
         saved.parent.rmdir()
@@ -433,28 +569,36 @@ def main(argv: list[str] | None = None) -> int:
   Each finished run is written at once (``results.*`` hold every run
   finished so far) and each run in progress saves its state after every
   evaluation, so the same command run again after an interruption keeps the
-  finished runs and continues the interrupted one where it stopped.
+  finished runs and continues the interrupted one where it stopped. Ctrl-C
+  and SIGTERM stop it alike, with one line naming the checkpoint kept and
+  the round it holds, and exit code 130 (SIGINT) or 143 (SIGTERM).
 
   With ``--coordinator`` the sweep is one of ``--num-processes`` processes
   (``fedjax_dp.distributed``): every process computes every run, the cohort
   sharded over all their devices; process 0 alone writes and shows
   progress; a process that fails stops the others.
   """
-  try:
-    args = build_parser().parse_args(argv)
-    distributed.initialize(cli_settings.processes(args), PROG)
-  except (UsageError, ValueError) as e:
-    return _error(e)
-  try:
-    return _sweep(args)
-  except (Exception, KeyboardInterrupt) as e:  # several processes: one failing stops all
-    if not distributed.joined():
-      raise
-    distributed.stop_if_another_failed()  # then this error is its echo
-    traceback.print_exc()
-    distributed.abort(f"{type(e).__name__}: {e}",
-                      130 if isinstance(e, KeyboardInterrupt) else 1)
-    raise
+  with interrupts.sigterm_as_interrupt():
+    try:
+      args = build_parser().parse_args(argv)
+      distributed.initialize(cli_settings.processes(args), PROG)
+    except (UsageError, ValueError) as e:
+      return _error(e)
+    except KeyboardInterrupt as e:
+      print(f"{PROG}: interrupted; nothing written", file=sys.stderr, flush=True)
+      return interrupts.exit_code(e)
+    # Set again: jax.distributed's preemption notifier takes SIGTERM over.
+    with interrupts.sigterm_as_interrupt():
+      try:
+        return _sweep(args)
+      except (Exception, KeyboardInterrupt) as e:  # several processes: one failing stops all
+        if not distributed.joined():
+          raise
+        distributed.stop_if_another_failed()  # then this error is its echo
+        traceback.print_exc()
+        distributed.abort(f"{type(e).__name__}: {e}",
+                          interrupts.exit_code(e) if isinstance(e, KeyboardInterrupt) else 1)
+        raise
 
 
 def claim_out(out: str) -> contextlib.ExitStack:
@@ -483,42 +627,91 @@ def _sweep(args: argparse.Namespace) -> int:
     claim = claim_out(args.out)
   except (UsageError, ValueError, DataError) as e:
     return _error(e)
+  except KeyboardInterrupt as e:
+    return _interrupted(args, e, 0)
   with claim:
     return _run_all(args, runs, data)
+
+
+def _interrupted(args: argparse.Namespace, error: KeyboardInterrupt, finished: int) -> int:
+  """Prints the interruption's one line (:func:`interrupted_line`; process 0,
+  the others just the word); with several processes, stops them all.
+  Returns the exit code."""
+  line = (interrupted_line(PROG, args.out, error, finished) if distributed.is_main()
+          else f"{PROG}: interrupted")
+  print(line, file=sys.stderr, flush=True)
+  code = interrupts.exit_code(error)
+  distributed.abort("interrupted", code)  # returns only when this process runs alone
+  return code
+
+
+class _Bar:
+  """The sweep's progress bar: rounds over all runs, moved as each round
+  ends (``on_round``, called from a runtime thread) and by the runs kept."""
+
+  def __init__(self, args: argparse.Namespace, runs: list[PlannedRun]):
+    self.bar = tqdm(total=sum(r.setting["rounds"] for r in runs), unit="round",
+                    disable=args.quiet or not distributed.is_main(), file=sys.stderr,
+                    dynamic_ncols=True)
+    self.lock, self.at = threading.Lock(), 0
+
+  def start(self, run: PlannedRun) -> None:
+    """A run starts: the bar names it; its rounds count from 0."""
+    with self.lock:
+      self.at = 0
+      self.bar.set_description(run_label(run))
+
+  def on_round(self, t: int) -> None:
+    """Round t of the run ended (at a resume: the checkpoint's round)."""
+    with self.lock:
+      if t > self.at:
+        self.bar.update(t - self.at)
+        self.at = t
+
+  def skip(self, run: PlannedRun) -> None:
+    """The run is kept from results.json: its rounds count as done."""
+    with self.lock:
+      self.bar.update(run.setting["rounds"])
+
+  def close(self) -> None:
+    """The sweep ends (or stops): the bar's last state stays on the terminal."""
+    self.bar.close()
 
 
 def _run_all(args: argparse.Namespace, runs: list[PlannedRun], data: Data) -> int:
   """:func:`main` once the runs are planned, their data loaded and ``--out``
   held: runs (or keeps) each run, writing the results after each."""
   writer = distributed.is_main()
-  bar = tqdm(total=sum(r.setting["rounds"] for r in runs), unit="round",
-             disable=args.quiet or not writer, file=sys.stderr, dynamic_ncols=True)
-
-  def progress(rounds):
-    bar.update(rounds)
-
   done = _finished(args)
+  try:
+    check_checkpoints(args, [r for r in runs if (r.scheme.name, r.ratio) not in done], data)
+  except ValueError as e:
+    return _error(e)
+  except KeyboardInterrupt as e:
+    return _interrupted(args, e, 0)
   if done and writer:
     print(f"{PROG}: resuming: {len(done)} finished runs kept from {args.out}",
           file=sys.stderr)
-  records = []
+  bar, records, written, running = _Bar(args, runs), [], 0, None
   try:
     for run in runs:
-      bar.set_description(f"{run.scheme.name} r={run.ratio:g}")
-      if (run.scheme.name, run.ratio) in done:
+      bar.start(run)
+      if (run.scheme.name, run.ratio) in done:  # in results.json already
         records.append(done[(run.scheme.name, run.ratio)])
-        bar.update(run.setting["rounds"])
+        bar.skip(run)
+        written = len(records)
         continue
-      records += execute(args, [run], data, progress)
+      running = run
+      records += execute(args, [run], data, on_round=bar.on_round)
+      running = None
       if writer:
         write(args, records)
-  except KeyboardInterrupt:
+        written = len(records)
+  except KeyboardInterrupt as e:
     bar.close()
-    kept = (f"the {len(records)} finished runs are in {args.out}" if records and writer
-            else "nothing written")
-    print(f"{PROG}: interrupted; {kept}", file=sys.stderr, flush=True)
-    distributed.abort("interrupted", 130)
-    return 130
+    if running is not None and not isinstance(e, Interrupted):  # between execute's steps
+      e = Interrupted(running, checkpoint_path(args, running), 0, interrupts.exit_code(e))
+    return _interrupted(args, e, written if writer else 0)
   bar.close()
   if writer:
     print(report.markdown_table(records), end="")

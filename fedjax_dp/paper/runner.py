@@ -25,9 +25,11 @@ from typing import Callable, NamedTuple
 
 from fedjax_dp import checkpoint, runlock
 from fedjax_dp.atomic import atomic_file
+from fedjax_dp.cli import interrupts
 from fedjax_dp.paper.tables import Row, Table
 
 INTERRUPTED = 130  # sweep.py's exit code after Ctrl-C
+TERMINATED = 143  # and after SIGTERM
 SEEDS_HEADLINE = (0, 1, 2)
 COMMAND = "command.json"  # in a (row, seed)'s sweep folder: the command it runs
 REDUCED = ".reduced"
@@ -89,8 +91,9 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
     The kept record, or None if the sweep failed (its exit code is not 0).
 
   Raises:
-    KeyboardInterrupt: The sweep was interrupted (exit code 130); its
-      checkpoint is kept.
+    fedjax_dp.cli.interrupts.Reported: The sweep was interrupted (exit code
+      130, or 143 after SIGTERM), its checkpoint kept and said in its line
+      (a KeyboardInterrupt).
     runlock.Busy: Another process runs this (row, seed) now.
   """
   path = record_path(out, table, row, seed, extra)
@@ -177,11 +180,12 @@ def _run(table: Table, row: Row, seed: int, path: pathlib.Path, work: pathlib.Pa
   with atomic_file(work / COMMAND, "w") as f:
     json.dump({"argv": row.argv(seed, "OUT", extra)}, f)
   # The work folder is this (row, seed)'s own: a sweep of an older definition
-  # of the row left there is replaced (its kept record is the run's record).
+  # of the row left there (its records, its checkpoint) is replaced (its kept
+  # record is the run's record).
   argv = [*argv, "--overwrite"]
   code = sweep([a for a in argv if a != "--quiet"] if progress else argv)
-  if code == INTERRUPTED:
-    raise KeyboardInterrupt
+  if code in (INTERRUPTED, TERMINATED):
+    raise interrupts.Reported(code)
   if code != 0:
     return None
   results = json.loads((work / "results.json").read_text())

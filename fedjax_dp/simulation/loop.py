@@ -131,9 +131,16 @@ class Trained(NamedTuple):
 def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientData,
                test: tuple[np.ndarray, np.ndarray],
                progress: Callable[[int], None] | None = None,
-               checkpoint: tuple[str, str] | None = None) -> Trained:
+               checkpoint: tuple[str, str] | None = None,
+               on_round: Callable[[int], None] | None = None) -> Trained:
   """The plan's rounds from ``state``, compiled ``eval_every`` at a time, test
   accuracy after each.
+
+  ``progress(n)`` is called after each evaluation with the n rounds it
+  closes (at a resume first with the checkpoint's rounds); ``on_round(t)``
+  with each round's number as the round ends, from inside the compiled
+  rounds (:func:`~fedjax_dp.simulation.make_rounds_fn`; at a resume first
+  with the checkpoint's round, here).
 
   Coded-stream schemes (``traits.measured_streams``) also measure what
   some clients send in the first round of every interval. With
@@ -141,7 +148,9 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
   evaluation (``fedjax_dp.checkpoint``) and, if ``path`` holds a checkpoint
   of the same run, continues from it with the numbers of an uninterrupted
   run. In a multi-process run (``fedjax_dp.distributed``) process 0 alone
-  reads and writes the checkpoint; the others resume from what it read.
+  reads and writes the checkpoint; the others resume from what it read. A
+  checkpoint of another run or version is refused
+  (``fedjax_dp.checkpoint.Mismatch``), not overwritten.
   """
   scheme, root = plan.scheme, plan.run_key
   rounds, eval_every = plan.config.training.rounds, plan.config.training.eval_every
@@ -158,13 +167,15 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
     counters, t = Counters(*saved.counters), saved.round + 1
     if progress is not None:
       progress(saved.round)
+    if on_round is not None:
+      on_round(saved.round)
   if plan.mesh is not None:  # the placement every round call sees (one compilation)
     state, data, root, test_x = sharding.replicate((state, data, root, test_x), plan.mesh)
   compiled: dict[int, Callable] = {}
   while t <= rounds:
     chunk = min(eval_every, rounds - t + 1)
     if chunk not in compiled:
-      compiled[chunk] = make_rounds_fn(model, plan, chunk)
+      compiled[chunk] = make_rounds_fn(model, plan, chunk, on_round)
     if stream_fn is not None:  # round t's streams, before the state is donated
       streams, real = stream_fn(state, data, root, jnp.int32(t))
       coded_sizes += [scheme.measure_stream(s, model.num_params)
@@ -201,10 +212,27 @@ def _resume(checkpoint: tuple[str, str], state: ServerState) -> checkpoint_lib.S
   return checkpoint_lib.load(path, key, state, content=content) if content else None
 
 
+def checkpoint_key(model: FlatModel, scheme: Scheme, data: ClientData, cfg: RunConfig) -> str:
+  """The fingerprint that tags a run's checkpoint (``fedjax_dp.checkpoint``):
+  of the model, scheme, config and clients' data as :func:`run` is given
+  them. A checkpoint is continued only by a run of the same key."""
+  run_key = keys.run_key(cfg.training.seed)
+  return _key(model, scheme, features_lib.client_data(cfg, data, run_key), cfg)
+
+
+def _key(model: FlatModel, scheme: Scheme, data: ClientData, cfg: RunConfig) -> str:
+  """:func:`checkpoint_key` of the data as the run's features leave it."""
+  return checkpoint_lib.fingerprint(
+      model.name, model.num_params, scheme.name, scheme.describe(),
+      cfg.fingerprint(), data.x.shape, str(data.x.dtype),
+      hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest())
+
+
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
         test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
         cfg: RunConfig, progress: Callable[[int], None] | None = None, *,
-        return_state: bool = False, checkpoint: str | os.PathLike | None = None):
+        return_state: bool = False, checkpoint: str | os.PathLike | None = None,
+        on_round: Callable[[int], None] | None = None):
   """Runs one scheme for ``cfg.training.rounds`` rounds and reports like UAI Table 1.
 
   Four steps: :func:`~fedjax_dp.simulation.setup.prepare` (validation and
@@ -218,13 +246,20 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     test: (examples, labels) of the held-out test set.
     public: (examples, labels) of the server's public batch.
     cfg: Hyper-parameters.
-    progress: Called with the number of rounds just completed.
+    progress: Called after each evaluation with the number of rounds it
+      closes (at a resume, first with the checkpoint's rounds).
     return_state: Also return the final :class:`ServerState`.
     checkpoint: A file to save the run to after every evaluation; a run
       started again with the same file, model, scheme, data and config
       continues from it with the same numbers. Deleted when the run ends.
-      Several processes (``fedjax_dp.distributed``): process 0 alone
-      writes it.
+      A file holding another run's checkpoint (:func:`checkpoint_key`
+      differs) or another version's is refused. Several processes
+      (``fedjax_dp.distributed``): process 0 alone writes it.
+    on_round: Called with each round's number as the round ends, however
+      many rounds an evaluation closes: from inside the compiled rounds, on
+      a runtime thread (quick, must not raise; it changes no number); at a
+      resume first with the checkpoint's round. Several processes: called
+      on process 0 alone; give it on every process or on none.
 
   Returns:
     A JSON-ready record (``simulation.record.Record``). With
@@ -232,17 +267,14 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
 
   Raises:
     ValueError: A bad setting (one line, naming the parameter).
+    fedjax_dp.checkpoint.Mismatch: ``checkpoint`` holds another run's
+      checkpoint, or another version's (a ValueError, one line).
   """
   start = time.perf_counter()
   data = features_lib.client_data(cfg, data, keys.run_key(cfg.training.seed))
   state, plan = prepare(model, scheme, data, public, cfg)
-  saving = None
-  if checkpoint is not None:
-    saving = (checkpoint, checkpoint_lib.fingerprint(
-        model.name, model.num_params, scheme.name, scheme.describe(),
-        cfg.fingerprint(), data.x.shape, str(data.x.dtype),
-        hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest()))
-  trained = train_loop(model, state, plan, data, test, progress, saving)
+  saving = None if checkpoint is None else (checkpoint, _key(model, scheme, data, cfg))
+  trained = train_loop(model, state, plan, data, test, progress, saving, on_round)
   # Wall time over every process that trained this run (setup counted once).
   record = record_lib.make_record(model, plan, trained,
                                   time.perf_counter() - start + trained.earlier_seconds)

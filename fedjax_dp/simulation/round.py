@@ -323,8 +323,20 @@ def make_round_fn(model: FlatModel, plan: Plan
   return round_fn
 
 
-def make_rounds_fn(model: FlatModel, plan: Plan, num_rounds: int):
+def make_rounds_fn(model: FlatModel, plan: Plan, num_rounds: int,
+                   on_round: Callable[[int], None] | None = None):
   """Compiles ``num_rounds`` consecutive rounds into one ``lax.scan``.
+
+  Args:
+    model: The model.
+    plan: The run's plan.
+    num_rounds: Rounds a call runs.
+    on_round: Called with each round's number once the round's new weights
+      are computed, from inside the compiled rounds (``jax.debug.callback``,
+      on a runtime thread: it must return quickly and not raise). It changes
+      no number; None puts nothing in the compiled function. With a mesh it
+      runs once a round (on the mesh's first device: in a multi-process run
+      on process 0 alone; give it on every process alike).
 
   Returns:
     jitted ``fn(state, data, run_key, first_round) -> (state, infos)`` where
@@ -334,6 +346,8 @@ def make_rounds_fn(model: FlatModel, plan: Plan, num_rounds: int):
     that every call has the same argument placement (one compilation).
   """
   round_fn = make_round_fn(model, plan)
+  if on_round is not None:
+    round_fn = _reporting(round_fn, on_round)
 
   def rounds(state, data, run_key, first_round):
     ts = first_round + jnp.arange(num_rounds, dtype=jnp.int32)
@@ -342,3 +356,19 @@ def make_rounds_fn(model: FlatModel, plan: Plan, num_rounds: int):
   if sharding.mesh_size(plan.mesh) > 1:
     return jax.jit(rounds, donate_argnums=(0,), out_shardings=sharding.replicated(plan.mesh))
   return jax.jit(rounds, donate_argnums=(0,))
+
+
+def _reporting(round_fn: Callable, on_round: Callable[[int], None]) -> Callable:
+  """``round_fn`` that calls ``on_round(t)`` once round t's weights are computed."""
+
+  def report(t, weight):
+    del weight
+    on_round(int(t))
+
+  def reporting_round(state, data, run_key, t):
+    state, info = round_fn(state, data, run_key, t)
+    # One new weight as an operand makes the call wait for the round's update
+    # (with t alone XLA may run it at the round's start).
+    jax.debug.callback(report, t, jnp.ravel(state.weights)[0])
+    return state, info
+  return reporting_round
