@@ -560,7 +560,9 @@ def test_list_shows_kept_records_and_runs_in_progress(tmp_path, capsys):
   # What a run writes there is the row's command (as its record keeps it).
   assert json.loads((paper_runner.work_dir(tmp_path, table, row, 1) / paper_runner.COMMAND)
                     .read_text()) == {"argv": row.argv(1, "OUT")}
-  assert paper_runner.run_states(tmp_path, table, row) == [
+  kept = paper_runner.run_states(tmp_path, table, row)
+  assert all(s.finished_at.startswith("20") for s in kept)  # when each record was kept
+  assert [s._replace(finished_at="") for s in kept] == [
       paper_runner.RunState(1, False, True, 3, 7.0, machine="x"),
       paper_runner.RunState(0, True, True, 3, 7.0, machine="x")]
   assert paper_runner.run_states(tmp_path, table, other) == [
@@ -762,8 +764,9 @@ def test_list_counts_a_twins_record_before_its_row_has_run(tmp_path, capsys):
   [uai_top], [top] = uai.select(["FL-TOP_r0.005"]), t44.select(["FL-TOP_r0.005"])
   paper_runner.run_row(uai, uai_top, 0, tmp_path, _fake_sweep([], 0.8, dp=False), "x")
   assert not (tmp_path / "thesis-4.4").exists()
-  assert paper_runner.run_states(tmp_path, t44, top) == [paper_runner.RunState(
-      0, False, True, 3, 7.0, same_run_as="uai-table1/FL-TOP_r0.005.seed0.json", machine="x")]
+  assert [s._replace(finished_at="") for s in paper_runner.run_states(tmp_path, t44, top)] == [
+      paper_runner.RunState(0, False, True, 3, 7.0,
+                            same_run_as="uai-table1/FL-TOP_r0.005.seed0.json", machine="x")]
   assert _script_main()(["list", "thesis-4.4", "--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
   assert "(11 rows; 1 with a kept record, 0 with a run in progress" in out
