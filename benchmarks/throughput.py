@@ -47,7 +47,8 @@ evaluation) with FL-STD's of the same model, batching and cohort. Above
 ``--split-max-clients`` the stages are not timed apart (they would hold
 every client's update at once; the round sums them in chunks).
 ``--profile DIR`` writes a profiler trace of one more round of the last
-case. ``benchmarks/gpu_suite.sh`` runs the GPU suite (issues 41, 47).
+case, and the compiled round's HLO beside it (``DIR/round.hlo.txt``), by
+which ``benchmarks/trace_summary.py DIR`` reads a CPU trace's ops. ``benchmarks/gpu_suite.sh`` runs the GPU suite (issues 41, 47).
 
 ``--noise independent,banded,blt`` (issue 49) times each scheme's round with
 each noise: today's fresh noise per round, or the server's noise correlated
@@ -81,6 +82,7 @@ import argparse
 import importlib.util
 import json
 import os
+import pathlib
 import resource
 import sys
 from typing import NamedTuple
@@ -296,6 +298,9 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   if profile is not None:
     with jax.profiler.trace(profile):
       call_round()
+    # The module that ran, by which trace_summary.py reads a CPU trace's ops.
+    compiled = rounds_fn.lower(state, data, run_key, jnp.int32(t_next[0])).compile()
+    pathlib.Path(profile, "round.hlo.txt").write_text(compiled.as_text(), encoding="utf-8")
   load_after = os.getloadavg()
 
   per_round = min(round_times)

@@ -1,4 +1,4 @@
-"""Where a profiled round spends the GPU: busy time, products' share, top fusions.
+"""Where a profiled round spends the GPU or the CPU: busy time, products' share, top ops.
 
 Reads the Chrome trace (``*.trace.json.gz``, what ``jax.profiler.trace`` and
 ``throughput.py --profile DIR`` write under ``DIR/plugins/profile/<run>/``;
@@ -19,9 +19,28 @@ Perfetto and TensorBoard open the same file) and reports, per trace:
   python benchmarks/trace_summary.py /tmp/gpu-suite-profile --json   # newest trace under it
   python benchmarks/trace_summary.py trace.json.gz --out summary.jsonl  # words, and a JSON line
 
-A trace without GPU events (a CPU run) reports that and no shares. The
-figures are sums over the trace: for one round's trace, per round.
-``docs/performance.md`` ("On a GPU") explains how to read them.
+A trace without GPU events (a CPU run) is read on the CPU's XLA threads
+instead, with the compiled module's HLO (``--hlo FILE``, or ``*.hlo.txt`` in
+the trace's folder or above it, what ``throughput.py --profile DIR`` writes
+as ``DIR/round.hlo.txt``): each XLA op's own time (its time less the ops it
+runs inside it, a ``while`` its body), summed over the threads (CPU time),
+by what the op computes:
+
+* convolutions by role, read off the HLO: forward (no ``transpose(...)``
+  in the op's JAX name), and among the gradients the weight gradient (a
+  window larger than the output's spatial size: XLA's canonical form runs
+  the window over the activations, the output is the kernel) and the input
+  gradient (the rest: a kernel no larger than the image);
+* matrix products (``dot``), random numbers (threefry and its samplers) and
+  the rest by the JAX primitive that made the op;
+* for convolutions and products their FLOPs, counted from the HLO shapes
+  (2 x output elements x the sum each one takes), and their rate per CPU
+  second, to set against one core's matrix-product rate (``--matmul-gflops``,
+  the machine's rate for all its devices, and ``--cores``).
+
+The figures are sums over the trace: for one round's trace, per round.
+``docs/performance.md`` ("On a GPU", "Where a CPU round's time goes")
+explains how to read them.
 """
 
 from __future__ import annotations
@@ -29,8 +48,11 @@ from __future__ import annotations
 import gzip
 import json
 import pathlib
+import math
+import os
 import re
 import sys
+from typing import NamedTuple
 
 from common import OneLineParser  # benchmarks/common.py
 
@@ -131,6 +153,254 @@ def summarize(trace: dict, top: int = 12) -> dict:
   return out
 
 
+# ------------------------------------------------------------------ the CPU
+
+class HloOp(NamedTuple):
+  """What one instruction of the compiled module computes, each time it runs.
+
+  Attributes:
+    role: ``convolution, forward``, ``convolution, input gradient``,
+      ``convolution, weight gradient``, ``matrix product``, ``random
+      numbers``, or the JAX primitive that made it (the HLO opcode without one).
+    flops: The convolutions' and products' FLOPs in it (0 for the rest).
+  """
+
+  role: str
+  flops: float
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+) .*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = ")
+_OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
+_COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+_RNG = re.compile(r"threefry|random_bits|_uniform|_normal|erf_inv|random_split|random_fold_in")
+
+
+def _closing(text: str, start: int) -> int:
+  """The index just past the bracket that closes the one at ``start``."""
+  depth = 0
+  for i in range(start, len(text)):
+    depth += {"(": 1, "{": 1, ")": -1, "}": -1}.get(text[i], 0)
+    if depth == 0:
+      return i + 1
+  return len(text)
+
+
+def _dims(shape: str) -> list[int]:
+  m = re.match(r"\w+\[([\d,]*)\]", shape)
+  return [int(d) for d in m.group(1).split(",") if d] if m else []
+
+
+def _instruction(line: str) -> dict | None:
+  """One HLO instruction line: its name, shape, opcode, operands and attributes."""
+  m = _INSTRUCTION.match(line)
+  if not m:
+    return None
+  rest = line[m.end():]
+  end = _closing(rest, 0) if rest.startswith("(") else rest.find(" ")
+  op = _OPCODE.match(rest, end)
+  if not op:
+    return None
+  close = _closing(rest, op.end() - 1)
+  attrs = rest[close:]
+  op_name = re.search(r'op_name="([^"]*)"', attrs)
+  return {"name": m.group(1), "shape": rest[:end], "opcode": op.group(1),
+          "operands": re.findall(r"%([\w.\-]+)", rest[op.end():close - 1]),
+          "attrs": attrs, "op_name": op_name.group(1) if op_name else "",
+          "calls": re.findall(r"(?:calls|to_apply|body|condition|branch_computations)="
+                              r"\{?%([\w.\-]+)", attrs)}
+
+
+def _conv(ins: dict, shapes: dict[str, list[int]]) -> tuple[str, float]:
+  """A convolution's role and FLOPs: each output element sums window x input features."""
+  window = [int(w) for w in re.search(r"size=([\dx]+)", ins["attrs"]).group(1).split("x")]
+  rhs_labels, out_labels = re.search(r"dim_labels=\w+_(\w+)->(\w+)", ins["attrs"]).groups()
+  rhs = shapes.get(ins["operands"][1], [])
+  out = _dims(ins["shape"])
+  per_output = math.prod(window) * (rhs[rhs_labels.index("i")] if rhs else 1)
+  spatial = math.prod(out[i] for i, c in enumerate(out_labels) if c.isdigit())
+  if "transpose(" not in ins["op_name"]:
+    role = "forward"
+  elif math.prod(window) > spatial:  # the window runs over the activations: dL/dW
+    role = "weight gradient"
+  else:  # the window is the kernel, the output an activation's shape
+    role = "input gradient"
+  return f"convolution, {role}", 2.0 * math.prod(out) * per_output
+
+
+def _dot(ins: dict, shapes: dict[str, list[int]]) -> float:
+  lhs = shapes.get(ins["operands"][0], [])
+  m = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins["attrs"])
+  contracted = [int(d) for d in m.group(1).split(",") if d] if m else []
+  return 2.0 * math.prod(_dims(ins["shape"])) * math.prod(lhs[d] for d in contracted if lhs)
+
+
+def parse_hlo(text: str) -> dict[str, HloOp]:
+  """Every instruction of an optimized HLO module's text, by name, as :class:`HloOp`.
+
+  A fusion is read through the computations it calls: a convolution or a
+  product in it names its role and brings its FLOPs.
+  """
+  computations: dict[str, list[dict]] = {}
+  current: list[dict] = []
+  for line in text.splitlines():
+    m = _COMPUTATION.match(line)
+    if m and " = " not in line.split("{")[0]:
+      current = computations.setdefault(m.group(1), [])
+      continue
+    ins = _instruction(line)
+    if ins is not None:
+      current.append(ins)
+
+  inner: dict[str, HloOp | None] = {}  # a computation's products, if any
+
+  def products(name: str) -> HloOp | None:
+    if name not in inner:
+      inner[name] = None  # guards against a cycle
+      shapes = {i["name"]: _dims(i["shape"]) for i in computations.get(name, [])}
+      role, flops = None, 0.0
+      for ins in computations.get(name, []):
+        if ins["opcode"] == "convolution":
+          r, f = _conv(ins, shapes)
+          role, flops = role or r, flops + f
+        elif ins["opcode"] == "dot":
+          role, flops = role or "matrix product", flops + _dot(ins, shapes)
+        elif ins["opcode"] == "fusion":
+          sub = [products(c) for c in ins["calls"]]
+          for op in filter(None, sub):
+            role, flops = role or op.role, flops + op.flops
+      inner[name] = None if role is None else HloOp(role, flops)
+    return inner[name]
+
+  ops: dict[str, HloOp] = {}
+  for instructions in computations.values():
+    shapes = {i["name"]: _dims(i["shape"]) for i in instructions}
+    for ins in instructions:
+      if ins["opcode"] == "convolution":
+        ops[ins["name"]] = HloOp(*_conv(ins, shapes))
+      elif ins["opcode"] == "dot":
+        ops[ins["name"]] = HloOp("matrix product", _dot(ins, shapes))
+      elif ins["opcode"] == "fusion" and any(products(c) for c in ins["calls"]):
+        found = [products(c) for c in ins["calls"] if products(c)]
+        ops[ins["name"]] = HloOp(found[0].role, sum(o.flops for o in found))
+      else:
+        ops[ins["name"]] = HloOp(_primitive(ins), 0.0)
+  return ops
+
+
+def _primitive(ins: dict) -> str:
+  """The JAX primitive that made an instruction (its opcode if none is named)."""
+  if ins["opcode"] in _COLLECTIVES:
+    return ins["opcode"]
+  if _RNG.search(ins["op_name"]):
+    return "random numbers"
+  last = ins["op_name"].rsplit("/", 1)[-1]
+  return re.sub(r"\(.*", "", last) or ins["opcode"]
+
+
+def find_hlo(trace_path: pathlib.Path) -> pathlib.Path | None:
+  """The newest ``*.hlo.txt`` in the trace's folder or a folder above it (up to 4)."""
+  for folder in list(trace_path.parents)[:4]:
+    found = sorted(folder.glob("*.hlo.txt"), key=lambda p: p.stat().st_mtime)
+    if found:
+      return found[-1]
+  return None
+
+
+def _self_times(events: list[dict]) -> list[tuple[dict, float]]:
+  """Each event with its own time: its duration less its children's on its thread."""
+  out: list[tuple[dict, float]] = []
+  by_thread: dict[tuple, list[dict]] = {}
+  for e in events:
+    by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+  for thread in by_thread.values():
+    thread.sort(key=lambda e: (e["ts"], -e["dur"]))
+    own = [e["dur"] for e in thread]
+    stack: list[int] = []
+    for i, e in enumerate(thread):
+      while stack and thread[stack[-1]]["ts"] + thread[stack[-1]]["dur"] <= e["ts"]:
+        stack.pop()
+      if stack:
+        own[stack[-1]] -= e["dur"]
+      stack.append(i)
+    out += list(zip(thread, own))
+  return out
+
+
+def summarize_cpu(trace: dict, ops: dict[str, HloOp], top: int = 12,
+                  matmul_gflops: float | None = None, cores: int | None = None) -> dict:
+  """The XLA ops' CPU time by role (ms, summed over threads) and the products' rates.
+
+  Args:
+    trace: The Chrome trace of a CPU run.
+    ops: :func:`parse_hlo` of the module it ran.
+    top: Ops listed.
+    matmul_gflops: The machine's float32 matrix-product rate, all devices.
+    cores: The cores it ran on (the per-core rate is ``matmul_gflops / cores``).
+  """
+  timed = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") in ops
+           and isinstance(e.get("dur"), (int, float))]
+  out = {"threads": 0, "ops": len(timed), "cpu_ms": None, "span_ms": None,
+         "matmul_gflops_per_core": None, "roles": [], "top": []}
+  if not timed:
+    return out
+  mine = _self_times(timed)
+  roles: dict[str, list[float]] = {}
+  names: dict[str, list[float]] = {}
+  for e, own in mine:
+    op = ops[e["name"]]
+    r = roles.setdefault(op.role, [0.0, 0.0, 0])
+    r[0], r[1], r[2] = r[0] + own, r[1] + op.flops, r[2] + 1
+    n = names.setdefault(e["name"], [0.0, 0])
+    n[0], n[1] = n[0] + own, n[1] + 1
+  cpu_us = sum(own for _, own in mine)
+  per_core = None if not (matmul_gflops and cores) else matmul_gflops / cores
+  ms = lambda us: round(us / 1e3, 3)
+
+  def rate(us: float, flops: float) -> dict:
+    if not flops or us <= 0:
+      return {"gflop": None, "gflops_per_cpu_second": None, "of_matmul": None}
+    g = flops / us / 1e3
+    return {"gflop": round(flops / 1e9, 3), "gflops_per_cpu_second": round(g, 2),
+            "of_matmul": None if per_core is None else round(g / per_core, 3)}
+
+  out.update(
+      threads=len({(e.get("pid"), e.get("tid")) for e in timed}), cpu_ms=ms(cpu_us),
+      span_ms=ms(max(e["ts"] + e["dur"] for e in timed) - min(e["ts"] for e in timed)),
+      matmul_gflops_per_core=None if per_core is None else round(per_core, 2),
+      roles=[{"role": k, "ms": ms(us), "fraction": round(us / cpu_us, 4), "count": c,
+              **rate(us, f)} for k, (us, f, c) in sorted(roles.items(), key=lambda kv: -kv[1][0])],
+      top=[{"name": n, "role": ops[n].role, "ms": ms(us), "count": c,
+            "fraction": round(us / cpu_us, 4)}
+           for n, (us, c) in sorted(names.items(), key=lambda kv: -kv[1][0])[:top]])
+  return out
+
+
+def report_cpu(s: dict, source: str) -> str:
+  """The CPU summary in words."""
+  if s["cpu_ms"] is None:
+    return f"{source}: no XLA op of the HLO module in the trace"
+  per_core = ("" if s["matmul_gflops_per_core"] is None else
+              f"; one core's matrix products {s['matmul_gflops_per_core']:.1f} GFLOP/s")
+  lines = [f"{source}: {s['ops']} XLA ops on {s['threads']} thread(s), "
+           f"{s['cpu_ms']:.1f} CPU ms in a {s['span_ms']:.1f} ms span{per_core}",
+           "  by role (own time, summed over threads):"]
+  roles, rest = s["roles"][:len(s["top"])], s["roles"][len(s["top"]):]
+  for r in roles:
+    speed = "" if r["gflop"] is None else (
+        f", {r['gflop']:.1f} GFLOP at {r['gflops_per_cpu_second']:.1f} GFLOP/s a core" +
+        ("" if r["of_matmul"] is None else f" = {100 * r['of_matmul']:.0f}% of matmul"))
+    lines.append(f"  {r['ms']:10.1f} ms {100 * r['fraction']:5.1f}% x{r['count']:<6d} "
+                 f"{r['role']}{speed}")
+  if rest:
+    lines.append(f"  {sum(r['ms'] for r in rest):10.1f} ms "
+                 f"{100 * sum(r['fraction'] for r in rest):5.1f}% in {len(rest)} other roles")
+  lines.append("  top ops:")
+  lines += [f"  {t['ms']:10.1f} ms {100 * t['fraction']:5.1f}% x{t['count']:<6d} "
+            f"{t['name'][:40]} ({t['role']})" for t in s["top"]]
+  return "\n".join(lines)
+
+
 def report(s: dict, source: str) -> str:
   """The summary in words."""
   if s["busy_ms"] is None:
@@ -151,20 +421,44 @@ def report(s: dict, source: str) -> str:
 def main(argv: list[str] | None = None) -> int:
   p = OneLineParser(prog="benchmarks/trace_summary.py", description=__doc__.splitlines()[0])
   p.add_argument("trace", help="a *.trace.json.gz, or a directory: the newest one under it")
-  p.add_argument("--top", type=int, default=12, help="kernels and kinds listed")
+  p.add_argument("--top", type=int, default=12, help="kernels (ops) and kinds listed")
+  p.add_argument("--hlo", default=None,
+                 help="a CPU trace's optimized HLO text (default: the newest *.hlo.txt in "
+                      "the trace's folder or above it)")
+  p.add_argument("--matmul-gflops", type=float, default=None,
+                 help="the machine's float32 matrix-product GFLOP/s, all cores (a CPU trace; "
+                      "throughput.py records it as matmul_gflops_per_sec)")
+  p.add_argument("--cores", type=int, default=None,
+                 help="the cores the run used (default: this machine's)")
   p.add_argument("--json", action="store_true", help="one JSON line instead of words")
   p.add_argument("--out", default=None, help="also append the JSON line to this file")
   args = p.parse_args(argv)
   if args.top < 1:
     p.error("--top must be >= 1")
+  if args.matmul_gflops is not None and not args.matmul_gflops > 0:
+    p.error("--matmul-gflops must be > 0")
+  if args.cores is not None and args.cores < 1:
+    p.error("--cores must be >= 1")
   try:
     path = find_trace(args.trace)
-    s = summarize(load(path), args.top)
+    trace = load(path)
+    s = summarize(trace, args.top)
+    words = report(s, str(path))
+    if s["busy_ms"] is None and s["gpus"] == 0:  # a CPU run: its XLA ops, by the HLO
+      hlo = pathlib.Path(args.hlo) if args.hlo else find_hlo(path)
+      if hlo is None or not hlo.is_file():
+        raise TraceError(f"{path}: a CPU trace needs its module's HLO "
+                         f"({'no such file: ' + str(hlo) if hlo else 'no *.hlo.txt beside it'}; "
+                         "--hlo FILE, or throughput.py --profile writes round.hlo.txt)")
+      s = summarize_cpu(trace, parse_hlo(hlo.read_text(encoding="utf-8")), args.top,
+                        args.matmul_gflops, args.cores or os.cpu_count())
+      s["hlo"] = str(hlo)
+      words = report_cpu(s, str(path))
   except TraceError as e:
     print(f"benchmarks/trace_summary.py: error: {e}", file=sys.stderr)
     return 2
   s["trace"] = str(path)
-  print(json.dumps(s) if args.json else report(s, str(path)), flush=True)
+  print(json.dumps(s) if args.json else words, flush=True)
   if args.out:
     with open(args.out, "a", encoding="utf-8") as f:
       f.write(json.dumps(s) + "\n")

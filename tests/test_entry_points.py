@@ -297,6 +297,12 @@ def test_throughput_without_the_split_and_with_a_profile(small_federation, tmp_p
   assert rec["clients_per_sec"] > 0 and rec["cohort_batching"] == "auto"
   assert rec["evaluation_images"] == 500 and rec["forward_flops_per_example"] > 0
   assert list((tmp_path / "trace").rglob("*.xplane.pb"))
+  # Beside it the module that ran, by which trace_summary.py reads its ops.
+  traces = benchmark_modules.load("trace_summary")
+  ops = traces.parse_hlo((tmp_path / "trace/round.hlo.txt").read_text())
+  s = traces.summarize_cpu(traces.load(tmp_path / "trace"), ops)
+  assert s["ops"] > 0 and s["cpu_ms"] > 0
+  assert any(r["role"] == "matrix product" and r["gflop"] > 0 for r in s["roles"]), s["roles"]
 
 
 def test_throughput_flops_are_counted_before_the_backend_compiles(cnn):

@@ -358,3 +358,113 @@ def test_trace_summary_command_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert says in err and "Traceback" not in err
+
+
+# A CPU module's HLO, as XLA:CPU prints it after optimisation: a fused
+# forward convolution, a weight gradient in the canonical form (its window
+# runs over the activations), an input gradient, a product, threefry's bits.
+_HLO = """\
+HloModule jit_rounds, entry_computation_layout={()->f32[2,3]{1,0}}
+
+%fused_computation.1 (param_0.1: f32[1,4,4,3], param_1.1: f32[5,5,3,2]) -> f32[1,4,4,2] {
+  %param_0.1 = f32[1,4,4,3]{3,2,1,0} parameter(0)
+  %param_1.1 = f32[5,5,3,2]{3,2,1,0} parameter(1)
+  ROOT %convolution.1 = f32[1,4,4,2]{3,2,1,0} convolution(%param_0.1, %param_1.1), \
+window={size=5x5 pad=2_2x2_2}, dim_labels=b01f_01io->b01f, \
+metadata={op_name="jit(rounds)/vmap()/jvp()/conv_general_dilated" stack_frame_id=1}
+}
+
+%fused_computation.2 (param_0.2: f32[3,4,4,1], param_1.2: f32[3,3,1,4]) -> f32[3,2,2,4] {
+  %param_0.2 = f32[3,4,4,1]{3,2,1,0} parameter(0)
+  %param_1.2 = f32[3,3,1,4]{3,2,1,0} parameter(1)
+  ROOT %convolution.2 = f32[3,2,2,4]{3,2,1,0} convolution(%param_0.2, %param_1.2), \
+window={size=3x3}, dim_labels=b01f_01io->b01f, \
+metadata={op_name="jit(rounds)/transpose(jvp())/conv_general_dilated" stack_frame_id=2}
+}
+
+%region_0.1 (param.1: (s32[], f32[2,3])) -> (s32[], f32[2,3]) {
+  %param.1 = (s32[], f32[2,3]{1,0}) parameter(0)
+  ROOT %tuple.1 = (s32[], f32[2,3]{1,0}) tuple(%param.1, %param.1)
+}
+
+ENTRY %main.1 (a: f32[2,5], b: f32[5,3], x: f32[1,4,4,3]) -> f32[2,3] {
+  %a = f32[2,5]{1,0} parameter(0)
+  %b = f32[5,3]{1,0} parameter(1)
+  %x = f32[1,4,4,3]{3,2,1,0} parameter(2)
+  %ynn_fusion.1 = f32[1,4,4,2]{3,2,1,0} fusion(%x, %x), kind=kCustom, calls=%fused_computation.1, \
+metadata={op_name="jit(rounds)/vmap()/jvp()/conv_general_dilated" stack_frame_id=1}
+  %ynn_fusion.2 = f32[3,2,2,4]{3,2,1,0} fusion(%x, %x), kind=kCustom, calls=%fused_computation.2
+  %convolution.3 = f32[1,6,6,3]{3,2,1,0} convolution(%x, %x), window={size=5x5 pad=2_2x2_2}, \
+dim_labels=b01f_01oi->b01f, metadata={op_name="jit(rounds)/transpose(jvp())/conv_general_dilated"}
+  %threefry2x32.1 = u32[8]{0} add(%x, %x), \
+metadata={op_name="jit(rounds)/jit(_normal)/threefry2x32/add" stack_frame_id=3}
+  %while.1 = (s32[], f32[2,3]{1,0}) while(%tuple.0), condition=%region_1.2, body=%region_0.1
+  ROOT %dot.1 = f32[2,3]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, \
+metadata={op_name="jit(rounds)/dot_general" stack_frame_id=4}
+}
+""".replace("\\\n", "")
+
+
+def test_hlo_roles_and_flops(traces):
+  ops = traces.parse_hlo(_HLO)
+  # Each output element sums window x the kernel's input features: 2 x 32 x 25 x 3.
+  assert ops["ynn_fusion.1"] == ("convolution, forward", 2 * 32 * 25 * 3)
+  assert ops["ynn_fusion.2"] == ("convolution, weight gradient", 2 * 48 * 9 * 1)
+  assert ops["convolution.3"] == ("convolution, input gradient", 2 * 108 * 25 * 3)
+  assert ops["dot.1"] == ("matrix product", 2 * 6 * 5)
+  assert ops["threefry2x32.1"] == ("random numbers", 0.0)
+  assert ops["while.1"] == ("while", 0.0)  # no op name: the opcode
+
+
+def _cpu_trace(events):
+  meta = [{"ph": "M", "pid": 9, "name": "process_name", "args": {"name": "/host:CPU"}}]
+  return {"traceEvents": meta + [dict(ph="X", pid=9, **e) for e in events]}
+
+
+def test_cpu_time_is_each_ops_own(traces):
+  ops = traces.parse_hlo(_HLO)
+  trace = _cpu_trace([  # microseconds; a while runs two ops on thread 1
+      {"tid": 1, "ts": 0, "dur": 90, "name": "while.1"},
+      {"tid": 1, "ts": 10, "dur": 30, "name": "ynn_fusion.1"},
+      {"tid": 1, "ts": 50, "dur": 10, "name": "dot.1"},
+      {"tid": 2, "ts": 0, "dur": 30, "name": "ynn_fusion.1"},
+      {"tid": 2, "ts": 0, "dur": 500, "name": "ThunkExecutor::Execute"}])  # not an op
+  s = traces.summarize_cpu(trace, ops, top=2, matmul_gflops=0.064, cores=2)
+  assert (s["threads"], s["ops"], s["cpu_ms"], s["span_ms"]) == (2, 4, 0.12, 0.09)
+  roles = {r["role"]: r for r in s["roles"]}
+  assert roles["while"]["ms"] == 0.05 and roles["while"]["gflop"] is None
+  conv = roles["convolution, forward"]
+  assert (conv["ms"], conv["count"], conv["fraction"]) == (0.06, 2, 0.5)
+  # 2 x 4,800 FLOPs in 60 us: 0.16 GFLOP/s, 5x one core's 0.032.
+  assert conv["gflops_per_cpu_second"] == 0.16 and conv["of_matmul"] == 5.0
+  assert [t["name"] for t in s["top"]] == ["ynn_fusion.1", "while.1"]
+  words = traces.report_cpu(s, "t")
+  assert "4 XLA ops on 2 thread(s), 0.1 CPU ms" in words
+  assert "1 other roles" in words and "= 500% of matmul" in words
+  assert traces.summarize_cpu(_cpu_trace([]), ops)["cpu_ms"] is None
+
+
+def test_cpu_trace_command_line(traces, tmp_path, capsys):
+  folder = tmp_path / "plugins/profile/r"
+  folder.mkdir(parents=True)
+  with gzip.open(folder / "h.trace.json.gz", "wt") as f:
+    json.dump(_cpu_trace([{"tid": 1, "ts": 0, "dur": 30, "name": "ynn_fusion.1"}]), f)
+  main = benchmark_modules.load("trace_summary").main
+  assert main([str(tmp_path)]) == 2  # no HLO beside it
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "needs its module's HLO" in err
+  (tmp_path / "round.hlo.txt").write_text(_HLO)  # what throughput.py --profile writes
+  assert main([str(tmp_path), "--cores", "2", "--matmul-gflops", "1",
+               "--out", str(tmp_path / "s.jsonl")]) == 0
+  assert "1 XLA ops on 1 thread(s)" in capsys.readouterr().out
+  record = json.loads((tmp_path / "s.jsonl").read_text())
+  assert record["hlo"].endswith("round.hlo.txt") and record["matmul_gflops_per_core"] == 0.5
+  for args, says in [(["--cores", "0"], "--cores must be >= 1"),
+                     (["--matmul-gflops", "-1"], "--matmul-gflops must be > 0"),
+                     (["--hlo", str(tmp_path / "none.txt")], "no such file")]:
+    try:
+      code = main([str(tmp_path), *args])
+    except SystemExit as exit_:
+      code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
