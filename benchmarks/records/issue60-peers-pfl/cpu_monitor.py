@@ -1,9 +1,11 @@
 """Logs the CPU seconds of processes other than the benchmark's, every 2 s, until killed.
 
   python3 cpu_monitor.py LOG   # measure.sh: the "total" line is the others' CPU seconds so far
+  python3 cpu_monitor.py LOG throughput.py trace_summary.py   # these are the benchmark's own
 """
 import os, sys, time
-OURS = ("peers.py", "pfl_worker.py", "torch.distributed.run", "cpu-monitor.py")
+OURS = tuple(sys.argv[2:]) or ("peers.py", "pfl_worker.py", "torch.distributed.run")
+OURS += ("cpu_monitor.py",)
 tick = os.sysconf("SC_CLK_TCK")
 def snapshot():
   out = {}
