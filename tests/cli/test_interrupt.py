@@ -142,14 +142,19 @@ def test_a_checkpoint_of_another_command_or_version_is_refused_in_one_line(
       f"sweep.py: interrupted in FL-STD r=1 after round 2 of 3; checkpoint {path} "
       "(round 2) kept: run the same command to resume"]
   saved = path.read_bytes()
-  other = [a if a != "3" else "4" for a in SHORT]  # --rounds 4
-  assert sweep.main([*other, "--out", str(out)]) == 2
-  assert capsys.readouterr().err.strip().splitlines() == [
-      f"sweep.py: error: {path} holds a checkpoint of another run (other settings, data or "
-      "model), not of FL-STD r=1 as this command runs it: delete it to start that run "
-      "afresh, choose another --out, or add --overwrite"]
-  assert path.read_bytes() == saved
-  assert sorted(p.name for p in out.iterdir()) == [".checkpoints"]  # nothing written
+
+  def refused(args, holds):  # exit 2, one line, the file and --out untouched
+    before = path.read_bytes()
+    assert sweep.main([*args, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"sweep.py: error: {path} holds a checkpoint of {holds}, not of FL-STD r=1 as this "
+        "command runs it: delete it to start that run afresh, choose another --out, or add "
+        "--overwrite"]
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == [".checkpoints"]  # nothing written
+
+  refused([a if a != "3" else "4" for a in SHORT],  # --rounds 4
+          "another run (other settings, data or model)")
   # A checkpoint of format version 1.
   with np.load(path) as f:
     arrays = {name: f[name] for name in f.files if name != "meta"}
@@ -157,13 +162,7 @@ def test_a_checkpoint_of_another_command_or_version_is_refused_in_one_line(
   with open(path, "wb") as f:
     np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
   older = path.read_bytes()
-  assert sweep.main([*SHORT, "--out", str(out)]) == 2
-  assert capsys.readouterr().err.strip().splitlines() == [
-      f"sweep.py: error: {path} holds a checkpoint of another version of fedjax_dp (format "
-      "1; this version reads format 2), not of FL-STD r=1 as this command runs it: delete "
-      "it to start that run afresh, choose another --out, or add --overwrite"]
-  assert path.read_bytes() == older
-  assert sorted(p.name for p in out.iterdir()) == [".checkpoints"]
+  refused(SHORT, "another version of fedjax_dp (format 1; this version reads format 2)")
   # Its own command continues it.
   path.write_bytes(saved)
   assert sweep.main([*SHORT, "--out", str(out)]) == 0
