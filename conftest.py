@@ -1,9 +1,10 @@
 """Pytest's root: the package's doctests run with the tests (``--doctest-modules``
 over ``fedjax_dp``, pyproject.toml), as flax runs its own.
 
-The deprecated module aliases (``fedjax_dp.attacks`` and the others, removed in
-0.3.0) are not collected: importing one warns, and the suite makes the
-library's deprecation warnings errors. Their replacements' doctests run.
+A deprecated module alias (one that warns at import, as 0.2.0's moved modules
+did until 0.3.0 removed them) is not collected: importing it warns, and the
+suite makes the library's deprecation warnings errors. Its replacement's
+doctests run.
 """
 
 import pathlib

@@ -8,4 +8,4 @@ and an old spelling keeps working for one minor version with a
 """
 
 # Kept equal to pyproject.toml's version by tests/test_public_api.py.
-__version__ = "0.2.0"
+__version__ = "0.3.0"

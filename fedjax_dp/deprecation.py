@@ -5,13 +5,15 @@ its old spelling for at least one minor version; using the old spelling
 issues one :class:`DeprecationWarning` naming the new one and the version
 that removes it::
 
-    def __init__(self, **flat):
-      deprecation.warn("RunConfig(**flat)", "RunConfig.of(**flat)", "0.3.0")
+    def old_name(self):
+      deprecation.warn("Plan.old_name", "Plan.new_name", "0.4.0")
+      return self.new_name()
 
 Python shows a ``DeprecationWarning`` by default only when ``__main__``
 triggers it; pytest shows every one, and ``python -W error::DeprecationWarning``
 turns them into errors (what a research script that wants to stay current
-can run under).
+can run under). 0.3.0 removed the spellings that 0.2.0 deprecated
+(CHANGELOG.md, 0.3.0's "Removed").
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import warnings
 def message(old: str, new: str, removed_in: str) -> str:
   """The warning's text.
 
-  >>> message("fedjax_dp.client", "fedjax_dp.local_training", "0.3.0")
-  'fedjax_dp.client is deprecated; use fedjax_dp.local_training (removed in 0.3.0)'
+  >>> message("fedjax_dp.old_module", "fedjax_dp.new_module", "0.4.0")
+  'fedjax_dp.old_module is deprecated; use fedjax_dp.new_module (removed in 0.4.0)'
   """
   return f"{old} is deprecated; use {new} (removed in {removed_in})"
 
@@ -36,9 +38,9 @@ def warn(old: str, new: str, removed_in: str, *, stacklevel: int = 2) -> None:
   function that calls :func:`warn`, so a user sees their own line.
 
   Args:
-    old: The old spelling (``"RunConfig(**flat)"``, ``"fedjax_dp.client"``).
+    old: The old spelling (``"Plan.old_name"``, ``"fedjax_dp.old_module"``).
     new: What to use instead.
-    removed_in: The version that removes ``old`` (``"0.3.0"``).
+    removed_in: The version that removes ``old`` (``"0.4.0"``).
     stacklevel: Which frame the warning names, counted from the function
       that calls :func:`warn`: 1 that function itself, 2 (the default) its
       caller, 3 the caller's caller (when the old spelling is reached

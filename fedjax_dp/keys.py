@@ -6,7 +6,7 @@ along a path that names its purpose, so no two draws share a key:
   run key -> "init" (w0), "setup" -> "subset" | "calibration" | "permutation"
                                       | "server" (public-data work before round 1),
              "malicious" (the attackers' set), "audit" (canary directions and
-             which are inserted, fedjax_dp.canaries), "participation"
+             which are inserted, fedjax_dp.features.audit.canaries), "participation"
              (balls-in-bins' bins, b-min-sep's draws: fedjax_dp.sampling),
              "rounds" -> round t -> "sampling" | "mask" | "server_noise"
                                   | "clients" -> client id -> "train" | "noise"
@@ -31,8 +31,8 @@ import jax
 
 # Fixed integers for the purposes; changing them changes every run's draws.
 INIT, SETUP, ROUNDS = 0, 1, 2
-MALICIOUS = 3  # the pool of malicious clients (fedjax_dp.attacks)
-AUDIT = 4  # the audit's canaries (fedjax_dp.canaries)
+MALICIOUS = 3  # the pool of malicious clients (fedjax_dp.features.attack.adversary)
+AUDIT = 4  # the audit's canaries (fedjax_dp.features.audit.canaries)
 PARTICIPATION = 5  # balls-in-bins and b-min-sep (fedjax_dp.sampling.Schedule)
 SAMPLING, MASK, SERVER_NOISE, CLIENTS = 0, 1, 2, 3
 SECURE_AGG, DROPOUT = 4, 5  # pairwise masks (privacy/secure_aggregation.py), failures

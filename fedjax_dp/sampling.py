@@ -63,8 +63,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import deprecation
-
 SAMPLERS = ("poisson", "fixed", "balls-in-bins", "b-min-sep")
 # Samplers whose cohorts depend on earlier rounds (:class:`Schedule`).
 SCHEDULED = ("balls-in-bins", "b-min-sep")
@@ -192,8 +190,7 @@ class Cohort(NamedTuple):
 def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
                   sampler: str = "poisson", share: PoolShare | None = None, *,
                   cycle_length: int = 1, t: jax.Array | int = 1,
-                  schedule: Schedule | None = None,
-                  malicious: PoolShare | None = None) -> Cohort:
+                  schedule: Schedule | None = None) -> Cohort:
   """Samples one round's cohort.
 
   Each client draws u ~ U(0, 1). Poisson: client i joins iff u_i < rate.
@@ -214,7 +211,6 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
     t: The round, from 1 (which group a cycle samples).
     schedule: Balls-in-bins or b-min-sep (``sampler`` one of :data:`SCHEDULED`):
       the round's members are :func:`scheduled_members`, in random slot order.
-    malicious: Deprecated (0.1.0): ``share``.
 
   Returns:
     The :class:`Cohort`.
@@ -225,7 +221,6 @@ def sample_cohort(key: jax.Array, num_clients: int, rate: float, capacity: int,
   >>> len(set(cohort.indices.tolist()))
   4
   """
-  share = _renamed_share(share, malicious)
   u = jax.random.uniform(key, (num_clients,))
   if sampler in SCHEDULED:
     if schedule is None or schedule.kind != sampler or share is not None or cycle_length > 1:
@@ -343,11 +338,10 @@ def fixed_cohort_size(num_clients: int, rate: float) -> int:
 
 def planned_cohort_sizes(round_keys: jax.Array, num_clients: int, rate: float,
                          sampler: str = "poisson", share: PoolShare | None = None, *,
-                         cycle_length: int = 1, schedule: Schedule | None = None,
-                         malicious: PoolShare | None = None) -> np.ndarray:
+                         cycle_length: int = 1, schedule: Schedule | None = None
+                         ) -> np.ndarray:
   """(rounds,) every round's cohort size |K_t|, from the keys the run will use
-  (round t's key in row t - 1; ``malicious``: deprecated, ``share``)."""
-  share = _renamed_share(share, malicious)
+  (round t's key in row t - 1)."""
   if schedule is not None:
     rounds = scheduled_rounds(schedule, num_clients, round_keys.shape[0])
     return rounds.sum(axis=1).astype(np.int64)
@@ -403,15 +397,12 @@ def capacity_for(sizes: np.ndarray, num_clients: int, multiple: int = 4) -> int:
 def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
                        capacity: int, sampler: str, rounds_list,
                        share: PoolShare | None = None, *, cycle_length: int = 1,
-                       schedule: Schedule | None = None,
-                       malicious: PoolShare | None = None) -> list[int]:
+                       schedule: Schedule | None = None) -> list[int]:
   """Largest number of rounds any client joined within rounds 1..t, per t.
 
   Recomputes every round's cohort from the run's sampling keys exactly as
-  the round does (:func:`sample_cohort` with the run's capacity;
-  ``malicious``: deprecated, ``share``).
+  the round does (:func:`sample_cohort` with the run's capacity).
   """
-  share = _renamed_share(share, malicious)
   ts = jnp.arange(1, sampling_keys.shape[0] + 1)
   cohorts = jax.jit(jax.vmap(lambda k, t: sample_cohort(
       k, num_clients, rate, capacity, sampler, share, cycle_length=cycle_length, t=t,
@@ -422,25 +413,3 @@ def max_participations(sampling_keys: jax.Array, num_clients: int, rate: float,
   np.add.at(joined, (rows, indices.reshape(-1)), mask.reshape(-1).astype(np.int32))
   running = np.cumsum(joined, axis=0).max(axis=1)
   return [int(running[t - 1]) if t >= 1 else 0 for t in rounds_list]
-
-
-def _renamed_share(share: PoolShare | None, malicious: PoolShare | None) -> PoolShare | None:
-  """``share``, or 0.1.0's ``malicious=`` with a DeprecationWarning."""
-  if malicious is None:
-    return share
-  deprecation.warn("sampling's malicious=", "share=", "0.3.0", stacklevel=3)
-  return malicious
-
-
-_RENAMED = {"Malicious": ("PoolShare", PoolShare),
-            "malicious_share": ("pool_slots", pool_slots),
-            "check_malicious": ("check_pool_share", check_pool_share)}
-
-
-def __getattr__(name: str):
-  """0.1.0's names for the pool share, with a DeprecationWarning (until 0.3.0)."""
-  if name in _RENAMED:
-    new, value = _RENAMED[name]
-    deprecation.warn(f"sampling.{name}", f"sampling.{new}", "0.3.0")
-    return value
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -63,15 +63,12 @@ def _dead_names(text: str) -> list[str]:
   in ``text``. A path said to be "since removed", and the docs' own
   example modules (``my_*``), are left out."""
   import importlib
-  import warnings
   dead = []
   for name in sorted(set(re.findall(r"\bfedjax_dp(?:\.[A-Za-z_]\w*)+", text))):
     parts = name.split(".")
     for i in range(len(parts), 0, -1):
       try:
-        with warnings.catch_warnings():
-          warnings.simplefilter("ignore", DeprecationWarning)  # the deprecated aliases' docs
-          found = importlib.import_module(".".join(parts[:i]))
+        found = importlib.import_module(".".join(parts[:i]))
         break
       except ImportError:
         continue

@@ -1,10 +1,9 @@
 """The library below, the papers' app above (issue 50).
 
 No library module (``fedjax_dp`` outside ``paper`` and ``cli``) imports the
-papers' app, ``fedjax_dp.paper``, or the deprecated aliases that lead to it
-(``fedjax_dp.presets``, ``fedjax_dp.reproduction``, ``fedjax_dp.report``,
-``fedjax_dp.experiment``): the library's defaults are its own, and the
-papers' presets are applied from above by the command line.
+papers' app, ``fedjax_dp.paper``, or the command line, ``fedjax_dp.cli``:
+the library's defaults are its own, and the papers' presets are applied from
+above by the command line.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ import ast
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedjax_dp"
-# The app layer: the papers' app, the command line, and the deprecated aliases.
-APP = ("fedjax_dp.paper", "fedjax_dp.cli", "fedjax_dp.presets", "fedjax_dp.reproduction",
-       "fedjax_dp.report", "fedjax_dp.experiment")
+# The app layer: the papers' app and the command line.
+APP = ("fedjax_dp.paper", "fedjax_dp.cli")
 
 
 def _is_app(module: str) -> bool:
@@ -63,7 +61,7 @@ def test_no_library_module_imports_the_papers_app():
 def test_the_check_finds_each_way_of_importing_the_app():
   for source in ("import fedjax_dp.paper", "import fedjax_dp.paper.tables as t",
                  "from fedjax_dp import paper", "from fedjax_dp.paper import presets",
-                 "from fedjax_dp import presets", "from fedjax_dp import reproduction, keys",
+                 "from fedjax_dp import cli", "from fedjax_dp import paper, keys",
                  "def f():\n  from fedjax_dp.cli import sweep\n",
                  "from .. import paper"):
     assert app_imports(source, "fedjax_dp.schemes.sign"), source

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import pathlib
 import re
 import tomllib
@@ -137,6 +138,42 @@ def test_every_listed_name_imports(module, deprecations_are_errors):
                           f"docs/api.md's Public API does not list")
 
 
+# What 0.2.0 deprecated and 0.3.0 removed (CHANGELOG.md, 0.3.0's "Removed"):
+# a module, or ``module:attribute``.
+REMOVED = (
+    "fedjax_dp.attacks", "fedjax_dp.canaries", "fedjax_dp.client", "fedjax_dp.experiment",
+    "fedjax_dp.presets", "fedjax_dp.reproduction", "fedjax_dp.report",
+    "fedjax_dp.schemes.masked", "fedjax_dp.simulation:RoundConfig",
+    "fedjax_dp.simulation:Prepared.round_cfg", "fedjax_dp.simulation:Prepared.clip_norm",
+    "fedjax_dp.features:Feature.ctx", "fedjax_dp.schemes:Scheme.num_values",
+    "fedjax_dp.schemes:Scheme.bind", "fedjax_dp.data:ClientData.attacker_x",
+    "fedjax_dp.sampling:Malicious", "fedjax_dp.sampling:malicious_share",
+    "fedjax_dp.sampling:check_malicious",
+)
+
+
+@pytest.mark.parametrize("name", REMOVED)
+def test_the_spellings_removed_in_0_3_0_are_gone(name):
+  module, _, attribute = name.partition(":")
+  if not attribute:
+    with pytest.raises(ModuleNotFoundError):
+      importlib.import_module(module)
+    return
+  found = importlib.import_module(module)
+  with pytest.raises(AttributeError):
+    for part in attribute.split("."):
+      found = getattr(found, part)
+
+
+def test_the_keywords_removed_in_0_3_0_are_refused():
+  from fedjax_dp import sampling, simulation  # pylint: disable=import-outside-toplevel
+  with pytest.raises(TypeError, match="rounds"):
+    simulation.RunConfig(rounds=3)  # flat settings: RunConfig.of(rounds=3)
+  for function in (sampling.sample_cohort, sampling.planned_cohort_sizes,
+                   sampling.max_participations):
+    assert "malicious" not in inspect.signature(function).parameters  # share=
+
+
 @pytest.mark.parametrize("path", EXAMPLE_DOCS, ids=lambda p: p.name)
 def test_the_examples_run(path, tmp_path, monkeypatch, deprecations_are_errors):
   """The file's blocks run in order in one namespace, as a reader would."""
@@ -153,18 +190,17 @@ def test_the_examples_run(path, tmp_path, monkeypatch, deprecations_are_errors):
 
 def test_the_package_doctests_run_with_the_tests():
   """pytest collects every module's doctests (``--doctest-modules`` over the
-  package, as flax does; no hand-kept list), leaving out only the deprecated
-  module aliases, which warn on import (issue 61)."""
+  package, as flax does; no hand-kept list), leaving out only deprecated
+  module aliases, which warn on import (issue 61), each named under a
+  CHANGELOG.md "Deprecated" heading (0.3.0 removed 0.2.0's)."""
   ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
   assert "--doctest-modules" in ini["addopts"].split() and "fedjax_dp" in ini["testpaths"]
   spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
   conftest = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(conftest)
   changelog = (ROOT / "CHANGELOG.md").read_text()
-  deprecated = changelog[changelog.index("### Deprecated (removed in 0.3.0)"):]
-  deprecated = deprecated[:deprecated.index("\n## ")]
+  deprecated = "".join(re.findall(r"^### Deprecated.*?(?=^##)", changelog, re.M | re.S))
   ignored = [path.removesuffix(".py").replace("/", ".") for path in conftest.collect_ignore]
-  assert "fedjax_dp.attacks" in ignored and "fedjax_dp.presets" in ignored
   assert all(f"`{name}`" in deprecated for name in ignored), ignored
   with_examples = [p for p in (ROOT / "fedjax_dp").rglob("*.py") if ">>> " in p.read_text()]
   assert len(with_examples) >= 12

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import deprecation
 from fedjax_dp.data.idx import load_dataset
 
 __all__ = ["ClientData", "FederatedData", "as_float", "holdout_indices", "load_federated",
@@ -48,22 +47,6 @@ class ClientData(NamedTuple):
     x: jax.Array
     y: jax.Array
     feature_data: Mapping[str, Any] | None = None
-
-    @property
-    def attacker_x(self) -> jax.Array | None:
-        """Deprecated (0.1.0): ``feature_data["attack"][0]``."""
-        return self._attack_pool("attacker_x", 0)
-
-    @property
-    def attacker_y(self) -> jax.Array | None:
-        """Deprecated (0.1.0): ``feature_data["attack"][1]``."""
-        return self._attack_pool("attacker_y", 1)
-
-    def _attack_pool(self, name: str, part: int) -> jax.Array | None:
-        deprecation.warn(f"ClientData.{name}", f'ClientData.feature_data["attack"][{part}]',
-                         "0.3.0", stacklevel=3)
-        pool = (self.feature_data or {}).get("attack")
-        return None if pool is None else pool[part]
 
 
 @dataclass(frozen=True)

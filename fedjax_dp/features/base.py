@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple
 import jax
 import numpy as np
 
-from fedjax_dp import deprecation, keys, sampling
+from fedjax_dp import keys, sampling
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.options import Option
 from fedjax_dp.privacy.accounting import Mechanism
@@ -155,12 +155,6 @@ class Feature:
     feature replaces or reads a slot's contribution); False lets the round
     draw the shares' sum once (``Plan.noise_once``)."""
     return False
-
-  @property
-  def ctx(self) -> RunView:
-    """Deprecated (0.1.0's ``Context``): :attr:`run`."""
-    deprecation.warn("Feature.ctx", "Feature.run", "0.3.0")
-    return self.run
 
   # Before the run.
   @classmethod

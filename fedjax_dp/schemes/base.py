@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import deprecation, local_training
+from fedjax_dp import local_training
 from fedjax_dp.models import FlatModel
 from fedjax_dp.options import Option
 from fedjax_dp.privacy import noise
@@ -205,24 +205,9 @@ class Scheme(abc.ABC):
     option of the family sets it (``Option.field``), so that the command
     line names the option's flag."""
 
+  @abc.abstractmethod
   def num_kept(self, num_params: int, ratio: float) -> int:
-    """K, the values of a client's message (``Plan.num_kept``).
-
-    Every scheme defines it. (0.1.0's schemes defined ``num_values``
-    instead; this default calls it, with a DeprecationWarning, until 0.3.0.)
-
-    Raises:
-      TypeError: The scheme defines neither.
-    """
-    if type(self).num_values is Scheme.num_values:
-      raise TypeError(f"{type(self).__name__} defines no num_kept")
-    deprecation.warn(f"{type(self).__name__}.num_values", "Scheme.num_kept", "0.3.0")
-    return self.num_values(num_params, ratio)
-
-  def num_values(self, num_params: int, ratio: float) -> int:
-    """Deprecated (0.1.0): :meth:`num_kept`."""
-    deprecation.warn("Scheme.num_values", "Scheme.num_kept", "0.3.0")
-    return self.num_kept(num_params, ratio)
+    """K, the values of a client's message (``Plan.num_kept``)."""
 
   @abc.abstractmethod
   def num_downstream(self, num_params: int, ratio: float) -> int:
@@ -245,14 +230,6 @@ class Scheme(abc.ABC):
     methods as ``constants``. Default: None."""
     del data, clip_norm
     return None
-
-  def bind(self, data: SetupData, clip_norm: float) -> "Scheme":
-    """Deprecated (0.1.0's way to give a scheme its run's values, stored on
-    the scheme): a scheme declares ``traits.run_constants`` and defines
-    :meth:`run_constants`. ``prepare`` still calls a subclass's own ``bind``,
-    with a DeprecationWarning, until 0.3.0."""
-    del data, clip_norm
-    return self
 
   # --- The round. -------------------------------------------------------------
 

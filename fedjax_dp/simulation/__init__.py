@@ -19,7 +19,7 @@ from fedjax_dp.simulation.config import (SELECTION_METRICS, Dropouts, Execution,
 from fedjax_dp.simulation.loop import (Counters, Trained, evaluation_metrics, make_eval_fn,
                                        make_stream_fn, run, train_loop)
 from fedjax_dp.simulation.record import Record, make_record, privacy_report
-from fedjax_dp.simulation.plan import Communication, Plan, RoundConfig
+from fedjax_dp.simulation.plan import Communication, Plan
 from fedjax_dp.simulation.round import (Aggregate, RoundInfo, RoundInputs, ServerState,
                                         add_aggregate_noise, client_noise, make_aggregate_fn, make_privatize_fn, make_round_fn,
                                         make_rounds_fn, make_train_fn, make_trainer,
@@ -31,7 +31,7 @@ from fedjax_dp.simulation.setup import (AUTO_CHUNK, AUTO_CHUNK_ABOVE, CPU_CHUNK_
 __all__ = [
     "AUTO_CHUNK", "AUTO_CHUNK_ABOVE", "Aggregate", "CPU_CHUNK_PER_DEVICE", "ClientData",
     "Communication", "Counters", "Dropouts", "Execution", "Plan", "Prepared", "Privacy", "Record",
-    "RoundConfig", "RoundInfo", "RoundInputs", "RunConfig", "SELECTION_METRICS", "Secure",
+    "RoundInfo", "RoundInputs", "RunConfig", "SELECTION_METRICS", "Secure",
     "ServerState", "Trained", "Training", "add_aggregate_noise", "client_noise", "communication",
     "default_chunk",
     "evaluation_metrics", "make_aggregate_fn", "make_eval_fn", "make_privatize_fn", "make_record",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fedjax_dp import aggregators, deprecation, local_training, options, sampling
+from fedjax_dp import aggregators, local_training, options, sampling
 from fedjax_dp import features as features_lib
 from fedjax_dp.data import settings as data_settings
 from fedjax_dp.errors import ConfigError
@@ -478,23 +478,6 @@ class RunConfig:
 
 
 _OWNER = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}
-_FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))
-_generated_init = RunConfig.__init__
-
-
-def _init(self, *args: Any, **settings: Any) -> None:
-  """The dataclass's ``__init__``; flat settings (0.1.0's ``RunConfig(rounds=...)``)
-  still work, deprecated for ``RunConfig.of``."""
-  flat = {name: settings.pop(name) for name in list(settings) if name not in _FIELDS}
-  _generated_init(self, *args, **settings)
-  if flat:
-    deprecation.warn("RunConfig(**flat settings)", "RunConfig.of(**flat settings)", "0.3.0")
-    new = self.replace(**flat)
-    for f in dataclasses.fields(self):
-      object.__setattr__(self, f.name, getattr(new, f.name))
-
-
-RunConfig.__init__ = _init
 
 
 def option_groups() -> tuple[tuple[str, tuple[options.Option, ...]], ...]:

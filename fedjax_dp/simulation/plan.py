@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from fedjax_dp import deprecation, keys, sampling
+from fedjax_dp import keys, sampling
 from fedjax_dp.privacy import accounting
 from fedjax_dp.schemes.base import LocalTraining, Noise, Scheme
 from fedjax_dp.simulation import sums
@@ -202,27 +202,3 @@ def schedule(cfg: RunConfig, num_clients: int, run_key: jax.Array
   from the run's ``keys.PARTICIPATION`` key); None for the other samplers."""
   return sampling.schedule_for(cfg.privacy.sampler, keys.purpose(run_key, keys.PARTICIPATION),
                                cfg.rate(num_clients), cfg.privacy.min_separation)
-
-
-def RoundConfig(scheme: Scheme, num_clients: int, clients_per_round: int, capacity: int,  # noqa: N802
-                sampler: str, num_kept: int, local_steps: int, batch_size: int, lr: float,
-                local_optimizer: str = "sgd", noise_multiplier: float = 0.0,
-                clip_norm: float = 1.0, secure_bits: int | None = None,
-                secure_scale: float = 1.0, secure_neighbours: int = 1,
-                client_chunk: int | None = None, mesh: jax.sharding.Mesh | None = None,
-                aggregator=None, features: tuple = (), feature_slots: tuple = ()) -> Plan:
-  """Deprecated (0.1.0's round configuration): a :class:`Plan` from its fields.
-
-  Use the plan :func:`fedjax_dp.simulation.prepare` returns, or build a
-  ``Plan(config=RunConfig.of(...), scheme=..., ...)``.
-  """
-  deprecation.warn("simulation.RoundConfig", "simulation.Plan", "0.3.0")
-  config = RunConfig.of(clients_per_round=clients_per_round, local_steps=local_steps,
-                        batch_size=batch_size, lr=lr, local_optimizer=local_optimizer,
-                        noise_multiplier=noise_multiplier, sampler=sampler,
-                        secure_neighbours=secure_neighbours, aggregator=aggregator)
-  return Plan(config=config, scheme=scheme, num_clients=num_clients, num_kept=num_kept,
-              capacity=capacity, clip_norm=clip_norm if scheme.traits.dp else None,
-              noise_multiplier=noise_multiplier, client_chunk=client_chunk, mesh=mesh,
-              features=features, feature_slots=feature_slots,
-              comm=Communication(secure_bits, secure_scale))

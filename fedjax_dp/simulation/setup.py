@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import deprecation
 from fedjax_dp import features as features_lib
 from fedjax_dp import keys, sampling, sharding
 from fedjax_dp.data import ClientData
@@ -104,49 +103,6 @@ class Prepared(NamedTuple):
 
   state: ServerState
   plan: Plan
-
-  # The fields of 0.1.0's Prepared, read through the plan (deprecated).
-  def _moved(self, old: str, new: str):
-    deprecation.warn(f"Prepared.{old}", new, "0.3.0", stacklevel=3)
-    return self.plan
-
-  @property
-  def scheme(self) -> Scheme:
-    return self._moved("scheme", "plan.scheme").scheme
-
-  @property
-  def clip_norm(self) -> float | None:
-    return self._moved("clip_norm", "plan.clip_norm").clip_norm
-
-  @property
-  def num_values(self) -> int:
-    return self._moved("num_values", "plan.num_kept").num_kept
-
-  @property
-  def round_cfg(self) -> Plan:
-    return self._moved("round_cfg", "plan")
-
-  @property
-  def comm(self) -> Communication:
-    return self._moved("comm", "plan.comm").comm
-
-  @property
-  def mechanism(self) -> accounting.Mechanism:
-    return self._moved("mechanism", "plan.mechanism").mechanism
-
-  @property
-  def sampling_keys(self) -> jax.Array:
-    return self._moved("sampling_keys", "plan.sampling_keys").sampling_keys
-
-  @property
-  def run_key(self) -> jax.Array:
-    return self._moved("run_key", "plan.run_key").run_key
-
-  def feature_state(self, kind: str, state: ServerState | None = None) -> Any:
-    """Deprecated: ``plan.feature_state(kind, state.features)``."""
-    state = self.state if state is None else state
-    return self._moved("feature_state", "plan.feature_state").feature_state(kind,
-                                                                             state.features)
 
 
 def _check_clients(data: ClientData) -> None:
@@ -304,8 +260,7 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   dropouts = cfg.dropouts.max_dropouts if traits.dp else 0
   num_shares = (max(1, int(min(sizes.min(), capacity)) - dropouts),
                 max(1, capacity + extra - dropouts))
-  scheme, constants = _run_constants(scheme, setup_data._replace(num_shares=num_shares),
-                                     clip_norm)
+  constants = _run_constants(scheme, setup_data._replace(num_shares=num_shares), clip_norm)
   comm = communication(traits, cfg, capacity + extra, clip_norm)
   client_chunk = cfg.execution.client_chunk
   if client_chunk is None:
@@ -323,19 +278,9 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   return Prepared(state, plan)
 
 
-def _run_constants(scheme: Scheme, data: SetupData, clip_norm: float | None
-                   ) -> tuple[Scheme, Any]:
-  """(the scheme, its ``run_constants``) for a DP run (``traits.run_constants``).
-
-  A 0.1.0 scheme that overrides ``Scheme.bind`` is bound as before, with a
-  DeprecationWarning, until 0.3.0.
-  """
-  if not scheme.traits.dp:
-    return scheme, None
-  if type(scheme).bind is not Scheme.bind:
-    deprecation.warn(f"{type(scheme).__name__}.bind",
-                     "traits.run_constants and Scheme.run_constants", "0.3.0")
-    scheme = scheme.bind(data, clip_norm)
-  if not scheme.traits.run_constants:
-    return scheme, None
-  return scheme, scheme.run_constants(data, clip_norm)
+def _run_constants(scheme: Scheme, data: SetupData, clip_norm: float | None) -> Any:
+  """The scheme's ``run_constants`` for a DP run of a scheme that declares
+  ``traits.run_constants``; None otherwise."""
+  if not (scheme.traits.dp and scheme.traits.run_constants):
+    return None
+  return scheme.run_constants(data, clip_norm)

@@ -45,7 +45,7 @@ def test_no_scheme_module_imports_argparse_or_the_cli(path):
 def test_only_the_command_line_modules_build_flags():
   """argparse lives in fedjax_dp/cli/ (the sweep's cli/sweep.py among them),
   nowhere else in the library (distributed's process flags moved to
-  cli.parser; experiment.py is the moved sweep's deprecated name)."""
+  cli.parser)."""
   users = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
            if "argparse" in {n.split(".")[0] for n in _imports(p)}}
   assert "cli/sweep.py" in users

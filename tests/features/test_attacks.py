@@ -360,8 +360,6 @@ def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clie
   given_x, given_y = poisoned.feature_data["attack"]
   np.testing.assert_array_equal(np.asarray(given_x), np.asarray(data.x)[taken])
   assert (np.asarray(given_y) == 1).all() and taken.sum() > 400
-  with pytest.warns(DeprecationWarning, match=r'use ClientData.feature_data\["attack"\]\[0\]'):
-    assert poisoned.attacker_x is given_x  # 0.1.0's name, until 0.3.0
   pool_x = jnp.concatenate([poisoned.x[ids].reshape((-1,) + data.x.shape[2:]),
                             given_x]).astype(jnp.float32) / 255.0
   pool_y = jnp.concatenate([poisoned.y[ids].reshape(-1), given_y])

@@ -53,32 +53,3 @@ def test_the_papers_presets_are_applied_from_above():
   assert sweep.scheme_setting("FL-TOP", "medical-synth")["local_steps"] == 40
   assert sweep.setting_source(sweep.get_scheme("FL-CS-DP"), "medical-synth") == (
       "thesis Table 8.5")
-
-
-def test_the_old_names_still_work_with_a_deprecation_warning():
-  """fedjax_dp.presets, reproduction and report stay for one minor version."""
-  # pylint: disable=import-outside-toplevel
-  import importlib
-  import sys
-
-  import pytest
-
-  from fedjax_dp.cli import results
-  from fedjax_dp.paper import report, tables
-  from fedjax_dp.paper import results as paper_results
-  for old in ("fedjax_dp.presets", "fedjax_dp.reproduction", "fedjax_dp.report"):
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated"):
-      module = importlib.import_module(old)
-    sys.modules.pop(old, None)
-    if old == "fedjax_dp.presets":
-      assert module.FASHION_MNIST is data_settings.FASHION_MNIST
-      assert module.paper_result is paper_results.paper_result
-      assert module.THESIS_TABLE8_1 is paper_settings.THESIS_TABLE8_1
-      assert module.MEDICAL_SCHEME_PRESETS is paper_presets.MEDICAL
-      assert module.DATA_SETTINGS["svhn"] is datasets.get_dataset("svhn").settings
-    elif old == "fedjax_dp.reproduction":
-      assert module.tables is tables.tables and module.write_report is report.write_report
-      assert module.TOLERANCE == 0.03 and module.SEEDS_HEADLINE == (0, 1, 2)
-    else:
-      assert module is results

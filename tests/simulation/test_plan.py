@@ -1,29 +1,19 @@
-"""The run resolved once: ``simulation.prepare``'s frozen Plan, its deprecated
-0.1.0 spellings, and features built once per run."""
+"""The run resolved once: ``simulation.prepare``'s frozen Plan, and features
+built once per run."""
 
 import dataclasses
-import re
-import warnings
 
-import jax
-import jax.numpy as jnp
 import pytest
 
 from fedjax_dp import features, simulation
 from fedjax_dp.features import adaptive_clip, dropouts
 from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
-from fedjax_dp.schemes import Scheme, get_scheme
-from scheme_helpers import round_plan
+from fedjax_dp.schemes import get_scheme
 from tiny_model import tiny_linear
 
 # One round of 10 clients; S calibrated on the public data (clip_norm None).
 _CFG = simulation.RunConfig.of(rounds=1, clients_per_round=10, eval_every=1,
                                noise_multiplier=1.0, clip_norm=None)
-
-
-def _deprecated(old: str, new: str) -> str:
-  """The start of ``fedjax_dp.deprecation.warn``'s message, as a regex."""
-  return re.escape(f"{old} is deprecated; use {new} ")
 
 
 def test_prepare_gives_a_frozen_plan_with_s_once(small_federation):
@@ -58,35 +48,6 @@ def test_a_plan_without_dp_has_no_clip_norm_and_no_noise(small_federation):
   assert all(f.run.clip_norm is None for f in plan.features)
 
 
-def test_the_deprecated_spellings_still_work_and_name_the_new_ones(small_federation):
-  data, _, public = small_federation
-  model, scheme = tiny_linear(), get_scheme("FL-STD-DP")
-  fields = dict(num_clients=600, clients_per_round=10, capacity=24, sampler="poisson",
-                num_kept=model.num_params, local_steps=2, batch_size=10, lr=0.1,
-                noise_multiplier=1.0, clip_norm=0.5)
-  with pytest.warns(DeprecationWarning,
-                    match=_deprecated("simulation.RoundConfig", "simulation.Plan")):
-    old = simulation.RoundConfig(scheme=scheme, **fields)
-  new = round_plan(scheme, **fields)  # the helper builds the same plan, without a warning
-  assert isinstance(old, simulation.Plan)
-  for name in ("num_clients", "capacity", "num_kept", "clip_norm", "noise_multiplier",
-               "client_chunk", "comm"):
-    assert getattr(old, name) == getattr(new, name), name
-  assert old.config == new.config and old.config.local == new.config.local
-  assert (old.rate, old.sampler, old.local.steps) == (10 / 600, "poisson", 2)
-
-  prep = simulation.prepare(model, scheme, data, public, _CFG)
-  with warnings.catch_warnings():  # the new spellings do not warn
-    warnings.simplefilter("error", DeprecationWarning)
-    state, plan = prep
-    assert prep.state is state and prep.plan is plan
-  with pytest.warns(DeprecationWarning, match=_deprecated("Prepared.round_cfg", "plan")):
-    assert prep.round_cfg is plan
-  with pytest.warns(DeprecationWarning,
-                    match=_deprecated("Prepared.clip_norm", "plan.clip_norm")):
-    assert prep.clip_norm == plan.clip_norm > 0
-
-
 def test_features_are_built_once_per_run(small_federation, monkeypatch):
   """Two evaluation intervals, a record and the validation: each of the run's
   features (dropouts, adaptive clipping) is constructed exactly once."""
@@ -104,67 +65,6 @@ def test_features_are_built_once_per_run(small_federation, monkeypatch):
   record = simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public, cfg)
   assert len(record["history"]) == 2 and "adaptive_clip" in record
   assert sorted(built) == ["adaptive_clip", "dropouts"]
-
-
-@dataclasses.dataclass(frozen=True)
-class _SchemeOf010(Scheme):
-  """Research code written against 0.1.0: ``num_values`` and ``bind`` (which
-  stores the run's S on the scheme); FL-STD-DP underneath."""
-
-  name: str = "old-style"
-  reference: str = "tests"
-  bound_clip: float | None = None
-
-  inner = get_scheme("FL-STD-DP")
-  traits = property(lambda self: self.inner.traits)
-
-  def num_values(self, num_params, ratio):
-    return self.inner.num_kept(num_params, ratio)
-
-  def num_downstream(self, num_params, ratio):
-    return self.inner.num_downstream(num_params, ratio)
-
-  def setup(self, data):
-    return self.inner.setup(data)
-
-  def calibrate_clip(self, data, state):
-    return self.inner.calibrate_clip(data, state)
-
-  def bind(self, data, clip_norm):
-    return dataclasses.replace(self, bound_clip=clip_norm)
-
-  def round_plan(self, state, key, num_params, m):
-    return self.inner.round_plan(state, key, num_params, m)
-
-  def client_message(self, model, w, plan, x, y, key, local):
-    return self.inner.client_message(model, w, plan, x, y, key, local)
-
-  def server_update(self, w, state, mean, plan):
-    return self.inner.server_update(w, state, mean, plan)
-
-
-def test_a_scheme_written_for_0_1_0_still_runs_and_is_told_the_new_names(small_federation):
-  """``bind`` is still called (the plan holds the bound scheme), ``num_values``
-  still gives K, each with a DeprecationWarning naming the new spelling."""
-  data, _, public = small_federation
-  model = tiny_linear()
-  with pytest.warns(DeprecationWarning) as caught:
-    state, plan = simulation.prepare(model, _SchemeOf010(), data, public, _CFG)
-    new_state, _ = jax.jit(simulation.make_round_fn(model, plan))(
-        state, data, plan.run_key, jnp.int32(1))
-  said = {str(w.message).split(" (removed")[0] for w in caught}
-  assert said == {
-      "_SchemeOf010.bind is deprecated; use traits.run_constants and Scheme.run_constants",
-      "_SchemeOf010.num_values is deprecated; use Scheme.num_kept"}
-  assert plan.scheme.bound_clip == plan.clip_norm > 0 and plan.scheme_constants is None
-  assert plan.num_kept == model.num_params
-  assert bool(jnp.all(jnp.isfinite(new_state.weights)))
-  with pytest.warns(DeprecationWarning, match=_deprecated("Scheme.num_values", "Scheme.num_kept")):
-    assert get_scheme("FL-TOP").num_values(1000, 0.1) == 100
-  # A scheme that defines neither name is told which one it needs.
-  neither = type("Neither", (_SchemeOf010,), {"num_values": Scheme.num_values})
-  with pytest.raises(TypeError, match="Neither defines no num_kept"):
-    neither().num_kept(10, 1.0)
 
 
 def test_the_run_constants_are_in_the_plan_not_on_the_scheme(small_federation):
