@@ -299,12 +299,21 @@ def _primitive(ins: dict) -> str:
 
 
 def find_hlo(trace_path: pathlib.Path) -> pathlib.Path | None:
-  """The newest ``*.hlo.txt`` in the trace's folder or a folder above it (up to 4)."""
+  """The newest ``*.hlo.txt`` (or ``.hlo.txt.gz``) in the trace's folder or a
+  folder above it (up to 4)."""
   for folder in list(trace_path.parents)[:4]:
-    found = sorted(folder.glob("*.hlo.txt"), key=lambda p: p.stat().st_mtime)
+    found = sorted([*folder.glob("*.hlo.txt"), *folder.glob("*.hlo.txt.gz")],
+                   key=lambda p: p.stat().st_mtime)
     if found:
       return found[-1]
   return None
+
+
+def read_hlo(path: pathlib.Path) -> str:
+  """An HLO text file, gzipped (``.gz``) or not."""
+  opener = gzip.open if path.name.endswith(".gz") else open
+  with opener(path, "rt", encoding="utf-8") as f:
+    return f.read()
 
 
 def _self_times(events: list[dict]) -> list[tuple[dict, float]]:
@@ -450,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         raise TraceError(f"{path}: a CPU trace needs its module's HLO "
                          f"({'no such file: ' + str(hlo) if hlo else 'no *.hlo.txt beside it'}; "
                          "--hlo FILE, or throughput.py --profile writes round.hlo.txt)")
-      s = summarize_cpu(trace, parse_hlo(hlo.read_text(encoding="utf-8")), args.top,
+      s = summarize_cpu(trace, parse_hlo(read_hlo(hlo)), args.top,
                         args.matmul_gflops, args.cores or os.cpu_count())
       s["hlo"] = str(hlo)
       words = report_cpu(s, str(path))

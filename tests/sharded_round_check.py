@@ -42,6 +42,36 @@ def rounds(model, scheme_name, mesh, data, capacity, steps, num_rounds=2):
   return np.asarray(state.weights), sampled, fn
 
 
+def privatize_count(mesh) -> dict:
+  """``sharding.shard_privatize``'s clip count over the devices: its sum,
+  and whether each count's all-reduce reads the contributions (a constant
+  count's did not: a device could wait in it before training)."""
+  messages = jnp.arange(10 * 3, dtype=jnp.float32).reshape(10, 3) - 12.0
+  mask = jnp.arange(10) < 9  # a padding slot
+  keys = jnp.zeros((10, 2), jnp.uint32)
+
+  def counted(m, s, k, n):  # real slots whose first value is above 2
+    del k, n
+    return m * 2.0, jnp.sum(s & (m[:, 0] > 2.0)).astype(jnp.int32)
+
+  def constant(m, s, k, n):
+    del s, k, n
+    return m, jnp.zeros((), jnp.int32)
+
+  out = {}
+  for name, fn in (("counted", counted), ("constant", constant)):
+    sharded = jax.jit(sharding.shard_privatize(fn, mesh))
+    _, count = sharded(messages, mask, keys, jnp.int32(9))
+    text = sharded.lower(messages, mask, keys, jnp.int32(9)).compile().as_text()
+    operands = [line.split("all-reduce(")[1].split(")")[0].lstrip("%")
+                for line in text.splitlines() if "s32[] all-reduce(" in line]
+    defined = {line.split(" = ")[0].strip().removeprefix("ROOT ").lstrip("%"): line
+               for line in text.splitlines() if " = " in line}
+    out[name] = {"count": int(count), "all_reduces": len(operands),
+                 "of_constants": sum(" constant(" in defined.get(o, "") for o in operands)}
+  return out
+
+
 def main():
   mesh = sharding.client_mesh()
   rng = np.random.default_rng(0)
@@ -72,6 +102,7 @@ def main():
              for d in (1, None)]
   out["run"] = {"capacity": [r["capacity"] for r in records],
                 "accuracy": [[h["accuracy"] for h in r["history"]] for r in records]}
+  out["privatize_count"] = privatize_count(mesh)
   print(json.dumps(out))
 
 

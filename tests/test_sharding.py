@@ -28,6 +28,12 @@ def test_sharded_rounds_equal_single_device_rounds():
     assert case["compiled"] == 1, case  # round 2 in the same compiled program
     # Same keys, same clients: equal up to the order of float sums.
     assert case["max_abs_diff"] <= 1e-5 * max(case["scale"], 1.0), case
+  # The clip count summed over the devices (rows 5-8 of 9 real slots: first
+  # values 3, 6, 9, 12), each all-reduce reading the contributions.
+  counts = out["privatize_count"]
+  assert counts["counted"]["count"] == 4 and counts["constant"]["count"] == 0
+  for case in counts.values():
+    assert case["all_reduces"] >= 1 and case["of_constants"] == 0, counts
   run = out["run"]  # simulation.run on one device, then on all four
   assert run["capacity"][1] % 4 == 0
   assert run["accuracy"][0] == run["accuracy"][1]

@@ -468,3 +468,24 @@ def test_cpu_trace_command_line(traces, tmp_path, capsys):
       code = exit_.code
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+
+
+def test_amd_cpu_trace_reads_as_its_records_say(traces):
+  """FL-STD's 100-client round on the 2-core AMD EPYC (family 25 model 1, jax
+  0.10.2) before the barrier in ``sharding.shard_privatize``: one device's
+  thread waits 1.44 s in the psum of the clip count (a constant 0 without DP)
+  while the other trains; the convolutions' 313 GFLOP are most of the rest."""
+  folder = ROOT / "benchmarks/records/issue60-cpu-profile"
+  ops = traces.parse_hlo(traces.read_hlo(folder / "fl-std-100-clients-stalled.hlo.txt.gz"))
+  s = traces.summarize_cpu(traces.load(folder / "fl-std-100-clients-stalled.trace.json.gz"),
+                           ops, top=3, matmul_gflops=125.59, cores=2)
+  assert (s["ops"], s["threads"]) == (14064, 4)
+  assert s["cpu_ms"] == pytest.approx(10046.9, abs=0.1)
+  assert [(t["name"], t["count"]) for t in s["top"]] == [
+      ("ynn_fusion.6", 400), ("psum.7", 2), ("ynn_fusion.4", 400)]
+  assert s["top"][1]["ms"] == pytest.approx(1443.8, abs=0.1)
+  roles = {r["role"]: r for r in s["roles"]}
+  assert sum(roles[f"convolution, {k}"]["gflop"] for k in
+             ("forward", "input gradient", "weight gradient")) == pytest.approx(313.6, abs=0.1)
+  assert roles["convolution, weight gradient"]["of_matmul"] == pytest.approx(0.76, abs=0.005)
+  assert ops["psum.7"].role == "all-reduce"
