@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from fedjax_dp import simulation
 from fedjax_dp.privacy import noise
+from fedjax_dp.schemes import Noise
 from tiny_model import tiny_linear
 
 
@@ -16,8 +17,8 @@ def privatized_sum(scheme, messages, slot_mask, noise_keys, clip_norm, noise_mul
   the real clients; an empty cohort is not handled here).
   """
   num_shares = jnp.maximum(jnp.sum(slot_mask), 1)
-  contribs, clipped = scheme.privatize(messages, slot_mask, noise_keys, clip_norm,
-                                       noise_multiplier, num_shares)
+  contribs, clipped = scheme.privatize(messages, slot_mask, noise_keys,
+                                       Noise(clip_norm, noise_multiplier, num_shares))
   if jnp.issubdtype(contribs.dtype, jnp.integer):
     total = jnp.sum(jnp.where(slot_mask[:, None], contribs, 0), axis=0)
   else:

@@ -23,8 +23,8 @@ from fedjax_dp.schemes import Scheme
 def clip_for(args: argparse.Namespace, scheme: Scheme,
              ratio: float) -> tuple[float | None, str]:
   """(clip norm or None to calibrate, where it came from): --clip, --clip-ratio."""
-  if scheme.traits.fixed_sensitivity is not None:
-    return None, scheme.traits.fixed_sensitivity
+  if scheme.traits.fixed_sensitivity:
+    return None, scheme.traits.sensitivity_reason
   if isinstance(args.clip, float):
     return args.clip, "user"
   if args.clip == "paper":

@@ -34,10 +34,12 @@ def register(scheme: Scheme) -> Scheme:
 
   Raises:
     TypeError: ``scheme`` does not implement :class:`Scheme`.
-    ValueError: A scheme of that name (ignoring case) is registered.
+    ValueError: A scheme of that name (ignoring case) is registered, or its
+      traits contradict themselves (``Traits.check``).
   """
   if not isinstance(scheme, Scheme):
     raise TypeError(f"{scheme!r} does not implement fedjax_dp.schemes.Scheme")
+  scheme.traits.check(scheme.name)
   if scheme.name.lower() in {k.lower() for k in SCHEMES}:
     raise ValueError(f"a scheme named {scheme.name!r} is already registered")
   SCHEMES[scheme.name] = scheme

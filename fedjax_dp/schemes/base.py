@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from fedjax_dp import local_training
 from fedjax_dp.models import FlatModel
 from fedjax_dp.options import Option
-from fedjax_dp.privacy import noise
+from fedjax_dp.privacy import noise as noise_lib
 from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.round_types import Noise
 
@@ -99,9 +99,11 @@ class Traits(NamedTuple):
     upstream_bits: Bits per upstream value without secure aggregation; None:
       the thesis 5.2.4 modulus (a scheme whose messages are always encrypted).
     downstream_bits: Bits per downstream value.
-    fixed_sensitivity: Why the sensitivity is fixed by construction (e.g. a
-      sign vector's sqrt(n)), when it is: ``calibrate_clip`` returns it and
-      a user's clip norm is ignored. None: messages are clipped to S.
+    fixed_sensitivity: The sensitivity is fixed by construction (e.g. a
+      sign vector's sqrt(n)): ``calibrate_clip`` returns it and a user's
+      clip norm is ignored. False: messages are clipped to S.
+    sensitivity_reason: Why it is fixed, as the run's record says where S
+      came from (required with ``fixed_sensitivity``, empty without).
     measured_streams: Clients send an integer stream (``client_stream``);
       the coded size (``measure_stream``) of this many clients' streams is
       measured in the first round of every evaluation interval and replaces
@@ -118,13 +120,20 @@ class Traits(NamedTuple):
       ``privatize`` and ``server_noise``; without the trait it passes neither.
   """
 
+  def check(self, name: str) -> None:
+    """Raises ValueError where the declaration contradicts itself."""
+    if self.fixed_sensitivity != bool(self.sensitivity_reason):
+      raise ValueError(f"{name}: Traits.fixed_sensitivity needs a sensitivity_reason, "
+                       "and a sensitivity_reason needs fixed_sensitivity=True")
+
   dp: bool = False
   uses_ratio: bool = True
   integer_messages: bool = False
   max_abs_value: float | None = None
   upstream_bits: int | None = 32
   downstream_bits: int = 32
-  fixed_sensitivity: str | None = None
+  fixed_sensitivity: bool = False
+  sensitivity_reason: str = ""
   measured_streams: int = 0
   public_holdout: int = 0
   local_optimizers: tuple[str, ...] = ("sgd", "adam")
@@ -244,8 +253,7 @@ class Scheme(abc.ABC):
     ``traits.run_constants``, also the keywords ``noise`` and ``constants``)."""
 
   def privatize(self, messages: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,
-                clip_norm: float, noise_multiplier: float,
-                num_shares: jax.Array) -> tuple[jax.Array, jax.Array]:
+                noise: Noise) -> tuple[jax.Array, jax.Array]:
     """Each client's input to the (secure) sum, and how many were clipped.
 
     DP: ``clip(m_k) + G(0, S^2 sigma^2 / num_shares)`` (UAI Alg. 3 lines
@@ -258,10 +266,9 @@ class Scheme(abc.ABC):
       messages: (capacity, K) messages.
       slot_mask: (capacity,) real participants.
       noise_keys: (capacity, 2) per-client noise keys.
-      clip_norm: S.
-      noise_multiplier: sigma.
-      num_shares: How many shares the aggregate noise is split into (|K|, or
-        |K| - l to tolerate l failures, thesis 5.2.5).
+      noise: The round's S (``clip_norm``), sigma (``noise_multiplier``) and
+        how many shares the aggregate noise is split into (``num_shares``:
+        |K|, or |K| - l to tolerate l failures, thesis 5.2.5).
 
     With ``traits.run_constants`` it also takes the keyword ``constants``.
 
@@ -269,16 +276,16 @@ class Scheme(abc.ABC):
       ``(contributions, num_clipped)``.
     """
     if self.traits.dp:
-      return noise.privatize(messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                             num_shares)
+      return noise_lib.privatize(messages, slot_mask, noise_keys, noise.clip_norm,
+                                 noise.noise_multiplier, noise.num_shares)
     return messages, jnp.zeros((), jnp.int32)
 
-  def server_noise(self, key: jax.Array, shape: tuple[int, ...], clip_norm: float,
-                   noise_multiplier: float) -> jax.Array:
-    """The full aggregate noise ``G(0, S^2 sigma^2)``, added by the server
-    when no client's share arrives (DP schemes only; with
-    ``traits.run_constants``, also the keyword ``constants``)."""
-    return noise.server_noise(key, shape, jnp.float32, clip_norm, noise_multiplier)
+  def server_noise(self, key: jax.Array, shape: tuple[int, ...], noise: Noise) -> jax.Array:
+    """The full aggregate noise ``G(0, S^2 sigma^2)`` of the round's ``noise``,
+    added by the server when no client's share arrives (DP schemes only;
+    with ``traits.run_constants``, also the keyword ``constants``)."""
+    return noise_lib.server_noise(key, shape, jnp.float32, noise.clip_norm,
+                                  noise.noise_multiplier)
 
   @abc.abstractmethod
   def server_update(self, w: jax.Array, state: Any, mean: jax.Array,

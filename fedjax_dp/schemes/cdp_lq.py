@@ -233,12 +233,11 @@ class LatticeScheme(Scheme):
     """bzip2-coded size of one transmitted stream (outside jit)."""
     return universal_coding.coded_size(coords, num_params)
 
-  def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                num_shares, *, constants=None):
+  def privatize(self, messages, slot_mask, noise_keys, noise: Noise, *, constants=None):
     """The decoded messages themselves: the noise is already in them."""
     return messages, jnp.zeros((), jnp.int32)
 
-  def server_noise(self, key, shape, clip_norm, noise_multiplier, *, constants=None):
+  def server_noise(self, key, shape, noise: Noise, *, constants=None):
     """No server-side noise: the DP is each client's."""
     return jnp.zeros(shape, jnp.float32)
 

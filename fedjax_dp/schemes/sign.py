@@ -36,7 +36,7 @@ from fedjax_dp.privacy.accounting import Mechanism
 from fedjax_dp.privacy.dg_table import (DiscreteGaussianTable, discrete_gaussian_table,
                                         draw_marked, resolve_ties, sample_table)
 from fedjax_dp.privacy.discrete_gaussian import sample_discrete_gaussian
-from fedjax_dp.schemes.base import Family, LocalTraining, Scheme, SetupData, Traits
+from fedjax_dp.schemes.base import Family, LocalTraining, Noise, Scheme, SetupData, Traits
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -173,7 +173,8 @@ class SignScheme(Scheme):
     return Traits(dp=self.private, uses_ratio=False, integer_messages=True,
                   max_abs_value=1.0, upstream_bits=None if self.private else 1,
                   downstream_bits=1 if self.single_batch else 32,
-                  fixed_sensitivity="sqrt(n): a sign vector's L2 norm (thesis Table 8.2)",
+                  fixed_sensitivity=True,
+                  sensitivity_reason="sqrt(n): a sign vector's L2 norm (thesis Table 8.2)",
                   # signSGD sends one batch's gradient: no local optimiser runs.
                   local_optimizers=("sgd",) if self.single_batch else ("sgd", "adam"),
                   run_constants=self.private)
@@ -233,11 +234,11 @@ class SignScheme(Scheme):
         sigma, fewest, discrete_gaussian_table([scale(r) for r in range(fewest, most + 1)]),
         discrete_gaussian_table(scale(1)))
 
-  def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                num_shares, *, constants: NoiseTables | None = None):
+  def privatize(self, messages, slot_mask, noise_keys, noise: Noise, *,
+                constants: NoiseTables | None = None):
     """(capacity, n) int32: the signs, or ``DG(sign, share scale)`` for -DP.
 
-    ``clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
+    ``noise.clip_norm`` is ignored: the sensitivity is sqrt(n) by construction.
     With the run's ``constants`` (:meth:`run_constants`), the shares come
     from the alias table of the round's share count (:func:`table_shares`);
     a count outside the tables (a round the run did not plan, with fewer
@@ -245,6 +246,7 @@ class SignScheme(Scheme):
     sampler. Padding slots are zero. All
     device code (no host callback).
     """
+    noise_multiplier, num_shares = noise.noise_multiplier, noise.num_shares
     zero = jnp.zeros((), jnp.int32)
     if not self.private:
       return messages.astype(jnp.int32), zero
@@ -270,13 +272,13 @@ class SignScheme(Scheme):
         lambda: rejection(self.share_scale(n, sigma, num_shares), max_levels=2),
     ), zero
 
-  def server_noise(self, key, shape, clip_norm, noise_multiplier, *,
+  def server_noise(self, key, shape, noise: Noise, *,
                    constants: NoiseTables | None = None):
     """``DG(0, sqrt(n) sigma)`` when no client's share arrives."""
     if constants is not None:
       return sample_table(key, constants.server, shape)
     n = int(shape[0])
-    return sample_discrete_gaussian(key, 0.0, math.sqrt(n) * noise_multiplier, shape)
+    return sample_discrete_gaussian(key, 0.0, math.sqrt(n) * noise.noise_multiplier, shape)
 
   def server_update(self, w: jax.Array, state: jax.Array, mean: jax.Array,
                     plan) -> tuple[jax.Array, jax.Array]:

@@ -118,7 +118,7 @@ def make_privatize_fn(plan: Plan) -> Callable[..., tuple[jax.Array, jax.Array]]:
   def privatize(messages, slot_mask, noise_keys, noise: Noise):
     fn = sharding.shard_privatize(
         lambda m, s, k, shares: plan.scheme.privatize(
-            m, s, k, noise.clip_norm, noise.noise_multiplier, shares, **plan.scheme_keywords()),
+            m, s, k, noise._replace(num_shares=shares), **plan.scheme_keywords()),
         plan.mesh)
     return fn(messages, slot_mask, noise_keys, noise.num_shares)
   return privatize
@@ -254,8 +254,7 @@ def make_aggregate_fn(model: FlatModel, plan: Plan):
     if scheme.traits.dp:  # no share arrived: the server adds the noise (thesis 5.2.5)
       total = jax.lax.cond(
           num_present == 0,
-          lambda t: t + scheme.server_noise(inputs.keys.server_noise, t.shape, noise.clip_norm,
-                                            noise.noise_multiplier,
+          lambda t: t + scheme.server_noise(inputs.keys.server_noise, t.shape, noise,
                                             **plan.scheme_keywords()).astype(jnp.float32),
           lambda t: t, total)
     for f, fat in zip(features, at):

@@ -69,8 +69,8 @@ class _Faulty(type(get_scheme("FL-STD-DP"))):
 
   fault: str = ""
 
-  def privatize(self, messages, slot_mask, noise_keys, clip_norm, noise_multiplier,
-                num_shares):
+  def privatize(self, messages, slot_mask, noise_keys, dp):
+    clip_norm, noise_multiplier, num_shares = dp
     if self.fault == "tenth-noise":
       noise_multiplier = noise_multiplier / 10
     if self.fault == "shares-by-cohort":  # S sigma / |K| instead of / sqrt(|K|)

@@ -13,7 +13,7 @@ from scipy import special, stats
 from fedjax_dp import sampling, simulation
 from fedjax_dp.privacy import accounting, dg_table
 from fedjax_dp.privacy import secure_aggregation as sa
-from fedjax_dp.schemes import LocalTraining, SetupData, get_scheme
+from fedjax_dp.schemes import LocalTraining, Noise, SetupData, get_scheme
 from fedjax_dp.schemes.sign import random_tie_sign, table_shares
 from scheme_helpers import round_plan
 from tiny_model import tiny_linear
@@ -117,8 +117,8 @@ def _noise_sum(num_shares, dropped, sampler, seed=0):
   """FL-SIGN-DP's integer sum minus the signs, for all-(+1) messages."""
   messages = jnp.ones((K, DIM), jnp.int8)
   keys = jax.random.split(jax.random.PRNGKey(seed), K)
-  z, _ = _PRIVATIZE[sampler](messages, jnp.ones((K,), bool), keys, 1.0, SIGMA,
-                             jnp.int32(num_shares))
+  z, _ = _PRIVATIZE[sampler](messages, jnp.ones((K,), bool), keys,
+                             Noise(1.0, SIGMA, jnp.int32(num_shares)))
   assert z.dtype == jnp.int32
   z = np.asarray(z, np.int64)
   return z[dropped:].sum(0) - (K - dropped), z
@@ -162,7 +162,8 @@ def test_a_share_count_below_the_tables_is_drawn_by_the_rejection_sampler():
   assert _var_pvalues(noise, DIM * (SIGMA * 0.95) ** 2)[1] < 5e-4
   with pytest.raises(ValueError, match="noise_multiplier 0.4 differs"):
     FL_SIGN_DP.privatize(jnp.ones((K, DIM), jnp.int8), jnp.ones((K,), bool),
-                         jax.random.split(jax.random.PRNGKey(0), K), 1.0, 0.4, jnp.int32(K),
+                         jax.random.split(jax.random.PRNGKey(0), K),
+                         Noise(1.0, 0.4, jnp.int32(K)),
                          constants=_tables(K - 4, K))
 
 

@@ -74,7 +74,7 @@ class Audit(Feature):
     n, chunk = self.run.num_clients, at.chunk
     is_canary = chunk.ids >= n
     sent = canaries.messages(at.state, jnp.where(is_canary, chunk.ids - n, 0),
-                             at.noise.clip_norm, self.run.traits.fixed_sensitivity is not None,
+                             at.noise.clip_norm, self.run.traits.fixed_sensitivity,
                              messages.dtype)
     return jnp.where(is_canary[:, None], sent, messages)
 
