@@ -120,12 +120,6 @@ class Traits(NamedTuple):
       ``privatize`` and ``server_noise``; without the trait it passes neither.
   """
 
-  def check(self, name: str) -> None:
-    """Raises ValueError where the declaration contradicts itself."""
-    if self.fixed_sensitivity != bool(self.sensitivity_reason):
-      raise ValueError(f"{name}: Traits.fixed_sensitivity needs a sensitivity_reason, "
-                       "and a sensitivity_reason needs fixed_sensitivity=True")
-
   dp: bool = False
   uses_ratio: bool = True
   integer_messages: bool = False
@@ -138,6 +132,12 @@ class Traits(NamedTuple):
   public_holdout: int = 0
   local_optimizers: tuple[str, ...] = ("sgd", "adam")
   run_constants: bool = False
+
+  def check(self, name: str) -> None:
+    """Raises ValueError where the declaration contradicts itself."""
+    if self.fixed_sensitivity != bool(self.sensitivity_reason):
+      raise ValueError(f"{name}: Traits.fixed_sensitivity needs a sensitivity_reason, "
+                       "and a sensitivity_reason needs fixed_sensitivity=True")
 
 
 class SetupData(NamedTuple):
