@@ -276,12 +276,13 @@ def parse_hlo(text: str) -> dict[str, HloOp]:
   for instructions in computations.values():
     shapes = {i["name"]: _dims(i["shape"]) for i in instructions}
     for ins in instructions:
+      found = [op for op in map(products, ins["calls"]) if op] \
+          if ins["opcode"] == "fusion" else []
       if ins["opcode"] == "convolution":
         ops[ins["name"]] = HloOp(*_conv(ins, shapes))
       elif ins["opcode"] == "dot":
         ops[ins["name"]] = HloOp("matrix product", _dot(ins, shapes))
-      elif ins["opcode"] == "fusion" and any(products(c) for c in ins["calls"]):
-        found = [products(c) for c in ins["calls"] if products(c)]
+      elif found:  # a fusion of products: its first one's role, all their FLOPs
         ops[ins["name"]] = HloOp(found[0].role, sum(o.flops for o in found))
       else:
         ops[ins["name"]] = HloOp(_primitive(ins), 0.0)
