@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 
 from fedjax_dp import distributed, sharding, simulation  # noqa: E402
-from fedjax_dp.cli import parser, settings  # noqa: E402
+from fedjax_dp.cli import parser, resolve  # noqa: E402
 from fedjax_dp.data import DataError, load_federated, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
 from throughput import prepared_round  # noqa: E402  (benchmarks/throughput.py)
@@ -88,7 +88,7 @@ def measure(args: argparse.Namespace) -> dict:
 def _worker(args: argparse.Namespace) -> int:
   """One process of a layout: joins the others, measures, process 0 prints."""
   try:
-    distributed.initialize(settings.processes(args), PROG)
+    distributed.initialize(resolve.processes(args), PROG)
   except ValueError as e:
     print(f"{PROG}: error: {e}", file=sys.stderr)
     return 2

@@ -41,7 +41,6 @@ with other settings) is refused before any run, unless ``--overwrite``.
 """
 
 import argparse
-import copy
 import json
 import os
 import pathlib
@@ -125,20 +124,19 @@ def _clip_at(value: str) -> float | None:
   return ratio
 
 
-def sweep_args(forward: list[str], name: str, **overrides) -> argparse.Namespace:
-  """sweep.py's arguments for one scheme, with some replaced."""
+def sweep_request(forward: list[str], name: str, **overrides) -> experiment.Request:
+  """sweep.py's sweep of one scheme, some of its flags replaced."""
   args = experiment.build_parser().parse_args(forward + ["--schemes", name])
-  args = experiment.apply_dataset_defaults(copy.copy(args))
   for key, value in overrides.items():
     setattr(args, key, value)
-  return args
+  return experiment.resolve(args)
 
 
-def held_out_public(args: argparse.Namespace) -> tuple:
+def held_out_public(request: experiment.Request) -> tuple:
   """Fashion-MNIST's or MNIST's public set held out for top_k (the same whatever N)."""
-  size = args.public_holdout or fedsmp.PUBLIC_HOLDOUT
-  images, labels = load_dataset(args.dataset, "train", as_uint8=True)
-  held = holdout_indices(len(images), size, args.seed)[0]
+  size = request.values["public_holdout"] or fedsmp.PUBLIC_HOLDOUT
+  images, labels = load_dataset(request.dataset.name, "train", as_uint8=True)
+  held = holdout_indices(len(images), size, request.seed)[0]
   return images[held].astype("float32") / 255.0, labels[held].astype("int32")
 
 
@@ -148,31 +146,30 @@ def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
   Every scheme calibrates on the public set held out for top_k: at r = 1 all
   give the same S.
   """
-  args = sweep_args(forward, name, ratio=[ratio])
-  run = experiment.plan(args)[0]
-  fed = experiment.load_data(args, [run]).of(run)
+  request = sweep_request(forward, name, ratio=[ratio])
+  run = request.runs[0]
+  fed = experiment.load_data(request, [run]).of(run)
   config = run.config.replace(clip_norm=None)
   # Fashion-MNIST and MNIST serve the other one's images to the schemes without
   # a hold-out; the other data sets serve one public set to every scheme (the
   # public hospital, windows or images held out of the clients' data).
-  other = datasets.get_dataset(args.dataset).public_source in datasets.DATASETS
-  public = held_out_public(args) if other else fed.public
-  _, plan = simulation.prepare(experiment.model_for(args), run.scheme, fed.data, public,
-                               config)
+  other = request.dataset.public_source in datasets.DATASETS
+  public = held_out_public(request) if other else fed.public
+  _, plan = simulation.prepare(request.model, run.scheme, fed.data, public, config)
   return plan.clip_norm
 
 
 def calibrate(args, forward: list[str], name: str) -> list[tuple[float, float]]:
   """(ratio, sigma) for each ratio of one scheme, sigma meeting --epsilon."""
-  sweep = sweep_args(forward, name)
-  setting = experiment.settings(sweep, get_scheme(name))
+  run = sweep_request(forward, name).runs[0]
+  setting, privacy = run.setting, run.config.privacy
   rate = setting["clients_per_round"] / setting["num_clients"]
   pairs = []
   for ratio in args.ratios:
     sigma = accounting.noise_multiplier_for_epsilon(
-        args.epsilon, rate, setting["rounds"], sweep.delta, sweep.accountant,
-        sweep.sampling, num_clients=setting["num_clients"],
-        truncated_cohort=sweep.max_cohort)
+        args.epsilon, rate, setting["rounds"], privacy.delta, privacy.accountant,
+        privacy.sampler, num_clients=setting["num_clients"],
+        truncated_cohort=privacy.max_cohort)
     pairs.append((ratio, sigma))
   return pairs
 
@@ -227,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
       if scheme.dp and not given_clip and clip_at is not None:
         clips[scheme.name] = calibrate_clip(forward, scheme.name, clip_at)
     out = pathlib.Path(args.out)
-    sweeps = []  # (sweep arguments, planned runs), all validated before any run
+    sweeps = []  # each sweep's request, its runs validated before any run
     for name, pairs in plans.items():
       scheme = get_scheme(name).name
       sigmas = sorted({s for _, s in pairs})
@@ -237,13 +234,12 @@ def main(argv: list[str] | None = None) -> int:
                      "noise_multiplier": sigma, "out": str(sub), "overwrite": args.overwrite}
         if scheme in clips:
           overrides["clip"] = clips[scheme]
-        sub_args = sweep_args(forward, scheme, **overrides)
-        sweeps.append((sub_args, experiment.plan(sub_args)))
+        sweeps.append(sweep_request(forward, scheme, **overrides))
     experiment.check_out(args.out)  # before any run, not after all of them
     if not args.overwrite:
       check_table(args.out, [get_scheme(n).name for n in args.schemes])
-    for sub_args, _ in sweeps:
-      experiment.check_records(sub_args)
+    for request in sweeps:
+      experiment.check_records(request)
     claim = experiment.claim_out(args.out)
   except (experiment.UsageError, ValueError, DataError) as e:
     print(f"fedsmp_ratio_sweep.py: error: {e}", file=sys.stderr)
@@ -271,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
   return 0
 
 
-def _run_held(sweeps: list[tuple[argparse.Namespace, list]],
+def _run_held(sweeps: list[experiment.Request],
               out: pathlib.Path) -> tuple[int, list[dict]]:
   """:func:`main` once ``--out`` is held: (exit code, rows); a checkpoint of
   another run refused, an interruption said in sweep.py's one line."""
@@ -287,7 +283,7 @@ def _run_held(sweeps: list[tuple[argparse.Namespace, list]],
     return interrupts.exit_code(e), []
 
 
-def check_checkpoints(sweeps: list[tuple[argparse.Namespace, list]]) -> None:
+def check_checkpoints(sweeps: list[experiment.Request]) -> None:
   """Refuses, before any run, a checkpoint in a sweep's folder that is another
   run's or version's (``sweep.saved_round``); a sweep's data is loaded only
   when its folder holds a checkpoint.
@@ -295,15 +291,15 @@ def check_checkpoints(sweeps: list[tuple[argparse.Namespace, list]]) -> None:
   Raises:
     ValueError: One line naming the file.
   """
-  for sub_args, runs in sweeps:
-    done = experiment.finished_runs(sub_args)
-    todo = [run for run in runs if (run.scheme.name, run.ratio) not in done
-            and experiment.checkpoint_path(sub_args, run).is_file()]
+  for request in sweeps:
+    done = experiment.finished_runs(request)
+    todo = [run for run in request.runs if (run.scheme.name, run.ratio) not in done
+            and request.checkpoint_path(run).is_file()]
     if todo:
-      experiment.check_checkpoints(sub_args, todo, experiment.load_data(sub_args, todo))
+      experiment.check_checkpoints(request, todo, experiment.load_data(request, todo))
 
 
-def run_sweeps(sweeps: list[tuple[argparse.Namespace, list]]) -> list[dict]:
+def run_sweeps(sweeps: list[experiment.Request]) -> list[dict]:
   """Runs every planned run not finished yet (a finished one is kept from its
   sweep's results.json, as sweep.py keeps it; an interrupted one continues
   from its checkpoint), writing each sweep's results after every run.
@@ -312,16 +308,16 @@ def run_sweeps(sweeps: list[tuple[argparse.Namespace, list]]) -> list[dict]:
     Every run's record without its history, in the sweeps' order.
   """
   rows = []
-  for sub_args, runs in sweeps:
-    done = experiment.finished_runs(sub_args)
-    todo = [run for run in runs if (run.scheme.name, run.ratio) not in done]
-    data = experiment.load_data(sub_args, todo) if todo else None
+  for request in sweeps:
+    done = experiment.finished_runs(request)
+    todo = [run for run in request.runs if (run.scheme.name, run.ratio) not in done]
+    data = experiment.load_data(request, todo) if todo else None
     records = []
-    for run in runs:
+    for run in request.runs:
       key = (run.scheme.name, run.ratio)
-      records += [done[key]] if key in done else experiment.execute(sub_args, [run], data,
+      records += [done[key]] if key in done else experiment.execute(request, [run], data,
                                                                      prog=PROG)
-      experiment.write(sub_args, records)
+      experiment.write(request, records)
     rows += [{k: v for k, v in run.items() if k != "history"} for run in records]
   return rows
 

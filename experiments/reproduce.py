@@ -138,7 +138,7 @@ def _rounds(row: paper_tables.Row, state: paper_runner.RunState, out: str) -> in
   """The rounds of the row's run in the setting of ``state`` (paper's or reduced)."""
   flags = row.reduced if state.reduced else ()
   args = experiment.build_parser().parse_args(row.argv(state.seed, out, flags))
-  return experiment.plan(args)[0].setting["rounds"]
+  return experiment.resolve(args).runs[0].setting["rounds"]
 
 
 class Job(NamedTuple):
@@ -193,7 +193,7 @@ def _job(args: argparse.Namespace) -> Job:
       raise ValueError(f"--reduced: {', '.join(plain[:4])} have no reduced setting")
   for row in rows:
     flags = row.reduced if args.reduced else extra
-    experiment.plan(experiment.build_parser().parse_args(row.argv(0, args.out, flags)))
+    experiment.resolve(experiment.build_parser().parse_args(row.argv(0, args.out, flags)))
   return Job(table, tuple(rows), None if args.seeds is None else tuple(args.seeds), extra,
              args.reduced)
 
@@ -292,10 +292,10 @@ def _newest(paces: list[_Pace]) -> list[_Pace]:
 def _run_size(row: paper_tables.Row, seed: int, extra: tuple[str, ...]) -> tuple[int, int]:
   """(rounds, forward-pass images a round) of a row's run: a trained image
   counts three (forward and backward), a test image one."""
-  args = experiment.build_parser().parse_args(row.argv(seed, "OUT", extra))
-  setting = experiment.plan(args)[0].setting
+  request = experiment.resolve(experiment.build_parser().parse_args(row.argv(seed, "OUT", extra)))
+  setting = request.runs[0].setting
   trained = setting["clients_per_round"] * setting["local_steps"] * setting["batch_size"]
-  return setting["rounds"], 3 * trained + (args.test_size or _TEST_IMAGES)
+  return setting["rounds"], 3 * trained + (request.values["test_size"] or _TEST_IMAGES)
 
 
 def _kind(row: paper_tables.Row, images: int) -> tuple[str, int, bool]:

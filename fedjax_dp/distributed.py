@@ -150,7 +150,7 @@ def initialize(cfg: Processes, prog: str) -> bool:
   Call it before any JAX computation. Nothing happens for one process.
 
   Args:
-    cfg: The processes (``fedjax_dp.cli.settings.processes``).
+    cfg: The processes (``fedjax_dp.cli.resolve.processes``).
     prog: The program's name, which starts every error line.
 
   Returns:

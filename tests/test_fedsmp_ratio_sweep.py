@@ -43,7 +43,7 @@ def test_ratio_sweep_bad_input_exits_2(args, needle, tmp_path, capsys, monkeypat
 
 
 def test_ratio_sweep_calibrates_sigma_to_the_target_epsilon(tmp_path, capsys, monkeypatch):
-  monkeypatch.setattr(experiment, "get_model", lambda name, **_: tiny_linear())
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "sweep"
   code = _ratio_sweep().main([
       "--epsilon", "2", "--ratios", "0.1", "1.0", "--schemes", "fed-smp-randk",
@@ -86,7 +86,7 @@ def test_ratio_sweep_checks_out_before_any_run_and_is_held(tmp_path, capsys, mon
 
 
 def test_ratio_sweep_run_again_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
-  monkeypatch.setattr(experiment, "get_model", lambda name, **_: tiny_linear())
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "sweep"
   args = ["--epsilon", "2", "--ratios", "0.1", "1.0", "--schemes", "fed-smp-randk",
           "--rounds", "2", "--num-clients", "300", "--clients-per-round", "20",

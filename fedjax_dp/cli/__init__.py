@@ -8,9 +8,11 @@
 - :mod:`~fedjax_dp.cli.schemes`: the scheme families' flags, built from the
   options each family declares as data (``Family.options``), and the
   parsed values handed back to the family;
-- :mod:`~fedjax_dp.cli.settings`: from the parsed flags to a run's
-  ``RunConfig`` (generically, from the declared options), clip norm and
-  data defaults;
+- :mod:`~fedjax_dp.cli.resolve`: the only reader of the parsed flags:
+  the data set looked up once, its defaults, the layering of a run's
+  settings (library default < data set < preset < flag) and each run's
+  nested ``RunConfig`` (generically, from the declared options), all in
+  one ``Request``;
 - :mod:`~fedjax_dp.cli.errors`: a library error's field
   (:class:`~fedjax_dp.errors.ConfigError`) looked up as its flag (the map
   generated from the declared options);

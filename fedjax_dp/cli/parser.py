@@ -2,7 +2,7 @@
 
 :func:`build_parser` is ``experiments/sweep.py``'s parser. Defaults are the
 UAI 2021 Fashion-MNIST setting (Table 5); the data set's setting, then a
-scheme's preset, fill the flags left at None (``fedjax_dp.cli.sweep``).
+scheme's preset, fill the flags left at None (``fedjax_dp.cli.resolve``).
 Every flag of a run comes from an option the library declares as data
 (:func:`declared_options`: the run config's fields, the aggregator's, each
 round feature's; the scheme families' through :mod:`fedjax_dp.cli.schemes`),
@@ -103,7 +103,7 @@ def _add_data_flags(data: argparse._ArgumentGroup) -> None:
 
 def add_process_flags(group: argparse._ArgumentGroup) -> None:
   """--coordinator, --num-processes, --process-id, --process-timeout
-  (``fedjax_dp.distributed``; :func:`fedjax_dp.cli.settings.processes` reads them).
+  (``fedjax_dp.distributed``; :func:`fedjax_dp.cli.resolve.processes` reads them).
 
   Their defaults come from ``distributed.ENV``'s variables (argparse parses a
   string default as it parses the flag, so a bad value is a one-line usage

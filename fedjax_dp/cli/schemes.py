@@ -3,7 +3,7 @@
 A family (``fedjax_dp.schemes.base.Family``) declares its options as data
 (:class:`~fedjax_dp.options.Option`); here each becomes a flag of the
 family's group (``lattice_step``: ``--lattice-step``), the parsed values go
-back to the family as a plain mapping, and a scheme's
+back to the family as a plain mapping (``fedjax_dp.cli.resolve``), and a scheme's
 :class:`~fedjax_dp.errors.ConfigError` naming an option's field is reported
 with the option's flag.
 """
@@ -11,11 +11,11 @@ with the option's flag.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Iterable, Mapping
+from typing import Iterable
 
 from fedjax_dp.cli import types
 from fedjax_dp.options import Option
-from fedjax_dp.schemes import Family, Scheme, family_of
+from fedjax_dp.schemes import Family
 
 
 def add_option(group: argparse._ArgumentGroup, option: Option) -> None:
@@ -41,23 +41,6 @@ def add_family_flags(parser: argparse.ArgumentParser, families: Iterable[Family]
     group = parser.add_argument_group(family.title)
     for option in family.options:
       add_option(group, option)
-
-
-def option_values(args: argparse.Namespace) -> Mapping[str, Any]:
-  """What a family is configured with: every parsed flag by its name (the
-  families' options, and ``dataset``, ``delta``, ``noise_multiplier``)."""
-  return vars(args)
-
-
-def configure(scheme: Scheme, args: argparse.Namespace) -> Scheme:
-  """The scheme with its family's options from the command line."""
-  return family_of(scheme).configure(scheme, option_values(args))
-
-
-def noise_multiplier(scheme: Scheme, args: argparse.Namespace) -> float:
-  """sigma of a run of the scheme (its family's rule: ``--noise-multiplier``
-  unless the family derives it, as CDP-LQ's ``--lq-step-epsilon``)."""
-  return family_of(scheme).noise_multiplier(scheme, option_values(args))
 
 
 def field_flags(family: Family) -> dict[str, str]:

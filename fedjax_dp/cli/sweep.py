@@ -9,22 +9,20 @@ papers' preset (``fedjax_dp.paper.presets``; a family of research code's own
 declares its own, ``Family.presets``): for each of --rounds, --num-clients,
 --samples-per-client, --clients-per-round, --local-steps, --batch-size and
 --lr the value is the flag if given, else the scheme's preset, else the UAI
-default. The flags and their mapping to the library's settings are
-``fedjax_dp.cli``'s (every family's flags come from its declared options);
+default. The flags are read once, by :func:`~fedjax_dp.cli.resolve.resolve`,
+into a :class:`~fedjax_dp.cli.resolve.Request` that every step below reads;
 this module names no scheme class.
 
 Every input is checked before any work starts; a bad one ends the program
 with a one-line message and exit code 2, and nothing is written. The steps
 are public for scripts built on the sweep: :func:`build_parser`,
-:func:`plan`, :func:`load_data`, :func:`execute`, :func:`write`.
+:func:`resolve`, :func:`load_data`, :func:`execute`, :func:`write`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import functools
 import json
 import pathlib
 import sys
@@ -38,30 +36,25 @@ import numpy as np
 from tqdm import tqdm
 
 from fedjax_dp import checkpoint as checkpoint_lib
-from fedjax_dp import datasets, distributed, keys, plots, runlock, sharding, simulation
+from fedjax_dp import datasets, distributed, plots, runlock, simulation
 from fedjax_dp.cli import errors as cli_errors
 from fedjax_dp.cli import interrupts
+from fedjax_dp.cli import resolve as resolve_lib
 from fedjax_dp.cli import results as report
-from fedjax_dp.cli import schemes as cli_schemes
-from fedjax_dp.cli import settings as cli_settings
 from fedjax_dp.cli.parser import (DEFAULT_SCHEMES, PRESET_FLAGS, PROG, UsageError,
                                   build_parser)
-from fedjax_dp.cli.schemes import configure
-from fedjax_dp.cli.settings import apply_dataset_defaults
+from fedjax_dp.cli.resolve import (PlannedRun, Request, resolve, scheme_setting,
+                                   setting_source)
 from fedjax_dp.data import DataError
 from fedjax_dp.errors import ConfigError
-from fedjax_dp.models import FlatModel, get_model
-from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.paper import results as paper_results
-from fedjax_dp.schemes import Scheme, family_of, get_scheme
 from fedjax_dp.simulation.loop import checkpoint_key
 
 __all__ = ["DEFAULT_SCHEMES", "PRESET_FLAGS", "PROCESS_FLAGS", "Data", "Interrupted",
-           "PlannedRun", "UsageError", "apply_dataset_defaults", "build_parser",
-           "check_checkpoints", "check_out", "check_records", "checkpoint_path", "claim_out",
-           "configure", "execute", "finished_runs", "interrupted_line", "load_data", "main",
-           "model_for", "plan", "run_label", "saved_round", "scheme_setting",
-           "setting_source", "settings", "write"]
+           "PlannedRun", "Request", "UsageError", "build_parser", "check_checkpoints",
+           "check_out", "check_records", "claim_out", "execute", "finished_runs",
+           "interrupted_line", "load_data", "main", "resolve", "run_label",
+           "saved_round", "scheme_setting", "setting_source", "write"]
 
 # Flags that spread a run over processes without changing its numbers.
 PROCESS_FLAGS = ("coordinator", "num_processes", "process_id", "process_timeout")
@@ -70,143 +63,6 @@ _OWN_FLAGS = ("process_id", "process_timeout", "out", "quiet", "plot")
 # Flags that change how the records are shown, where they are written or how
 # the runs are spread over processes, not what they hold.
 _NOT_RESULTS = ("quiet", "plot", "out", *PROCESS_FLAGS)
-
-
-def _scheme_presets(scheme: Scheme, dataset: datasets.Dataset) -> tuple[dict, str]:
-  """The scheme's preset on a data set and its source: its paper's
-  (``fedjax_dp.paper.presets``), else its family's or the data set's own."""
-  found = paper_presets.preset(scheme.name, dataset)
-  if found is not None:
-    return found
-  if dataset.scheme_presets is None:  # the families' presets (image data)
-    family = family_of(scheme)
-    return (dict(family.presets.get(scheme.name, {})),
-            family.preset_sources.get(scheme.name, dataset.setting_source))
-  return (dict(dataset.scheme_presets.get(scheme.name, {})),
-          dataset.preset_sources.get(scheme.name, dataset.setting_source))
-
-
-def scheme_setting(name: str, dataset: str = "fashion-mnist") -> dict:
-  """The data set's base setting (UAI Table 5) updated by the scheme's preset."""
-  data = datasets.get_dataset(dataset)
-  return {**data.setting, **_scheme_presets(get_scheme(name), data)[0]}
-
-
-def setting_source(scheme: Scheme, dataset: str, setting: dict | None = None) -> str:
-  """Where a scheme's setting on a data set comes from; with the run's
-  ``setting``, also which of its values flags changed from that source's."""
-  source = _scheme_presets(scheme, datasets.get_dataset(dataset))[1]
-  if setting is None:
-    return source
-  preset = scheme_setting(scheme.name, dataset)
-  if preset.get("clients_per_round") == "all":
-    preset["clients_per_round"] = preset["num_clients"]
-  changed = [f"--{k.replace('_', '-')} {setting[k]}" for k in sorted(preset)
-             if k in setting and setting[k] != preset[k]]
-  return source if not changed else f"{source}, except {', '.join(changed)}"
-
-
-def settings(args: argparse.Namespace, scheme: Scheme) -> dict:
-  """The preset-able settings of one scheme: flag, else preset, else the data set's."""
-  setting = scheme_setting(scheme.name, args.dataset)
-  setting.setdefault("local_optimizer", "sgd")
-  for flag in (*PRESET_FLAGS, "local_optimizer"):
-    value = getattr(args, flag)
-    if value is not None:
-      setting[flag] = value
-  if setting["clients_per_round"] == "all":
-    setting["clients_per_round"] = setting["num_clients"]
-  return setting
-
-
-class PlannedRun(NamedTuple):
-  """One (scheme, ratio) run of a sweep.
-
-  Attributes:
-    scheme: The configured scheme.
-    ratio: r.
-    setting: Its preset-able settings (:func:`settings`).
-    config: The run's :class:`~fedjax_dp.simulation.RunConfig` (clip norm
-      None: calibrated in the run).
-    clip_source: Where S comes from (DP schemes), for the record.
-  """
-
-  scheme: Scheme
-  ratio: float
-  setting: dict
-  config: simulation.RunConfig
-  clip_source: str | None
-
-
-@functools.lru_cache(maxsize=None)
-def _model(build: Callable[..., FlatModel], name: str, dropout: float) -> FlatModel:
-  """A data set's model, built once per process (``reproduce.py`` plans every
-  row of every table; ``build`` is in the key so that a stand-in model counts
-  anew)."""
-  return build(name, dropout=dropout)
-
-
-def model_for(args: argparse.Namespace) -> FlatModel:
-  """The data set's model (with --dropout: the medical MLP, All-CNN-C)."""
-  return get_model(datasets.get_dataset(args.dataset).model, dropout=args.dropout)
-
-
-def _check_setting(args: argparse.Namespace, setting: dict) -> None:
-  """The checks of a run's setting that name flags (one line, ValueError)."""
-  for flag in ("num_clients", "samples_per_client"):
-    if setting[flag] < 1:
-      raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {setting[flag]}")
-  if args.partition == "shards" and setting["samples_per_client"] % args.shards_per_client:
-    raise ValueError(f"--samples-per-client ({setting['samples_per_client']}) must be a "
-                     f"multiple of --shards-per-client ({args.shards_per_client})")
-  if args.clip_ratio is not None and isinstance(args.clip, float):
-    raise ValueError(f"--clip-ratio applies to a calibrated S, not to --clip {args.clip:g}")
-
-
-def plan(args: argparse.Namespace, num_params: int | None = None) -> list[PlannedRun]:
-  """The sweep's runs in Table 1 order (FL-STD(-DP) once, at r = 100%), validated.
-
-  Args:
-    args: Parsed arguments (:func:`build_parser`); flags left at None take
-      the data set's setting (:func:`apply_dataset_defaults`).
-    num_params: n of the model (default: the data set's model's); given, the
-      settings are checked as for a model of that many weights.
-
-  Raises:
-    ValueError: A bad setting, one line naming the flag.
-  """
-  apply_dataset_defaults(args)
-  model = _model(get_model, datasets.get_dataset(args.dataset).model, args.dropout)
-  if num_params is not None:  # the model's name and loss, n weights
-    model = dataclasses.replace(model, shapes=(("w", (num_params,)),))
-  run_key = keys.run_key(args.seed)
-  schemes = [configure(get_scheme(s), args) for s in args.schemes]
-  pairs = [(s, r) for r in args.ratio for s in schemes if s.uses_ratio]
-  pairs += [(s, 1.0) for s in schemes if not s.uses_ratio]
-  seen, runs = set(), []
-  for scheme, ratio in pairs:
-    if (scheme.name, ratio) in seen:
-      continue
-    seen.add((scheme.name, ratio))
-    setting = settings(args, scheme)
-    _check_setting(args, setting)
-    clip, source = cli_settings.clip_for(args, scheme, ratio)
-    try:
-      config = cli_settings.run_config(args, scheme, ratio, setting, clip)
-      simulation.setup.validate(config, scheme, model, setting["num_clients"],
-                                setting["samples_per_client"], run_key)
-    except ConfigError as e:  # the library names its field; the user typed a flag
-      flags = {**cli_errors.setting_flags(), **cli_schemes.field_flags(family_of(scheme))}
-      raise cli_errors.flag_error(e, flags) from None
-    runs.append(PlannedRun(scheme, ratio, setting, config,
-                           source if scheme.dp else None))
-  if args.public_size < 1:
-    raise ValueError(f"--public-size must be >= 1, got {args.public_size}")
-  if args.dataset == "medical-synth" and args.public_size % 2:
-    raise ValueError("--public-size must be even on medical-synth (as many positives "
-                     f"as negatives), got {args.public_size}")
-  sharding.client_mesh(args.devices)  # no more devices than JAX sees
-  return runs
 
 
 class Data(NamedTuple):
@@ -224,16 +80,14 @@ def _shape(run: PlannedRun) -> tuple[int, int, int]:
           run.scheme.traits.public_holdout)
 
 
-def load_data(args: argparse.Namespace, runs: list[PlannedRun]) -> Data:
+def load_data(request: Request, runs: list[PlannedRun]) -> Data:
   """Loads (once per shape) the federations the runs need.
 
   Raises:
     ValueError: A split the data does not allow (one line).
     DataError: Missing or corrupt data files.
   """
-  partition = datasets.PartitionConfig(args.partition, args.dirichlet_alpha,
-                                       args.shards_per_client)
-  dataset = datasets.get_dataset(args.dataset)
+  dataset, values = request.dataset, request.values
   medical = dataset.split_by == "hospital"
   federations, loaded = {}, {}
   for run in runs:
@@ -243,22 +97,18 @@ def load_data(args: argparse.Namespace, runs: list[PlannedRun]) -> Data:
     # Where every scheme's public set is held out (svhn, shakespeare, ...), a
     # top_k hold-out of the public set's size splits the data the same way:
     # one federation in memory, not two.
-    held = 0 if medical else shape[2] or (args.public_size if dataset.holds_out_public else 0)
+    held = 0 if medical else shape[2] or (values["public_size"] if dataset.holds_out_public
+                                          else 0)
     if (shape[0], shape[1], held) not in loaded:
       try:
         loaded[shape[0], shape[1], held] = datasets.load(
-            args.dataset, shape[0], shape[1], args.seed, partition=partition,
-            public_size=args.public_size, holdout=0 if medical else shape[2],
-            test_size=args.test_size)
+            dataset.name, shape[0], shape[1], request.seed, partition=request.partition,
+            public_size=values["public_size"], holdout=0 if medical else shape[2],
+            test_size=values["test_size"])
       except ConfigError as e:  # the library names its field; the user typed a flag
         raise cli_errors.flag_error(e) from None
     federations[shape] = loaded[shape[0], shape[1], held]
   return Data(federations)
-
-
-def checkpoint_path(args: argparse.Namespace, run: PlannedRun) -> pathlib.Path:
-  """Where a run of the sweep saves its progress (deleted when it finishes)."""
-  return pathlib.Path(args.out) / ".checkpoints" / f"{run.scheme.name}-r{run.ratio:g}.npz"
 
 
 def run_label(run: PlannedRun) -> str:
@@ -266,7 +116,7 @@ def run_label(run: PlannedRun) -> str:
   return f"{run.scheme.name} r={run.ratio:g}"
 
 
-def saved_round(args: argparse.Namespace, run: PlannedRun, fed: datasets.Federation,
+def saved_round(request: Request, run: PlannedRun, fed: datasets.Federation,
                 prog: str = PROG) -> int | None:
   """The round that the run's checkpoint in ``--out`` holds, which the run
   continues after; None when there is none. Process 0 alone reads it (the
@@ -281,14 +131,14 @@ def saved_round(args: argparse.Namespace, run: PlannedRun, fed: datasets.Federat
     ValueError: Another run's or version's checkpoint (one line naming the
       file and the ways out).
   """
-  path = checkpoint_path(args, run)
+  path = request.checkpoint_path(run)
   if not distributed.is_main() or not path.is_file():
     return None
-  key = checkpoint_key(model_for(args), run.scheme, fed.data, run.config)
+  key = checkpoint_key(request.model, run.scheme, fed.data, run.config)
   try:
     meta = checkpoint_lib.verify(path, key)
   except checkpoint_lib.Mismatch as e:
-    if getattr(args, "overwrite", False):
+    if request.values["overwrite"]:
       path.unlink()
       print(f"{prog}: deleted {path}, a checkpoint {e.reason} (--overwrite)",
             file=sys.stderr, flush=True)
@@ -299,7 +149,7 @@ def saved_round(args: argparse.Namespace, run: PlannedRun, fed: datasets.Federat
   return None if meta is None else int(meta["round"])
 
 
-def check_checkpoints(args: argparse.Namespace, runs: list[PlannedRun], data: Data) -> None:
+def check_checkpoints(request: Request, runs: list[PlannedRun], data: Data) -> None:
   """Checks the runs' checkpoints in ``--out`` before any run
   (:func:`saved_round`): another run's or version's stops the sweep before
   any work.
@@ -308,7 +158,7 @@ def check_checkpoints(args: argparse.Namespace, runs: list[PlannedRun], data: Da
     ValueError: One line, as :func:`saved_round`.
   """
   for run in runs:
-    saved_round(args, run, data.of(run))
+    saved_round(request, run, data.of(run))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -376,7 +226,7 @@ class _Reached:
       self.on_round(t)
 
 
-def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
+def execute(request: Request, runs: list[PlannedRun], data: Data,
             progress: Callable[[int], None] | None = None, *,
             on_round: Callable[[int], None] | None = None, prog: str = PROG) -> list[dict]:
   """Runs every planned run; returns their records (with the sweep's fields).
@@ -392,19 +242,18 @@ def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
     Interrupted: Ctrl-C or SIGTERM during a run (its checkpoint kept).
     ValueError: Another run's or version's checkpoint in ``--out``.
   """
-  model = model_for(args)
-  dataset = datasets.get_dataset(args.dataset)
+  dataset = request.dataset
   records = []
   for run in runs:
-    fed, saved, reached = data.of(run), checkpoint_path(args, run), _Reached(on_round)
+    fed, saved, reached = data.of(run), request.checkpoint_path(run), _Reached(on_round)
     try:
-      start = saved_round(args, run, fed, prog)
+      start = saved_round(request, run, fed, prog)
       if start is not None:
         reached(start)
         print(f"{prog}: resuming {run_label(run)} at round {start + 1} of "
               f"{run.setting['rounds']} from its checkpoint {saved} (round {start})",
               file=sys.stderr, flush=True)
-      record = simulation.run(model, run.scheme, fed.data, fed.test, fed.public, run.config,
+      record = simulation.run(request.model, run.scheme, fed.data, fed.test, fed.public, run.config,
                               progress=progress, checkpoint=saved, on_round=reached)
     except KeyboardInterrupt as e:
       raise Interrupted(run, saved, reached.round, interrupts.exit_code(e)) from e
@@ -418,19 +267,11 @@ def execute(args: argparse.Namespace, runs: list[PlannedRun], data: Data,
     record["paper_source"] = paper_results.paper_source(run.scheme.name, run.ratio,
                                                         dataset.name, run.setting)
     record["paper_upstream_bits"] = paper_results.PAPER_UPSTREAM_BITS.get(run.scheme.name)
-    record["setting_source"] = setting_source(run.scheme, dataset.name, run.setting)
+    record["setting_source"] = setting_source(run.scheme, dataset, run.setting)
     record.update({k: run.setting[k] for k in ("samples_per_client", "local_steps",
                                                 "batch_size", "lr", "local_optimizer")})
     records.append(record)
   return records
-
-
-def _config(args: argparse.Namespace) -> dict:
-  """The sweep's settings as results.json stores them (``--overwrite`` aside:
-  what the sweep did to the folder, not what its records are)."""
-  settings_ = {k: v for k, v in vars(args).items() if k != "overwrite"}
-  return json.loads(json.dumps(dict(settings_,
-                                    dataset=datasets.get_dataset(args.dataset).label)))
 
 
 def _differences(theirs: dict, mine: dict) -> list[str]:
@@ -439,32 +280,32 @@ def _differences(theirs: dict, mine: dict) -> list[str]:
   return ["--" + k.replace("_", "-") for k in keys if theirs.get(k) != mine.get(k)]
 
 
-def write(args: argparse.Namespace, records: list[dict], out: str | None = None) -> None:
-  """results.json, results.csv and results.md in ``out`` (default ``args.out``);
+def write(request: Request, records: list[dict], out: str | None = None) -> None:
+  """results.json, results.csv and results.md in ``out`` (default ``--out``);
   with ``--plot`` the plots too (``fedjax_dp.plots``)."""
-  report.write_results(out or args.out, records, _config(args))
-  if args.plot:
-    plots.plot_records(records, out or args.out)
+  report.write_results(out or request.out, records, request.config())
+  if request.values["plot"]:
+    plots.plot_records(records, out or request.out)
 
 
-def finished_runs(args: argparse.Namespace) -> dict[tuple[str, float], dict]:
+def finished_runs(request: Request) -> dict[tuple[str, float], dict]:
   """The records already in ``--out`` from a sweep with the same settings.
 
   Keyed by (scheme, ratio); empty when ``--out`` holds no results.json or
   one written with other settings (how results are shown, the folder's
   spelling and how the run is spread over processes aside).
   """
-  path = pathlib.Path(args.out) / "results.json"
+  path = pathlib.Path(request.out) / "results.json"
   try:
     saved = json.loads(path.read_text())
-    if _differences(saved.get("config", {}), _config(args)):
+    if _differences(saved.get("config", {}), request.config()):
       return {}
     return {(r["scheme"], r["ratio"]): r for r in saved.get("runs", [])}
   except (OSError, ValueError, AttributeError, KeyError, TypeError):
     return {}
 
 
-def check_records(args: argparse.Namespace) -> None:
+def check_records(request: Request) -> None:
   """Refuses an ``--out`` that holds another sweep's records, unless
   ``--overwrite``.
 
@@ -478,9 +319,10 @@ def check_records(args: argparse.Namespace) -> None:
   Raises:
     ValueError: One line naming --out, the differing flags and the ways out.
   """
-  if getattr(args, "overwrite", False):
+  if request.values["overwrite"]:
     return
-  path = pathlib.Path(args.out) / "results.json"
+  out = request.out
+  path = pathlib.Path(out) / "results.json"
   if not path.exists():
     return
   ways = "choose another --out, or add --overwrite to replace them"
@@ -490,15 +332,15 @@ def check_records(args: argparse.Namespace) -> None:
     if not isinstance(theirs, dict):
       raise TypeError("its config is not an object")
   except OSError as e:
-    raise ValueError(f"--out {args.out}: results.json cannot be read ({e.strerror or e}): "
+    raise ValueError(f"--out {out}: results.json cannot be read ({e.strerror or e}): "
                      f"{ways}") from None
   except (ValueError, KeyError, TypeError):
-    raise ValueError(f"--out {args.out} holds a results.json that is not a sweep's "
+    raise ValueError(f"--out {out} holds a results.json that is not a sweep's "
                      f"records: {ways}") from None
-  differ = _differences(theirs, _config(args))
+  differ = _differences(theirs, request.config())
   if differ:
     shown = ", ".join(differ[:6]) + (f" and {len(differ) - 6} more" if len(differ) > 6 else "")
-    raise ValueError(f"--out {args.out} holds the records of another sweep (other {shown}): "
+    raise ValueError(f"--out {out} holds the records of another sweep (other {shown}): "
                      f"{ways}")
 
 
@@ -533,31 +375,31 @@ def _error(e: Exception) -> int:
   return 2
 
 
-def _setup(args: argparse.Namespace) -> tuple[list[PlannedRun], Data]:
-  """The planned runs and their data; with several processes, checked to be
-  the same everywhere (process 0 alone checks ``--out``: it alone writes).
+def _setup(request: Request) -> Data:
+  """The sweep's data; with several processes, the sweep and its data
+  checked to be the same everywhere (process 0 alone checks ``--out``: it
+  alone writes).
 
   Raises:
     ValueError, DataError: One line.
   """
-  runs = plan(args)
   if distributed.is_main():
-    check_out(args.out)
-    check_records(args)
-  data = load_data(args, runs)
+    check_out(request.out)
+    check_records(request)
+  data = load_data(request, list(request.runs))
   if distributed.joined():
-    mine = {k: v for k, v in _config(args).items() if k not in _OWN_FLAGS}
+    mine = {k: v for k, v in request.config().items() if k not in _OWN_FLAGS}
     distributed.check_same("settings", json.dumps(mine, sort_keys=True).encode())
     distributed.check_same("data", distributed.digest(*[
         np.asarray(a) for _, fed in sorted(data.federations.items())
         for a in (fed.data.x, fed.data.y, *fed.test, *fed.public)]))
-  return runs, data
+  return data
 
 
-def _finished(args: argparse.Namespace) -> dict[tuple[str, float], dict | None]:
+def _finished(request: Request) -> dict[tuple[str, float], dict | None]:
   """:func:`finished_runs` as process 0 reads them (the others learn which
   runs to skip; process 0 alone keeps their records, to write them)."""
-  done = finished_runs(args) if distributed.is_main() else {}
+  done = finished_runs(request) if distributed.is_main() else {}
   shared = distributed.broadcast_bytes(json.dumps(sorted(done)).encode()
                                        if distributed.is_main() else None)
   return {(name, ratio): done.get((name, ratio)) for name, ratio in json.loads(shared)}
@@ -581,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
   with interrupts.sigterm_as_interrupt():
     try:
       args = build_parser().parse_args(argv)
-      distributed.initialize(cli_settings.processes(args), PROG)
+      distributed.initialize(resolve_lib.processes(args), PROG)
     except (UsageError, ValueError) as e:
       return _error(e)
     except KeyboardInterrupt as e:
@@ -623,21 +465,22 @@ def claim_out(out: str) -> contextlib.ExitStack:
 def _sweep(args: argparse.Namespace) -> int:
   """:func:`main` once the processes are joined."""
   try:
-    runs, data = _setup(args)
-    claim = claim_out(args.out)
+    request = resolve(args)
+    data = _setup(request)
+    claim = claim_out(request.out)
   except (UsageError, ValueError, DataError) as e:
     return _error(e)
   except KeyboardInterrupt as e:
-    return _interrupted(args, e, 0)
+    return _interrupted(args.out, e, 0)
   with claim:
-    return _run_all(args, runs, data)
+    return _run_all(request, data)
 
 
-def _interrupted(args: argparse.Namespace, error: KeyboardInterrupt, finished: int) -> int:
+def _interrupted(out: str, error: KeyboardInterrupt, finished: int) -> int:
   """Prints the interruption's one line (:func:`interrupted_line`; process 0,
   the others just the word); with several processes, stops them all.
   Returns the exit code."""
-  line = (interrupted_line(PROG, args.out, error, finished) if distributed.is_main()
+  line = (interrupted_line(PROG, out, error, finished) if distributed.is_main()
           else f"{PROG}: interrupted")
   print(line, file=sys.stderr, flush=True)
   code = interrupts.exit_code(error)
@@ -649,9 +492,9 @@ class _Bar:
   """The sweep's progress bar: rounds over all runs, moved as each round
   ends (``on_round``, called from a runtime thread) and by the runs kept."""
 
-  def __init__(self, args: argparse.Namespace, runs: list[PlannedRun]):
-    self.bar = tqdm(total=sum(r.setting["rounds"] for r in runs), unit="round",
-                    disable=args.quiet or not distributed.is_main(), file=sys.stderr,
+  def __init__(self, request: Request):
+    self.bar = tqdm(total=sum(r.setting["rounds"] for r in request.runs), unit="round",
+                    disable=request.values["quiet"] or not distributed.is_main(), file=sys.stderr,
                     dynamic_ncols=True)
     self.lock, self.at = threading.Lock(), 0
 
@@ -678,21 +521,21 @@ class _Bar:
     self.bar.close()
 
 
-def _run_all(args: argparse.Namespace, runs: list[PlannedRun], data: Data) -> int:
+def _run_all(request: Request, data: Data) -> int:
   """:func:`main` once the runs are planned, their data loaded and ``--out``
   held: runs (or keeps) each run, writing the results after each."""
   writer = distributed.is_main()
-  done = _finished(args)
+  done, runs = _finished(request), request.runs
   try:
-    check_checkpoints(args, [r for r in runs if (r.scheme.name, r.ratio) not in done], data)
+    check_checkpoints(request, [r for r in runs if (r.scheme.name, r.ratio) not in done], data)
   except ValueError as e:
     return _error(e)
   except KeyboardInterrupt as e:
-    return _interrupted(args, e, 0)
+    return _interrupted(request.out, e, 0)
   if done and writer:
-    print(f"{PROG}: resuming: {len(done)} finished runs kept from {args.out}",
+    print(f"{PROG}: resuming: {len(done)} finished runs kept from {request.out}",
           file=sys.stderr)
-  bar, records, written, running = _Bar(args, runs), [], 0, None
+  bar, records, written, running = _Bar(request), [], 0, None
   try:
     for run in runs:
       bar.start(run)
@@ -702,18 +545,18 @@ def _run_all(args: argparse.Namespace, runs: list[PlannedRun], data: Data) -> in
         written = len(records)
         continue
       running = run
-      records += execute(args, [run], data, on_round=bar.on_round)
+      records += execute(request, [run], data, on_round=bar.on_round)
       running = None
       if writer:
-        write(args, records)
+        write(request, records)
         written = len(records)
   except KeyboardInterrupt as e:
     bar.close()
     if running is not None and not isinstance(e, Interrupted):  # between execute's steps
-      e = Interrupted(running, checkpoint_path(args, running), 0, interrupts.exit_code(e))
-    return _interrupted(args, e, written if writer else 0)
+      e = Interrupted(running, request.checkpoint_path(running), 0, interrupts.exit_code(e))
+    return _interrupted(request.out, e, written if writer else 0)
   bar.close()
   if writer:
     print(report.markdown_table(records), end="")
-    print(f"\nwrote {args.out}/results.json, results.csv, results.md", file=sys.stderr)
+    print(f"\nwrote {request.out}/results.json, results.csv, results.md", file=sys.stderr)
   return 0

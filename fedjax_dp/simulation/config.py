@@ -342,8 +342,9 @@ _TITLES = {
     "execution": "execution (docs/performance.md)",
 }
 
-_PARTS = {"training": Training, "privacy": Privacy, "secure": Secure, "dropouts": Dropouts,
-          "execution": Execution}
+# RunConfig's parts by field name (a front end builds each from its declared options).
+PARTS = {"training": Training, "privacy": Privacy, "secure": Secure, "dropouts": Dropouts,
+         "execution": Execution}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,14 +386,14 @@ class RunConfig:
 
   def replace(self, **settings: Any) -> "RunConfig":
     """This config with the named settings changed (flat names, as :meth:`of`)."""
-    top, parts, kinds = {}, {name: {} for name in _PARTS}, {}
+    top, parts, kinds = {}, {name: {} for name in PARTS}, {}
     for name, value in settings.items():
       owner = _OWNER.get(name)
       if owner is not None:
         parts[owner][name] = value
       elif name in features_lib.KINDS:
         kinds[name] = value
-      elif name in ("ratio", "aggregator", "features", *_PARTS):
+      elif name in ("ratio", "aggregator", "features", *PARTS):
         top[name] = value
       else:
         raise TypeError(f"RunConfig has no setting {name!r}")
@@ -414,7 +415,7 @@ class RunConfig:
     fingerprint)."""
     out = {"ratio": self.ratio, "aggregator": None if self.aggregator is None
            else dataclasses.asdict(self.aggregator)}
-    for name in _PARTS:
+    for name in PARTS:
       out[name] = dataclasses.asdict(getattr(self, name))
     out["features"] = {features_lib.kind_of(c): dataclasses.asdict(c) for c in self.features}
     return out
@@ -422,7 +423,7 @@ class RunConfig:
   def flat(self) -> dict:
     """Every setting by its flat name."""
     out = {"ratio": self.ratio}
-    for name in _PARTS:
+    for name in PARTS:
       out.update(dataclasses.asdict(getattr(self, name)))
     out["aggregator"] = None if self.aggregator is None else dataclasses.asdict(self.aggregator)
     for config in self.features:
@@ -477,11 +478,11 @@ class RunConfig:
     return self.training.local
 
 
-_OWNER = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}
+_OWNER = {f.name: part for part, cls in PARTS.items() for f in dataclasses.fields(cls)}
 
 
 def option_groups() -> tuple[tuple[str, tuple[options.Option, ...]], ...]:
   """(title, options) of each part of a RunConfig, as its fields declare them
   (``fedjax_dp.options.setting``): a front end's controls, and the flag of
   each field a :class:`ConfigError` names."""
-  return tuple((_TITLES[name], options.declared(cls)) for name, cls in _PARTS.items())
+  return tuple((_TITLES[name], options.declared(cls)) for name, cls in PARTS.items())

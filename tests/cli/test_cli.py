@@ -22,7 +22,7 @@ def tiny_model(monkeypatch):
   """The 7,850-weight linear model in place of the paper CNN, where the record
   of a flag, not the model, is checked (seconds of compilation instead of
   minutes); test_small_sweep_writes_table_json_and_csv runs the CNN."""
-  monkeypatch.setattr(sweep, "get_model", lambda name, **_: tiny_linear())
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
 
 
 def _run(args, tmp_path, env_extra=None):
@@ -194,7 +194,7 @@ def test_a_batch_above_a_clients_examples_is_the_whole_client(tmp_path, capsys):
   run = json.loads((out / "results.json").read_text())["runs"][0]
   assert run["batch_size"] == 10 and run["samples_per_client"] == 10
   assert run["data_summary"]["size_max"] < 10 and run["best_accuracy"] >= 0
-  fedsmp = sweep.plan(sweep.build_parser().parse_args(["--schemes", "Fed-SMP-topk"]))
+  fedsmp = sweep.resolve(sweep.build_parser().parse_args(["--schemes", "Fed-SMP-topk"])).runs
   assert fedsmp[0].setting["batch_size"] == 10 and fedsmp[0].setting["samples_per_client"] == 9
 
 
@@ -445,10 +445,10 @@ def test_fl_sign_in_uai_setting_is_compared_with_table_4_4_and_says_which_flags_
   from fedjax_dp.cli import results as report  # pylint: disable=import-outside-toplevel
   from fedjax_dp.paper import results as paper_results  # pylint: disable=import-outside-toplevel
   parser = sweep.build_parser()
-  (default,) = sweep.plan(parser.parse_args(["--schemes", "FL-SIGN"]))
-  (uai,) = sweep.plan(parser.parse_args(
+  (default,) = sweep.resolve(parser.parse_args(["--schemes", "FL-SIGN"])).runs
+  (uai,) = sweep.resolve(parser.parse_args(
       ["--schemes", "FL-SIGN", "--num-clients", "6000", "--samples-per-client", "10",
-       "--local-steps", "5", "--batch-size", "10", "--rounds", "200"]))
+       "--local-steps", "5", "--batch-size", "10", "--rounds", "200"])).runs
   source = lambda run: sweep.setting_source(run.scheme, "fashion-mnist", run.setting)
   assert source(default) == "thesis Table 8.1"
   assert source(uai) == ("thesis Table 8.1, except --local-steps 5, --num-clients 6000, "

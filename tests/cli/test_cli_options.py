@@ -93,9 +93,9 @@ def test_a_family_declared_without_argparse_gets_its_flags_and_configure(toy_reg
   assert "toy family (a test's)" in parser.format_help()
   args = parser.parse_args(["--schemes", "toy-sign", "--toy-gamma", "0.25", "--toy-switch"])
   assert args.toy_switch and args.toy_mode == "a"
-  (run,) = sweep.plan(args, num_params=7850)
+  (run,) = sweep.resolve(args, num_params=7850).runs
   assert run.scheme.name == "TOY-SIGN" and run.scheme.gamma == 0.25
-  default = sweep.plan(parser.parse_args(["--schemes", "TOY-SIGN"]), num_params=7850)
+  default = sweep.resolve(parser.parse_args(["--schemes", "TOY-SIGN"]), num_params=7850).runs
   assert default[0].scheme.gamma == 0.5  # the declared default
   # The same family configured by a script, without a command line.
   assert TOY_FAMILY.configure(TOY, {**TOY_FAMILY.defaults(), "toy_gamma": 0.1}).gamma == 0.1
@@ -214,8 +214,8 @@ def test_every_run_flag_reaches_the_run_config():
   declared = {o.setting: o for _, group in simulation.config.option_groups() for o in group}
   for field, value in given.items():
     args += [declared[field].flag, str(value)]
-  (run,) = sweep.plan(sweep.build_parser().parse_args(
-      [*args, "--schemes", "FL-STD-DP", "--num-clients", "60"]), num_params=7850)
+  (run,) = sweep.resolve(sweep.build_parser().parse_args(
+      [*args, "--schemes", "FL-STD-DP", "--num-clients", "60"]), num_params=7850).runs
   flat = run.config.flat()
   assert {field: flat[field] for field in given} == given
 

@@ -38,7 +38,7 @@ def test_fedavg_baselines_take_the_fedsmp_options():
   args = sweep.build_parser().parse_args([
       "--schemes", "FEDAVG-RANDK", "fedavg-topk", "--momentum", "0.9", "--lr-decay", "1",
       "--server-steps", "7", "--public-holdout", "300"])
-  plan = sweep.plan(args)
+  plan = sweep.resolve(args).runs
   assert [(r.scheme.name, r.ratio) for r in plan] == [("FedAvg-randk", 0.005),
                                                       ("FedAvg-topk", 0.005)]
   rand, top = (r.scheme for r in plan)
@@ -50,7 +50,7 @@ def test_fedavg_baselines_take_the_fedsmp_options():
 def test_sweep_runs_fedsmp_and_dp_fedavg(tmp_path, capsys, monkeypatch):
   # Three runs (each compiles its round). The FedAvg baselines are the same
   # code with dp=False; FedAvg-topk runs rounds in tests/schemes/test_fedsmp.py.
-  monkeypatch.setattr(sweep, "get_model", lambda name, **_: tiny_linear())
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "res"
   code = sweep.main([
       "--schemes", "Fed-SMP-randk", "fed-smp-topk", "dp-fedavg", "--ratio", "0.1",

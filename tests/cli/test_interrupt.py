@@ -182,7 +182,7 @@ def test_a_checkpoint_of_another_command_or_version_is_refused_in_one_line(
 
 
 def test_an_interruption_before_the_first_checkpoint_says_nothing_is_kept(tmp_path):
-  run = sweep.plan(sweep.build_parser().parse_args(SHORT))[0]
+  run = sweep.resolve(sweep.build_parser().parse_args(SHORT)).runs[0]
   error = sweep.Interrupted(run, tmp_path / ".checkpoints" / "FL-STD-r1.npz", 1, 143)
   assert interrupts.exit_code(error) == 143
   assert sweep.interrupted_line("sweep.py", "res", error, 0) == (

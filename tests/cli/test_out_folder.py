@@ -103,4 +103,4 @@ def test_each_documented_sweep_plans_into_a_folder_of_its_own(page):
   outs = [argv[argv.index("--out") + 1] if "--out" in argv else "results" for argv in commands]
   assert len(set(outs)) == len(outs), outs
   for argv in commands:
-    assert sweep.plan(sweep.build_parser().parse_args(argv)), argv
+    assert sweep.resolve(sweep.build_parser().parse_args(argv)).runs, argv

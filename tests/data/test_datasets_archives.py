@@ -363,8 +363,8 @@ def test_presets_and_their_sources():
 
 
 def _plan(*argv):
-  args = sweep.build_parser().parse_args(["--ratio", "0.1", *argv])
-  return args, {r.scheme.name: r for r in sweep.plan(args)}
+  request = sweep.resolve(sweep.build_parser().parse_args(["--ratio", "0.1", *argv]))
+  return request, {r.scheme.name: r for r in request.runs}
 
 
 def test_command_line_takes_each_data_set_s_setting(files):
@@ -386,10 +386,10 @@ def test_command_line_takes_each_data_set_s_setting(files):
     assert runs["FL-STD"].setting["num_clients"] == 999
   # The sweep's data loading on the small SVHN files: every scheme the same clients.
   _svhn(files)
-  args, runs = _plan("--dataset", "svhn", "--schemes", "Fed-SMP-topk", "FL-STD",
+  request, runs = _plan("--dataset", "svhn", "--schemes", "Fed-SMP-topk", "FL-STD",
                      "--num-clients", "5", "--samples-per-client", "3", "--public-size", "2",
                      "--public-holdout", "2", "--clients-per-round", "2")
-  data = sweep.load_data(args, list(runs.values()))
+  data = sweep.load_data(request, list(runs.values()))
   a, b = (data.of(runs[s]) for s in ("Fed-SMP-topk", "FL-STD"))
   np.testing.assert_array_equal(np.asarray(a.data.x), np.asarray(b.data.x))
   np.testing.assert_array_equal(a.public[0], b.public[0])

@@ -171,8 +171,8 @@ def test_lr_decays_every_50_rounds_on_shakespeare():
 
 
 def _plan(*argv):
-  return {r.scheme.name: r for r in sweep.plan(sweep.build_parser().parse_args(
-      ["--ratio", "0.1", *argv]))}
+  return {r.scheme.name: r for r in sweep.resolve(sweep.build_parser().parse_args(
+      ["--ratio", "0.1", *argv])).runs}
 
 
 def test_command_line_applies_the_shakespeare_setting():
@@ -260,7 +260,7 @@ def test_fedsmp_topk_trains_its_server_on_the_public_windows(plays, tmp_path, ca
   held-out int32 windows (an embedding needs integer input). A small embedding model in
   place of the LSTM, in process: the same code path, seconds instead of a compilation of
   the LSTM's round."""
-  monkeypatch.setattr(sweep, "get_model", lambda name, **_: from_flax(
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: from_flax(
       _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
   out = tmp_path / "out"
   code = sweep.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-topk", *_TINY,
@@ -281,7 +281,7 @@ def test_the_ratio_sweep_calibrates_on_the_held_out_windows(plays, tmp_path, cap
       "fedsmp_ratio_sweep", ROOT / "experiments" / "fedsmp_ratio_sweep.py")
   ratio_sweep = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(ratio_sweep)
-  monkeypatch.setattr(sweep, "get_model", lambda name, **_: from_flax(
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: from_flax(
       _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
   out = tmp_path / "sweep"
   tiny = ["--rounds", "1", "--num-clients", "6", "--samples-per-client", "16",

@@ -14,7 +14,7 @@ SETTING = data_settings.FASHION_MNIST
 
 
 def _planned(row):
-  return sweep.plan(sweep.build_parser().parse_args(row.argv(0, "OUT")))[0]
+  return sweep.resolve(sweep.build_parser().parse_args(row.argv(0, "OUT"))).runs[0]
 
 
 def _epsilon(noise: str, sigma: float, cycle: int) -> float:

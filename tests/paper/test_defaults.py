@@ -12,7 +12,7 @@ from fedjax_dp.cli import sweep
 from fedjax_dp.data import settings as data_settings
 from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.paper import settings as paper_settings
-from fedjax_dp.schemes import cdp_lq, sign
+from fedjax_dp.schemes import cdp_lq, get_scheme, sign
 
 # UAI 2021 Table 5, Fashion-MNIST row: sigma, q = 100 / 6000, T_cl, T_gd, |B|, eta.
 _UAI_TABLE5 = {"noise_multiplier": 1.54, "clients_per_round": 100, "num_clients": 6000,
@@ -51,5 +51,5 @@ def test_the_papers_presets_are_applied_from_above():
     assert {k: setting[k] for k in preset} == preset, name
   assert sweep.scheme_setting("FL-CS", "medical-synth")["local_steps"] == 5
   assert sweep.scheme_setting("FL-TOP", "medical-synth")["local_steps"] == 40
-  assert sweep.setting_source(sweep.get_scheme("FL-CS-DP"), "medical-synth") == (
+  assert sweep.setting_source(get_scheme("FL-CS-DP"), "medical-synth") == (
       "thesis Table 8.5")

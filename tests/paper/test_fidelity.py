@@ -74,7 +74,7 @@ def test_thesis_sec_5_3_5_mnist_rows():
                                          (("FL-STD-DP", 1.0), 1.8, 0.85)):
     row = cells[(name, ratio)]
     assert row.paper.accuracy == accuracy and row.dataset == "mnist"
-    run = sweep.plan(sweep.build_parser().parse_args(row.argv(0, "OUT")))[0]
+    run = sweep.resolve(sweep.build_parser().parse_args(row.argv(0, "OUT"))).runs[0]
     assert run.config.privacy.clip_norm == clip
     assert run.config.privacy.noise_multiplier == 1.54 and run.setting["rounds"] == 200
 

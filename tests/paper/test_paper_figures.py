@@ -23,7 +23,7 @@ THESIS = next((p / "seeds" / _NAME for p in _SHARED if (p / "seeds" / _NAME).is_
 
 def _setting(row):
   args = sweep.build_parser().parse_args(row.argv(0, "OUT"))
-  return sweep.plan(args)[0].setting
+  return sweep.resolve(args).runs[0].setting
 
 
 def test_fl_sign_in_the_uai_data_setting_is_compared_with_thesis_table_4_4():

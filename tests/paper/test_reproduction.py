@@ -61,8 +61,10 @@ def _run(*args, timeout=300):
 
 
 def _planned(row, out="OUT"):
-  args = sweep.build_parser().parse_args(row.argv(0, out))
-  return args, sweep.plan(args)[0]
+  """The row's flags as the sweep resolves them (the data set's defaults
+  filled in) and its run."""
+  request = sweep.resolve(sweep.build_parser().parse_args(row.argv(0, out)))
+  return request.values, request.runs[0]
 
 
 def test_every_row_is_a_valid_sweep_with_the_tables_settings():
@@ -104,9 +106,9 @@ def test_the_thesis_settings_are_written_once_in_paper_settings():
   [cifar] = paper_tables.get_table("thesis-6.6").select(["FL-STD_alpha0.1"])
   assert passes(cifar, paper_settings.THESIS_TABLE8_3_CIFAR10)
   [sign_dp] = paper_tables.get_table("thesis-6.9").select(["FL-SIGN-DP_eps1-alpha0.1"])
-  args, _ = _planned(sign_dp)
-  assert (args.gamma, args.boost) == (paper_settings.THESIS_SEC6_3_GAMMA,
-                                      paper_settings.THESIS_SEC6_3_BOOST)
+  values, _ = _planned(sign_dp)
+  assert (values["gamma"], values["boost"]) == (paper_settings.THESIS_SEC6_3_GAMMA,
+                                                paper_settings.THESIS_SEC6_3_BOOST)
   from fedjax_dp.schemes import sign  # pylint: disable=import-outside-toplevel
   assert paper_presets.SIGN == {"FL-SIGN": paper_settings.THESIS_TABLE8_1,
                                 "FL-SIGN-DP": paper_settings.THESIS_TABLE8_2,
@@ -131,10 +133,10 @@ def test_uai_table1_has_its_sixteen_rows_at_half_a_percent():
 def test_fixed_epsilon_rows_run_the_sigma_of_their_epsilon(eps):
   table = paper_tables.get_table("thesis-5.2")
   row = table.select([f"FL-SIGN-DP_eps{eps:g}"])[0]
-  args, run = _planned(row)
+  values, run = _planned(row)
   sigma = run.config.privacy.noise_multiplier
   q = run.setting["clients_per_round"] / run.setting["num_clients"]
-  got = accounting.epsilon(sigma, q, run.setting["rounds"], args.delta, "moments")
+  got = accounting.epsilon(sigma, q, run.setting["rounds"], values["delta"], "moments")
   assert eps - 0.01 <= got <= eps  # the smallest sigma meeting the target
   assert accounting.epsilon(sigma * 0.95, q, 200, 1e-5, "moments") > eps
   std = table.select([f"FL-STD-DP_eps{eps:g}"])[0]
@@ -148,13 +150,13 @@ def test_fedsmp_curve_runs_one_epsilon_and_one_s_at_every_ratio():
   for row in table.rows:
     if row.scheme.startswith("FedAvg"):  # Fig. 3's non-private curves
       continue
-    args, run = _planned(row)
+    values, run = _planned(row)
     assert run.config.privacy.clip_norm is None and run.config.privacy.clip_ratio == 1.0
-    assert args.accountant == "rdp"
+    assert values["accountant"] == "rdp"
     sigmas.add(run.config.privacy.noise_multiplier)
     q = run.setting["clients_per_round"] / run.setting["num_clients"]
     eps = accounting.epsilon(run.config.privacy.noise_multiplier, q, run.setting["rounds"],
-                             args.delta, "rdp")
+                             values["delta"], "rdp")
     assert 1.0 <= eps <= paper_settings.FEDSMP_TABLE1_EPSILON
   assert len(sigmas) == 1
 
@@ -398,7 +400,7 @@ def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path, capsy
 def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   t65 = paper_tables.get_table("thesis-6.5")
   row = t65.select(["FL-CS_r0.05_alpha0.4"])[0]
-  args, run = _planned(row)
+  values, run = _planned(row)
   attack = run.config.feature("attack")
   assert attack.kind == "in-backdoor" and attack.boost == 1
   # eta_adv 7 at 10% malicious, but never for FL-CS in this table (l.1737).
@@ -412,15 +414,15 @@ def test_attack_tables_state_the_thesis_cells_and_a_reduced_setting():
   assert run.setting["local_steps"] == 3000 and run.setting["num_clients"] == 10
   assert (row.paper.accuracy, row.attack_metric, row.paper_attack) == (
       .97, "class_accuracy", .74)
-  reduced = sweep.plan(sweep.build_parser().parse_args(
-      row.argv(0, "OUT", row.reduced)))[0]
+  reduced = sweep.resolve(sweep.build_parser().parse_args(
+      row.argv(0, "OUT", row.reduced))).runs[0]
   assert reduced.setting["local_steps"] == 300 and reduced.setting["rounds"] == 10
   t61 = paper_tables.get_table("thesis-6.1")
   assert [r.diverges for r in t61.select(["*alpha0.1"])] == [False, True, True, True]
   # Reduced: 25 of the 100 rounds; 10 where the thesis reports no convergence.
   for row in paper_tables.get_table("thesis-6.3").rows:
-    rounds = sweep.plan(sweep.build_parser().parse_args(
-        row.argv(0, "OUT", row.reduced)))[0].setting["rounds"]
+    rounds = sweep.resolve(sweep.build_parser().parse_args(
+        row.argv(0, "OUT", row.reduced))).runs[0].setting["rounds"]
     full = 200 if row.scheme == "FL-SIGN-DP" else 100  # l.1795's row: Table 8.2
     assert rounds == (10 if row.diverges else 25) and _planned(row)[1].setting["rounds"] == full
 
@@ -965,9 +967,9 @@ def test_issue_41s_new_rows_state_the_papers_figures_and_settings():
     if row.scheme != "FL-SIGN":
       assert row.argv(0, "OUT") == uai.select([row.slug])[0].argv(0, "OUT"), row.slug
   [sign] = t44.select(["FL-SIGN"])
-  args, run = _planned(sign)
+  values, run = _planned(sign)
   assert paper_results.in_uai_data_setting(run.setting) and run.setting["rounds"] == 200
-  assert args.gamma == paper_settings.THESIS_TABLE8_1_GAMMA == 0.001
+  assert values["gamma"] == paper_settings.THESIS_TABLE8_1_GAMMA == 0.001
   assert paper_results.paper_result("FL-SIGN", 1.0, "fashion-mnist", run.setting) == sign.paper
   # Table 5.3's FL-STD-DP: 0.61 at round 25, eps 0.69, S 2.15, sigma 1.54.
   [std] = paper_tables.get_table("thesis-5.3").select(["FL-STD-DP"])
@@ -982,14 +984,14 @@ def test_issue_41s_new_rows_state_the_papers_figures_and_settings():
   assert all(r.paper is None for r in smp.rows) and smp.claim
   schemes = {}
   for row in smp.rows:
-    args, run = _planned(row)
+    values, run = _planned(row)
     schemes.setdefault(run.scheme.name, set()).add(row.ratio)
     if run.scheme.name.startswith("Fed-SMP"):  # one S for both sparsifiers, every ratio
       assert run.config.privacy.clip_norm == paper_settings.FEDSMP_TABLE1_CLIP
-      assert run.config.privacy.clip_ratio is None and args.accountant == "rdp"
+      assert run.config.privacy.clip_ratio is None and values["accountant"] == "rdp"
       q = run.setting["clients_per_round"] / run.setting["num_clients"]
       eps = accounting.epsilon(run.config.privacy.noise_multiplier, q,
-                               run.setting["rounds"], args.delta, "rdp")
+                               run.setting["rounds"], values["delta"], "rdp")
       assert 1.0 <= eps <= paper_settings.FEDSMP_TABLE1_EPSILON
   assert schemes == {"Fed-SMP-randk": {*paper_settings.FEDSMP_TABLE1_RATIOS, 1.0},
                      "Fed-SMP-topk": set(paper_settings.FEDSMP_TABLE1_RATIOS),
@@ -1245,14 +1247,14 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
     assert {r.dataset for r in table.rows} == {dataset} and table.claim
     sigmas = set()
     for row in table.rows:
-      args, run = _planned(row)
+      values, run = _planned(row)
       if row.scheme == "FedAvg-randk":
         continue
       # One S: calibrated at r = 1, where both sparsifiers send the full update.
       assert run.config.privacy.clip_norm is None and run.config.privacy.clip_ratio == 1.0
       q = run.setting["clients_per_round"] / run.setting["num_clients"]
       eps = accounting.epsilon(run.config.privacy.noise_multiplier, q, run.setting["rounds"],
-                               args.delta, "rdp")
+                               values["delta"], "rdp")
       assert epsilon - 0.01 <= eps <= epsilon, (name, eps)
       sigmas.add(run.config.privacy.noise_multiplier)
     assert len(sigmas) == 1
@@ -1266,8 +1268,8 @@ def test_the_seeds_other_data_sets_have_their_tables_in_the_papers_settings():
   assert run.config.privacy.noise_multiplier == data_settings.SVHN["noise_multiplier"] == 1.333
   assert run.setting["clients_per_round"] == 100
   [poster] = paper_tables.get_table("poster-cdp-lq").rows
-  args, run = _planned(poster)
-  assert poster.dataset == "femnist" and args.delta == 1e-4 and run.scheme.name == "CDP-LQ"
+  values, run = _planned(poster)
+  assert poster.dataset == "femnist" and values["delta"] == 1e-4 and run.scheme.name == "CDP-LQ"
 
 
 def test_report_text_does_not_depend_on_the_data_this_machine_reaches(tmp_path,

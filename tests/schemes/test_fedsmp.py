@@ -62,9 +62,9 @@ def test_registry_alias_and_presets():
   defaults = sweep.build_parser().parse_args([]).schemes
   # The main job is UAI Table 1 (+ FL-CS); Fed-SMP runs with --schemes.
   assert "FL-STD-DP" in defaults and "DP-FedAvg" not in defaults  # no duplicate run
-  args = sweep.build_parser().parse_args(["--schemes", "Fed-SMP-topk"])
-  top = sweep.settings(args, SCHEMES["Fed-SMP-topk"])
-  rand = sweep.settings(args, SCHEMES["Fed-SMP-randk"])
+  request = sweep.resolve(sweep.build_parser().parse_args(
+      ["--schemes", "Fed-SMP-topk", "Fed-SMP-randk"]))
+  top, rand = (run.setting for run in request.runs)
   assert (top["num_clients"], top["samples_per_client"], top["local_steps"]) == (6000, 9, 10)
   assert rand["samples_per_client"] == 10  # Sec. 6.1: only top_k holds data out
   assert SCHEMES["Fed-SMP-topk"].public_holdout == 1000 == SCHEMES["FedAvg-topk"].public_holdout

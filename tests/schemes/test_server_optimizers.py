@@ -60,7 +60,7 @@ def test_server_optimizer_is_refused_off_the_full_model_and_configured_only_ther
   args = sweep.build_parser().parse_args(
       ["--schemes", "FL-STD-DP", "FL-TOP", "--server-optimizer", "fedavgm",
        "--server-optimizer-lr", "0.7"])
-  planned = {r.scheme.name: r.scheme for r in sweep.plan(args, num_params=7850)}
+  planned = {r.scheme.name: r.scheme for r in sweep.resolve(args, num_params=7850).runs}
   std, fl_top = planned["FL-STD-DP"], planned["FL-TOP"]
   assert (std.server_optimizer, std.server_lr) == ("fedavgm", 0.7)
   assert fl_top.server_optimizer == "sgd"

@@ -329,19 +329,20 @@ def test_fl_sign_dp_run_reports_theorem_3_epsilon_and_bits(small_federation):
 def test_sweep_presets_apply_unless_a_flag_is_given(capsys):
   from fedjax_dp.cli import sweep
   parse = sweep.build_parser().parse_args
-  args = parse(["--schemes", "FL-SIGN", "signSGD", "FL-TOP"])
-  sign = sweep.settings(args, FL_SIGN)
+  runs = {r.scheme.name: r for r in sweep.resolve(
+      parse(["--schemes", "FL-SIGN", "signSGD", "FL-TOP"])).runs}
+  sign = runs[FL_SIGN.name].setting
   assert (sign["num_clients"], sign["clients_per_round"], sign["samples_per_client"],
           sign["local_steps"], sign["rounds"]) == (1000, 100, 60, 30, 100)  # Table 8.1
-  everyone = sweep.settings(args, SIGN_SGD)
+  everyone = runs[SIGN_SGD.name].setting
   assert everyone["clients_per_round"] == everyone["num_clients"] == 6000
   assert everyone["local_steps"] == 1
-  top = sweep.settings(args, get_scheme("FL-TOP"))
+  top = runs["FL-TOP"].setting
   assert (top["num_clients"], top["local_steps"], top["rounds"]) == (6000, 5, 200)
-  args = parse(["--rounds", "7", "--clients-per-round", "all", "--gamma", "0.002"])
-  sign = sweep.settings(args, FL_SIGN)
-  assert sign["rounds"] == 7 and sign["clients_per_round"] == 1000
-  assert sweep.configure(FL_SIGN, args).gamma == 0.002
+  (run,) = sweep.resolve(parse(["--schemes", "FL-SIGN", "--rounds", "7",
+                                "--clients-per-round", "all", "--gamma", "0.002"])).runs
+  assert run.setting["rounds"] == 7 and run.setting["clients_per_round"] == 1000
+  assert run.scheme.gamma == 0.002
   # The discrete Gaussian bound is a moments/RDP bound: pld is refused up front.
   code = sweep.main(["--schemes", "FL-SIGN-DP", "--accountant", "pld", "--quiet"])
   assert code == 2 and "Thm 3" in capsys.readouterr().err
