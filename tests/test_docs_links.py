@@ -97,3 +97,16 @@ def test_every_module_name_and_path_in_the_docs_exists():
   files that exist (issue 61)."""
   dead = {doc.name: found for doc in DOCS if (found := _dead_names(doc.read_text()))}
   assert not dead, f"names in the docs that do not exist: {dead}"
+
+
+def test_the_layout_names_every_module_of_the_packages_top_level():
+  """docs/README.md's layout shows every room of the ground floor: each
+  top-level module and package of fedjax_dp is named there (issue 61 item 6)."""
+  readme = (ROOT / "docs" / "README.md").read_text()
+  layout = readme[readme.index("fedjax_dp/\n"):]
+  layout = layout[:layout.index("```")]
+  package = ROOT / "fedjax_dp"
+  rooms = [p.name for p in package.glob("*.py") if p.name != "__init__.py"]
+  rooms += [f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file()]
+  missing = [room for room in sorted(rooms) if not re.search(rf"(?<![\w/]){room}", layout)]
+  assert not missing, f"modules missing from docs/README.md's layout: {missing}"
