@@ -1,6 +1,8 @@
 """Test helpers: the round's aggregation for a few messages, and a round's
 plan and a feature's run view built outside ``simulation.prepare``."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -52,12 +54,12 @@ def round_plan(scheme, *, num_clients, clients_per_round, capacity, num_kept, lo
 
 def run_view(scheme, config, num_clients=600, model=None, samples_per_client=10,
              run_key=None, clip_norm=None):
-  """The ``features.RunView`` a run of ``config`` shows its features
-  (``simulation.validate``'s, which checks the config first), with S = ``clip_norm``."""
+  """The run a feature of ``config`` reads (``features.RunView``): the Plan
+  ``simulation.validate`` starts (it checks the config first), with S = ``clip_norm``."""
   model = tiny_linear() if model is None else model
   run_key = jax.random.PRNGKey(0) if run_key is None else run_key
-  view = simulation.validate(config, scheme, model, num_clients, samples_per_client, run_key)
-  return view._replace(clip_norm=clip_norm)
+  plan = simulation.validate(config, scheme, model, num_clients, samples_per_client, run_key)
+  return dataclasses.replace(plan, clip_norm=clip_norm)
 
 
 class Killed(Exception):

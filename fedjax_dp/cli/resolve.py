@@ -68,6 +68,9 @@ class PlannedRun(NamedTuple):
     config: The run's :class:`~fedjax_dp.simulation.RunConfig` (clip norm
       None: calibrated in the run).
     clip_source: Where S comes from (DP schemes), for the record.
+    plan: The run's :class:`~fedjax_dp.simulation.Plan` as
+      ``simulation.validate`` started it (S open), which ``simulation.run``
+      fills without validating the run again; None: not validated yet.
   """
 
   scheme: Scheme
@@ -75,6 +78,7 @@ class PlannedRun(NamedTuple):
   setting: dict
   config: simulation.RunConfig
   clip_source: str | None
+  plan: simulation.Plan | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,12 +316,13 @@ def _plan_run(values: Mapping[str, Any], dataset: datasets.Dataset, scheme: Sche
   clip, source = clip_for(values, scheme, ratio)
   try:
     config = run_config(values, scheme, ratio, setting, clip, dataset)
-    simulation.setup.validate(config, scheme, model, setting["num_clients"],
-                              setting["samples_per_client"], keys.run_key(values["seed"]))
+    plan = simulation.validate(config, scheme, model, setting["num_clients"],
+                               setting["samples_per_client"],
+                               keys.run_key(config.training.seed))
   except ConfigError as e:  # the library names its field; the user typed a flag
     flags = {**cli_errors.setting_flags(), **cli_schemes.field_flags(family_of(scheme))}
     raise cli_errors.flag_error(e, flags) from None
-  return PlannedRun(scheme, ratio, setting, config, source if scheme.dp else None)
+  return PlannedRun(scheme, ratio, setting, config, source if scheme.dp else None, plan)
 
 
 def resolve(args: argparse.Namespace, num_params: int | None = None) -> Request:

@@ -253,7 +253,8 @@ def execute(request: Request, runs: list[PlannedRun], data: Data,
         print(f"{prog}: resuming {run_label(run)} at round {start + 1} of "
               f"{run.setting['rounds']} from its checkpoint {saved} (round {start})",
               file=sys.stderr, flush=True)
-      record = simulation.run(request.model, run.scheme, fed.data, fed.test, fed.public, run.config,
+      record = simulation.run(request.model, run.scheme, fed.data, fed.test, fed.public,
+                              run.config if run.plan is None else run.plan,
                               progress=progress, checkpoint=saved, on_round=reached)
     except KeyboardInterrupt as e:
       raise Interrupted(run, saved, reached.round, interrupts.exit_code(e)) from e

@@ -22,7 +22,7 @@ from fedjax_dp.features.adaptive_clip import AdaptiveClipConfig
 from fedjax_dp.features.attack import AttackConfig
 from fedjax_dp.features.audit import AuditConfig
 from fedjax_dp.features.correlated_noise import CorrelatedNoiseConfig
-from fedjax_dp.features.base import Conflict, Feature, RunView
+from fedjax_dp.features.base import VIEW_FIELDS, Conflict, Feature, RunView
 from fedjax_dp.round_types import At, Chunk, Noise, Observed, Trainer
 from fedjax_dp.errors import ConfigError
 
@@ -56,7 +56,7 @@ def register(feature: type[Feature]) -> type[Feature]:
     raise ValueError(f"{feature.config_type.__name__} configures a registered feature already")
   keys.check_purposes([p for f in (dropouts.Dropouts, *REGISTRY.values(), feature)
                        for p in f.key_purposes])
-  known = set(RunView._fields) | set(REGISTRY) | {feature.kind}
+  known = set(VIEW_FIELDS) | set(REGISTRY) | {feature.kind}
   for conflict in feature.conflicts:
     if conflict.other not in known:
       raise ValueError(f"{feature.__name__} conflicts with {conflict.other!r}, which is "

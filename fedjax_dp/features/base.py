@@ -40,7 +40,7 @@ After evaluations and the run (Python):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple, Protocol
 
 import jax
 import numpy as np
@@ -54,20 +54,26 @@ from fedjax_dp.round_types import At, Chunk, Noise, Observed, Trainer  # noqa: F
 from fedjax_dp.schemes.base import Traits
 
 
-class RunView(NamedTuple):
-  """The run as a feature sees it: a narrow, typed view of the
-  :class:`~fedjax_dp.simulation.plan.Plan` (``simulation.setup``).
+class RunView(Protocol):
+  """The run as a feature reads it: attributes of the
+  :class:`~fedjax_dp.simulation.plan.Plan`, which satisfies this protocol.
+
+  ``simulation.validate`` hands a feature's ``check`` the Plan before the
+  server's setup (S None); ``simulation.prepare`` builds each feature with
+  the Plan once S is known. A :class:`Conflict` names one of these
+  attributes (:data:`VIEW_FIELDS`).
 
   Attributes:
     scheme_name: The scheme's name (for messages).
     traits: The scheme's declared traits.
-    mechanism: What a round releases (``accounting.Mechanism``).
+    mechanism: What a round releases (``accounting.Mechanism``), before the
+      built features' ``accounted``.
     num_clients: N.
     num_params: n, the model's weights.
     num_kept: K, values per message.
     clients_per_round: C*N, the expected cohort size.
     rounds: T_cl.
-    noise_multiplier: The config's sigma.
+    noise_multiplier: sigma of a DP scheme; 0 without DP.
     delta: The target delta.
     sampler: The cohort sampler.
     max_cohort: Truncated Poisson sampling's cap (None: none).
@@ -84,35 +90,61 @@ class RunView(NamedTuple):
     clip_norm: S (None without DP; None while a config is only validated).
   """
 
-  scheme_name: str
-  traits: Traits
-  mechanism: Mechanism
-  num_clients: int
-  num_params: int
-  num_kept: int
-  clients_per_round: int
-  rounds: int
-  noise_multiplier: float
-  delta: float
-  sampler: str
-  max_cohort: int | None
-  secure_aggregation: bool
-  kinds: tuple[str, ...]
-  run_key: jax.Array
-  rate: float
-  cycle_length: int = 1
-  min_separation: int = 1
-  accountant: str = "moments"
-  slot_multiple: int = 4
-  clip_norm: float | None = None
+  # pylint: disable=missing-function-docstring
+  @property
+  def scheme_name(self) -> str: ...
+  @property
+  def traits(self) -> Traits: ...
+  @property
+  def mechanism(self) -> Mechanism: ...
+  @property
+  def num_clients(self) -> int: ...
+  @property
+  def num_params(self) -> int: ...
+  @property
+  def num_kept(self) -> int: ...
+  @property
+  def clients_per_round(self) -> int: ...
+  @property
+  def rounds(self) -> int: ...
+  @property
+  def noise_multiplier(self) -> float: ...
+  @property
+  def delta(self) -> float: ...
+  @property
+  def sampler(self) -> str: ...
+  @property
+  def max_cohort(self) -> int | None: ...
+  @property
+  def secure_aggregation(self) -> bool: ...
+  @property
+  def kinds(self) -> tuple[str, ...]: ...
+  @property
+  def run_key(self) -> jax.Array: ...
+  @property
+  def rate(self) -> float: ...
+  @property
+  def cycle_length(self) -> int: ...
+  @property
+  def min_separation(self) -> int: ...
+  @property
+  def accountant(self) -> str: ...
+  @property
+  def slot_multiple(self) -> int: ...
+  @property
+  def clip_norm(self) -> float | None: ...
+
+
+# What a Conflict may name besides a feature's kind.
+VIEW_FIELDS = tuple(name for name, value in vars(RunView).items() if isinstance(value, property))
 
 
 class Conflict(NamedTuple):
   """A setting a feature cannot be combined with, declared as data.
 
   Attributes:
-    other: Another feature's kind, or a :class:`RunView` field that must be
-      off (False, None or 0).
+    other: Another feature's kind, or a :class:`RunView` attribute that
+      must be off (False, None or 0).
     why: What follows "cannot be combined with" in the error.
   """
 
@@ -186,9 +218,11 @@ class Feature:
     This default refuses the declared ``conflicts``; a feature that checks
     more calls it first."""
     del config
-    given = run._asdict()
     for conflict in cls.conflicts:
-      if conflict.other in run.kinds or given.get(conflict.other) not in (None, False, 0):
+      # A conflict names a kind or a RunView attribute (checked by ``register``).
+      on = (conflict.other in run.kinds if conflict.other not in VIEW_FIELDS
+            else getattr(run, conflict.other) not in (None, False, 0))
+      if on:
         raise ConfigError(cls.switch, f"cannot be combined with {conflict.why}")
 
   @classmethod

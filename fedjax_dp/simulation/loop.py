@@ -230,7 +230,7 @@ def _key(model: FlatModel, scheme: Scheme, data: ClientData, cfg: RunConfig) -> 
 
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
         test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
-        cfg: RunConfig, progress: Callable[[int], None] | None = None, *,
+        cfg: RunConfig | Plan, progress: Callable[[int], None] | None = None, *,
         return_state: bool = False, checkpoint: str | os.PathLike | None = None,
         on_round: Callable[[int], None] | None = None):
   """Runs one scheme for ``cfg.training.rounds`` rounds and reports like UAI Table 1.
@@ -245,7 +245,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     data: Federated training data (``fedjax_dp.data.partition``).
     test: (examples, labels) of the held-out test set.
     public: (examples, labels) of the server's public batch.
-    cfg: Hyper-parameters.
+    cfg: Hyper-parameters, or the Plan ``simulation.validate`` started for
+      them (not validated again: :func:`~fedjax_dp.simulation.setup.prepare`).
     progress: Called after each evaluation with the number of rounds it
       closes (at a resume, first with the checkpoint's rounds).
     return_state: Also return the final :class:`ServerState`.
@@ -271,9 +272,10 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
       checkpoint, or another version's (a ValueError, one line).
   """
   start = time.perf_counter()
-  data = features_lib.client_data(cfg, data, keys.run_key(cfg.training.seed))
+  config = cfg.config if isinstance(cfg, Plan) else cfg
+  data = features_lib.client_data(config, data, keys.run_key(config.training.seed))
   state, plan = prepare(model, scheme, data, public, cfg)
-  saving = None if checkpoint is None else (checkpoint, _key(model, scheme, data, cfg))
+  saving = None if checkpoint is None else (checkpoint, _key(model, scheme, data, config))
   trained = train_loop(model, state, plan, data, test, progress, saving, on_round)
   # Wall time over every process that trained this run (setup counted once).
   record = record_lib.make_record(model, plan, trained,

@@ -1,8 +1,9 @@
 """A run resolved once: the :class:`Plan` that the round, the features and the record read.
 
-:func:`fedjax_dp.simulation.setup.prepare` turns a
+:func:`fedjax_dp.simulation.setup.validate` checks a
 :class:`~fedjax_dp.simulation.config.RunConfig` (what the user asked for)
-into a ``Plan`` (what the run does): the clip norm S that was given,
+and starts its ``Plan`` (what the run does), S left open;
+:func:`fedjax_dp.simulation.setup.prepare` fills it: the clip norm S that was given,
 calibrated or fixed by the scheme, the effective sigma, the number of values
 a message keeps, the noise shares, the cohort's capacity and chunks, the
 device mesh, the built features and the bits a value costs. Nothing after
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
 
-from fedjax_dp import keys, sampling
+from fedjax_dp import features as features_lib
+from fedjax_dp import keys, sampling, sharding
 from fedjax_dp.privacy import accounting
 from fedjax_dp.schemes.base import LocalTraining, Noise, Scheme
 from fedjax_dp.simulation import sums
@@ -49,7 +52,13 @@ class Communication(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Plan:
-  """A run after the server's setup: every value the round needs, resolved once.
+  """A run resolved once: every value the round needs.
+
+  Filled in two phases: ``simulation.validate`` checks a config against a
+  scheme, a model and the data's shape and returns the Plan with S, the
+  capacity, the features and the constants still open; ``simulation.prepare``
+  fills them after the server's setup. The round's features read it
+  through the ``features.RunView`` protocol (the properties below).
 
   Attributes:
     config: The run's nested config, as given (its fingerprint).
@@ -57,7 +66,8 @@ class Plan:
     num_clients: N.
     num_kept: K, the values a client's message keeps (``Scheme.num_kept``;
       the papers' m for FL-CS).
-    capacity: The cohort's slots (every planned round's cohort fits).
+    capacity: The cohort's slots (every planned round's cohort fits; 0
+      before the server's setup).
     num_params: n, the model's weights.
     samples_per_client: |D_k|, the width of the clients' data.
     clip_norm: S for a DP scheme (given, calibrated on public data, or the
@@ -72,7 +82,8 @@ class Plan:
     features: The round's features (``fedjax_dp.features.build``), built once.
     feature_slots: The extra slots each feature's clients take after the cohort's.
     comm: Secure aggregation and bits per value.
-    mechanism: What a round releases, for the accountant.
+    mechanism: What a round releases, for the accountant (before the
+      server's setup: before the built features' ``accounted``).
     scheme_constants: What the scheme computed once for the run
       (``Scheme.run_constants``: FL-SIGN-DP's alias tables, CDP-LQ's batch
       capacity); None for a scheme without ``traits.run_constants``.
@@ -84,7 +95,7 @@ class Plan:
   scheme: Scheme
   num_clients: int
   num_kept: int
-  capacity: int
+  capacity: int = 0
   num_params: int = 0
   samples_per_client: int = 0
   clip_norm: float | None = None
@@ -107,6 +118,62 @@ class Plan:
     if not self.scheme.traits.run_constants:
       return {}
     return {"constants": self.scheme_constants, **({} if noise is None else {"noise": noise})}
+
+  @property
+  def scheme_name(self) -> str:
+    """The scheme's name."""
+    return self.scheme.name
+
+  @property
+  def traits(self):
+    """The scheme's declared traits (``schemes.Traits``)."""
+    return self.scheme.traits
+
+  @property
+  def rounds(self) -> int:
+    """T_cl."""
+    return self.config.training.rounds
+
+  @property
+  def delta(self) -> float:
+    """The target delta."""
+    return self.config.privacy.delta
+
+  @property
+  def max_cohort(self) -> int | None:
+    """Truncated Poisson sampling's cap (None: none)."""
+    return self.config.privacy.max_cohort
+
+  @property
+  def cycle_length(self) -> int:
+    """b, cyclic Poisson sampling over b groups (1: none)."""
+    return self.config.privacy.cycle_length
+
+  @property
+  def min_separation(self) -> int:
+    """The fewest rounds between a client's participations that correlated
+    noise assumes (``RunConfig.separation``)."""
+    return self.config.separation(self.num_clients)
+
+  @property
+  def accountant(self) -> str:
+    """The run's accountant (``accounting.RUN_ACCOUNTANTS``)."""
+    return self.config.privacy.accountant
+
+  @property
+  def secure_aggregation(self) -> bool:
+    """The sum is secure (thesis 5.2)."""
+    return self.config.secure.secure_aggregation
+
+  @property
+  def kinds(self) -> tuple[str, ...]:
+    """The kinds of the run's features (``features.kinds``)."""
+    return features_lib.kinds(self.config)
+
+  @property
+  def slot_multiple(self) -> int:
+    """Slot counts are multiples of this: 4, and the mesh's devices."""
+    return math.lcm(4, sharding.mesh_size(self.mesh))
 
   @property
   def clients_per_round(self) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import math
 from typing import Any, NamedTuple
 
 import jax
@@ -130,14 +130,14 @@ def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
 
 
 def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
-             samples_per_client: int, run_key: jax.Array, slot_multiple: int = 4
-             ) -> features_lib.RunView:
-  """Checks a config with a scheme, a model and the data's shape (cheap:
-  before the server's setup).
+             samples_per_client: int, run_key: jax.Array) -> Plan:
+  """Checks a config with a scheme, a model and the data's shape, and starts
+  the run's Plan (cheap: before the server's setup).
 
   Returns:
-    The run as its features see it (:class:`~fedjax_dp.features.RunView`,
-    S not yet known).
+    The :class:`~fedjax_dp.simulation.plan.Plan` with S, the capacity, the
+    features and the constants still open (:func:`prepare` fills them; its
+    features checked it as a ``features.RunView``).
 
   Raises:
     ConfigError: One line naming the field (a plain ValueError for the data).
@@ -155,21 +155,17 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
                       "is evaluated by accuracy")
   _check_aggregator(cfg, scheme)
   k = scheme.num_kept(n, cfg.ratio)
+  priv = cfg.privacy
   mechanism = features_lib.mechanism(
-      cfg, scheme.mechanism(cfg.privacy.noise_multiplier, k, cfg.local, samples_per_client))
-  train, priv = cfg.training, cfg.privacy
-  run = features_lib.RunView(
-      scheme_name=scheme.name, traits=scheme.traits, mechanism=mechanism,
-      num_clients=num_clients, num_params=n, num_kept=k,
-      clients_per_round=train.clients_per_round, rounds=train.rounds,
-      noise_multiplier=priv.noise_multiplier, delta=priv.delta, sampler=priv.sampler,
-      max_cohort=priv.max_cohort, secure_aggregation=cfg.secure.secure_aggregation,
-      kinds=features_lib.kinds(cfg), run_key=run_key, rate=cfg.rate(num_clients),
-      cycle_length=priv.cycle_length, min_separation=cfg.separation(num_clients),
-      accountant=priv.accountant, slot_multiple=slot_multiple)
-  features_lib.check(cfg, run)
+      cfg, scheme.mechanism(priv.noise_multiplier, k, cfg.local, samples_per_client))
+  plan = Plan(config=cfg, scheme=scheme, num_clients=num_clients, num_kept=k,
+              num_params=n, samples_per_client=samples_per_client,
+              noise_multiplier=priv.noise_multiplier if scheme.traits.dp else 0.0,
+              mesh=sharding.client_mesh(cfg.execution.devices), mechanism=mechanism,
+              run_key=run_key)
+  features_lib.check(cfg, plan)
   accounting.check_mechanism(mechanism, priv.accountant, priv.sampler)
-  return run
+  return plan
 
 
 def _check_aggregator(cfg: RunConfig, scheme: Scheme) -> None:
@@ -189,8 +185,13 @@ def _check_aggregator(cfg: RunConfig, scheme: Scheme) -> None:
 
 
 def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
-            public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
-  """Validates, then runs the server's work before round 1 and resolves the run.
+            public: tuple[np.ndarray, np.ndarray], cfg: RunConfig | Plan) -> Prepared:
+  """Validates, then runs the server's work before round 1 and fills the run's Plan.
+
+  ``cfg`` is the run's config, or the Plan :func:`validate` started for it
+  (a front end that checks every run before the first starts): that one is
+  not validated again when it is of this scheme, a model of as many weights
+  and the data's shape.
 
   With ``Privacy.target_epsilon`` (a DP scheme), sigma is first calibrated
   on the run as resolved (``record.calibrated_sigma``: its accountant,
@@ -209,26 +210,38 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   Raises:
     ValueError: A bad setting (one line, naming the parameter).
   """
-  target = cfg.privacy.target_epsilon
+  config = cfg.config if isinstance(cfg, Plan) else cfg
+  target = config.privacy.target_epsilon
   if target is None or not scheme.traits.dp:
     return _prepare(model, scheme, data, public, cfg)
   from fedjax_dp.simulation import record  # pylint: disable=import-outside-toplevel
   _, plan = _prepare(model, scheme, data, public, cfg)
   sigma = record.calibrated_sigma(plan, target)
-  return _prepare(model, scheme, data, public, cfg.replace(noise_multiplier=sigma))
+  return _prepare(model, scheme, data, public, config.replace(noise_multiplier=sigma))
+
+
+def _validated(model: FlatModel, scheme: Scheme, data: ClientData,
+               cfg: RunConfig | Plan) -> Plan:
+  """The run's Plan as :func:`validate` starts it: ``cfg`` itself when it is
+  one of this scheme, model size and data shape (validated already)."""
+  shape = (int(data.x.shape[0]), int(data.x.shape[1]))
+  if isinstance(cfg, Plan):
+    if (cfg.scheme is scheme and cfg.num_params == model.num_params
+        and (cfg.num_clients, cfg.samples_per_client) == shape):
+      return cfg
+    cfg = cfg.config
+  return validate(cfg, scheme, model, *shape, keys.run_key(cfg.training.seed))
 
 
 def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
-             public: tuple[np.ndarray, np.ndarray], cfg: RunConfig) -> Prepared:
+             public: tuple[np.ndarray, np.ndarray], cfg: RunConfig | Plan) -> Prepared:
   """:func:`prepare` at the config's sigma."""
-  num_clients, samples = int(data.x.shape[0]), int(data.x.shape[1])
-  root = keys.run_key(cfg.training.seed)
-  mesh = sharding.client_mesh(cfg.execution.devices)
-  multiple = math.lcm(4, sharding.mesh_size(mesh))
-  run = validate(cfg, scheme, model, num_clients, samples, root, multiple)
+  run = _validated(model, scheme, data, cfg)
+  cfg, root = run.config, run.run_key
+  num_clients, samples = run.num_clients, run.samples_per_client
   _check_clients(data)
   traits, train, priv = scheme.traits, cfg.training, cfg.privacy
-  noise_multiplier = priv.noise_multiplier if traits.dp else 0.0
+  mesh, multiple, noise_multiplier = run.mesh, run.slot_multiple, run.noise_multiplier
   setup_data = SetupData(
       model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
       public_x=jnp.asarray(public[0]), public_y=jnp.asarray(public[1]),
@@ -244,7 +257,7 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
     elif clip_norm is None:
       clip_norm = _calibrated_clip(scheme, setup_data, scheme_state, priv.clip_ratio)
     clip_norm = float(clip_norm)
-  features = features_lib.build(cfg, run._replace(clip_norm=clip_norm))
+  features = features_lib.build(cfg, dataclasses.replace(run, clip_norm=clip_norm))
   sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
                            )(jnp.arange(1, train.rounds + 1))
   share = plan_lib.sampler_share(features, root, num_clients)
@@ -266,14 +279,12 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   if client_chunk is None:
     robust = cfg.aggregator is not None and cfg.aggregator.robust
     client_chunk = default_chunk(capacity + extra, sharding.mesh_size(mesh), robust, sizes)
-  plan = Plan(
-      config=cfg, scheme=scheme, num_clients=num_clients, num_kept=run.num_kept,
-      capacity=capacity, num_params=model.num_params, samples_per_client=samples,
-      clip_norm=clip_norm, noise_multiplier=noise_multiplier, num_shares=num_shares,
-      client_chunk=client_chunk, mesh=mesh, features=features,
+  plan = dataclasses.replace(
+      run, capacity=capacity, clip_norm=clip_norm, num_shares=num_shares,
+      client_chunk=client_chunk, features=features,
       feature_slots=tuple(slots for _, slots in inits), comm=comm,
       mechanism=functools.reduce(lambda m, f: f.accounted(m), features, run.mechanism),
-      scheme_constants=constants, sampling_keys=sampling_keys, run_key=root)
+      scheme_constants=constants, sampling_keys=sampling_keys)
   state = ServerState(setup_data.w0, scheme_state, tuple(fstate for fstate, _ in inits))
   return Prepared(state, plan)
 
