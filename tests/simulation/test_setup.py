@@ -1,0 +1,178 @@
+"""The server's work before round 1 (``simulation.setup``): the run's checks,
+the bit widths, the chunks, and what ``prepare`` sizes from the sampler.
+
+On 40 random clients and the 7,850-weight linear model: nothing here trains.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_dp import aggregators, simulation
+from fedjax_dp.errors import ConfigError
+from fedjax_dp.schemes import get_scheme
+from fedjax_dp.simulation import setup
+from tiny_model import tiny_linear
+
+N = 40
+
+
+@pytest.fixture(scope="module")
+def random_clients():
+  """40 clients of 6 random images, and a public batch of 10."""
+  rng = np.random.default_rng(0)
+  data = simulation.ClientData(
+      jnp.asarray(rng.integers(0, 256, (N, 6, 28, 28, 1), dtype=np.uint8)),
+      jnp.asarray(rng.integers(0, 10, (N, 6), dtype=np.int32)))
+  public = (rng.random((10, 28, 28, 1), dtype=np.float32),
+            rng.integers(0, 10, 10).astype(np.int32))
+  return data, public
+
+
+# A cohort of exactly 10 a round (fixed-size sampling, accounted with RDP).
+FIXED = simulation.RunConfig.of(rounds=3, clients_per_round=10, sampler="fixed",
+                                accountant="rdp", clip_norm=1.0, noise_multiplier=1.0)
+
+
+def test_validate_gives_the_run_as_the_features_see_it():
+  model, scheme = tiny_linear(), get_scheme("FL-TOP-DP")
+  cfg = simulation.RunConfig.of(ratio=0.1, rounds=7, clients_per_round=8, cycle_length=2,
+                                accountant="rdp", noise_multiplier=1.3)
+  run = simulation.validate(cfg, scheme, model, N, 6, jax.random.PRNGKey(0), slot_multiple=8)
+  assert run.scheme_name == "FL-TOP-DP" and run.num_params == 7850
+  assert run.num_kept == scheme.num_kept(7850, 0.1) < 7850
+  assert (run.rounds, run.clients_per_round, run.noise_multiplier) == (7, 8, 1.3)
+  assert run.rate == 8 / N and run.min_separation == 2 and run.cycle_length == 2
+  assert run.slot_multiple == 8 and run.clip_norm is None  # S is not known yet
+  assert run.mechanism.noise_multiplier == 1.3
+
+
+def test_the_mean_aggregator_streams_with_secure_aggregation_dp_and_chunks():
+  """Only a robust rule needs the individual updates; the mean is the plain sum."""
+  cfg = simulation.RunConfig.of(clients_per_round=10, secure_aggregation=True, client_chunk=4,
+                                aggregator=aggregators.AggregatorConfig(name="mean"))
+  simulation.validate(cfg, get_scheme("FL-STD-DP"), tiny_linear(), N, 6,
+                      jax.random.PRNGKey(0))
+
+
+def _bits(noise_std, max_abs, clients, scale):
+  """Thesis 5.2.4's b, and never less than the noiseless sum's range."""
+  return max(math.ceil(math.log2((12 * noise_std + max_abs) * clients * scale)),
+             math.ceil(math.log2(2 * max_abs * clients * scale + 1)))
+
+
+@pytest.mark.parametrize("name, settings, clip, want", [
+    # Signs are integers: no fixed point; the noiseless sum of 100 signs needs
+    # 201 values: 8 bits.
+    ("FL-SIGN", dict(secure_aggregation=True), None, (_bits(0, 1, 100, 1), 1.0, None)),
+    # FL-SIGN-DP always encrypts: its upstream cost is the modulus even without
+    # secure aggregation, for noise S sigma = 3 * 1.5.
+    ("FL-SIGN-DP", dict(noise_multiplier=1.5), 3.0, (None, 1.0, None)),
+    # A non-DP float scheme has nothing secure aggregation could encode.
+    ("FL-STD", dict(secure_aggregation=True), None, (None, 1.0, None)),
+    # A width given is kept; real values are fixed point at 2^f.
+    ("FL-STD-DP", dict(secure_aggregation=True, secure_bits=20, secure_frac_bits=10), 0.5,
+     (20, 2.0 ** 10, 10)),
+    ("FL-STD-DP", dict(secure_aggregation=True, secure_frac_bits=8, noise_multiplier=2.0), 0.5,
+     (_bits(0.5 * 2.0, 0.5, 100, 2 ** 8), 2.0 ** 8, 8)),
+])
+def test_communication_bits_per_value(name, settings, clip, want):
+  traits = get_scheme(name).traits
+  comm = simulation.communication(traits, simulation.RunConfig.of(**settings), 100, clip)
+  assert (comm.secure_bits, comm.secure_scale, comm.secure_frac_bits) == want
+  if comm.secure_bits is not None:
+    assert comm.upstream_bits == comm.secure_bits
+  elif name == "FL-SIGN-DP":
+    assert comm.upstream_bits == _bits(3.0 * 1.5, 1.0, 100, 1) == 13
+  else:
+    assert comm.upstream_bits == traits.upstream_bits == 32
+  assert comm.downstream_bits == traits.downstream_bits
+
+
+def test_an_accelerator_chunks_only_cohorts_above_256(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  sizes = np.full(3, 300)
+  assert setup.default_chunk(256, 1, False, sizes) is None
+  assert setup.default_chunk(257, 1, False, sizes) == setup.AUTO_CHUNK == 128
+  assert setup.default_chunk(257, 8, True, sizes) is None  # a robust rule: one piece
+
+
+@pytest.mark.parametrize("name, dropouts", [("FL-STD-DP", 2), ("FL-STD", 2), ("FL-STD-DP", 0)])
+def test_prepare_sizes_slots_and_noise_shares_from_the_cohort(random_clients, name, dropouts):
+  """A fixed cohort of 10 takes 12 slots (a multiple of 4); a DP scheme's
+  noise shares are sized for 10 - l and 12 - l clients (l failures, thesis
+  5.2.5), a scheme without DP ignores l."""
+  data, public = random_clients
+  _, plan = simulation.prepare(tiny_linear(), get_scheme(name), data, public,
+                               FIXED.replace(max_dropouts=dropouts))
+  assert plan.capacity == 12
+  l = dropouts if name.endswith("-DP") else 0
+  assert plan.num_shares == (10 - l, 12 - l)
+  assert plan.sampling_keys.shape[0] == 3 and plan.client_chunk is None  # 12 slots: one piece
+
+
+def test_max_cohort_caps_the_slots_and_a_given_chunk_is_kept(random_clients):
+  data, public = random_clients
+  cfg = FIXED.replace(sampler="poisson", accountant="pld", clients_per_round=20, max_cohort=5,
+                      client_chunk=2)
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public, cfg)
+  assert plan.capacity == 5 and plan.client_chunk == 2
+  assert plan.num_shares[1] == 5  # every slot, at most max_cohort
+
+
+def test_w0_depends_on_the_seed_alone(random_clients):
+  """Every scheme and ratio of a seed starts from the same model, another
+  seed from another."""
+  data, public = random_clients
+  model = tiny_linear()
+
+  def w0(name, **settings):
+    state, _ = simulation.prepare(model, get_scheme(name), data, public,
+                                  FIXED.replace(**settings))
+    return np.asarray(state.weights)
+
+  first = w0("FL-STD")
+  np.testing.assert_array_equal(w0("FL-TOP-DP", ratio=0.1), first)
+  assert not np.allclose(w0("FL-STD", seed=1), first)
+
+
+def test_the_given_clip_norm_is_used_and_a_non_dp_run_calibrates_nothing(
+    random_clients, monkeypatch):
+  data, public = random_clients
+  model = tiny_linear()
+  calls = []
+  monkeypatch.setattr(setup, "_calibrated_clip", lambda *a: calls.append(a) or 1.0)
+  _, plan = simulation.prepare(model, get_scheme("FL-STD-DP"), data, public,
+                               FIXED.replace(clip_norm=0.25))
+  assert plan.clip_norm == 0.25 and not calls
+  _, plan = simulation.prepare(model, get_scheme("FL-STD"), data, public,
+                               FIXED.replace(clip_norm=None))
+  assert plan.clip_norm is None and not calls
+  _, plan = simulation.prepare(model, get_scheme("FL-STD-DP"), data, public,
+                               FIXED.replace(clip_norm=None))
+  assert plan.clip_norm == 1.0 and len(calls) == 1
+
+
+def test_target_epsilon_leaves_a_scheme_without_dp_alone(random_clients, monkeypatch):
+  def refuse(*args):
+    raise AssertionError("a non-DP run has no sigma to calibrate")
+
+  monkeypatch.setattr(simulation.record, "calibrated_sigma", refuse)
+  data, public = random_clients
+  cfg = FIXED.replace(target_epsilon=1.0)
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-STD"), data, public, cfg)
+  assert plan.config is cfg and plan.noise_multiplier == 0.0
+
+
+def test_the_config_is_checked_before_the_clients(random_clients):
+  """A bad setting names its field even where a client is empty too."""
+  data, public = random_clients
+  empty = simulation.ClientData(data.x, data.y.at[3].set(-1))
+  with pytest.raises(ConfigError, match="^rounds must be >= 1, got 0$"):
+    simulation.prepare(tiny_linear(), get_scheme("FL-STD"), empty, public,
+                       FIXED.replace(rounds=0))
+  with pytest.raises(ValueError, match="^client 3 holds no examples"):
+    simulation.prepare(tiny_linear(), get_scheme("FL-STD"), empty, public, FIXED)
