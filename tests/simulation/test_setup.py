@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import aggregators, simulation
+from fedjax_dp import aggregators, keys, simulation
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.schemes import get_scheme
 from fedjax_dp.simulation import setup
@@ -37,17 +37,24 @@ FIXED = simulation.RunConfig.of(rounds=3, clients_per_round=10, sampler="fixed",
                                 accountant="rdp", clip_norm=1.0, noise_multiplier=1.0)
 
 
-def test_validate_gives_the_run_as_the_features_see_it():
+def test_validate_starts_the_plan_the_features_read():
+  """validate's Plan: what the features read (``features.RunView``) known,
+  S, the capacity, the features and the constants left to prepare."""
   model, scheme = tiny_linear(), get_scheme("FL-TOP-DP")
   cfg = simulation.RunConfig.of(ratio=0.1, rounds=7, clients_per_round=8, cycle_length=2,
-                                accountant="rdp", noise_multiplier=1.3)
-  run = simulation.validate(cfg, scheme, model, N, 6, jax.random.PRNGKey(0), slot_multiple=8)
+                                accountant="rdp", noise_multiplier=1.3, devices=1)
+  run = simulation.validate(cfg, scheme, model, N, 6, jax.random.PRNGKey(0))
+  assert isinstance(run, simulation.Plan) and run.config is cfg and run.scheme is scheme
   assert run.scheme_name == "FL-TOP-DP" and run.num_params == 7850
   assert run.num_kept == scheme.num_kept(7850, 0.1) < 7850
   assert (run.rounds, run.clients_per_round, run.noise_multiplier) == (7, 8, 1.3)
   assert run.rate == 8 / N and run.min_separation == 2 and run.cycle_length == 2
-  assert run.slot_multiple == 8 and run.clip_norm is None  # S is not known yet
+  assert run.slot_multiple == 4 and run.clip_norm is None  # S is not known yet
+  assert (run.capacity, run.features, run.scheme_constants) == (0, (), None)
   assert run.mechanism.noise_multiplier == 1.3
+  # Without DP the Plan's sigma is the effective one: 0.
+  plain = simulation.validate(cfg, get_scheme("FL-TOP"), model, N, 6, jax.random.PRNGKey(0))
+  assert plain.noise_multiplier == 0.0
 
 
 def test_the_mean_aggregator_streams_with_secure_aggregation_dp_and_chunks():
@@ -176,3 +183,25 @@ def test_the_config_is_checked_before_the_clients(random_clients):
                        FIXED.replace(rounds=0))
   with pytest.raises(ValueError, match="^client 3 holds no examples"):
     simulation.prepare(tiny_linear(), get_scheme("FL-STD"), empty, public, FIXED)
+
+
+def test_prepare_fills_the_plan_validate_started_without_validating_again(
+    random_clients, monkeypatch):
+  """A front end validates each run once (before the first starts) and hands
+  prepare the Plan; a Plan of another data shape is validated afresh."""
+  data, public = random_clients
+  model, scheme = tiny_linear(), get_scheme("FL-STD-DP")
+  started = simulation.validate(FIXED, scheme, model, N, 6, keys.run_key(0))
+  calls = []
+  real = setup.validate
+  monkeypatch.setattr(setup, "validate", lambda *a: calls.append(a[3:5]) or real(*a))
+  _, filled = simulation.prepare(model, scheme, data, public, started)
+  assert calls == [] and filled.config is FIXED and started.capacity == 0
+  _, fresh = simulation.prepare(model, scheme, data, public, FIXED)
+  assert calls == [(N, 6)]
+  assert (filled.capacity, filled.clip_norm, filled.num_shares, filled.client_chunk) == (
+      fresh.capacity, fresh.clip_norm, fresh.num_shares, fresh.client_chunk)
+  assert (filled.capacity, filled.clip_norm, filled.num_shares) == (12, 1.0, (10, 12))
+  other = simulation.validate(FIXED, scheme, model, N, 5, keys.run_key(0))
+  _, revalidated = simulation.prepare(model, scheme, data, public, other)
+  assert calls == [(N, 6), (N, 6)] and revalidated.samples_per_client == 6
