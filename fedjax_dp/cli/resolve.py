@@ -316,9 +316,9 @@ def _plan_run(values: Mapping[str, Any], dataset: datasets.Dataset, scheme: Sche
   clip, source = clip_for(values, scheme, ratio)
   try:
     config = run_config(values, scheme, ratio, setting, clip, dataset)
-    plan = simulation.validate(config, scheme, model, setting["num_clients"],
-                               setting["samples_per_client"],
-                               keys.run_key(config.training.seed))
+    plan = simulation.setup.validate(config, scheme, model, setting["num_clients"],
+                                     setting["samples_per_client"],
+                                     keys.run_key(config.training.seed))
   except ConfigError as e:  # the library names its field; the user typed a flag
     flags = {**cli_errors.setting_flags(), **cli_schemes.field_flags(family_of(scheme))}
     raise cli_errors.flag_error(e, flags) from None
