@@ -129,7 +129,9 @@ def test_a_run_config_error_names_its_flag(monkeypatch, tmp_path, capsys):
 
   monkeypatch.setattr(simulation.setup, "validate", refuse)
   out = tmp_path / "out"
-  assert sweep.main(["--schemes", "FL-STD", "--out", str(out)]) == 2
+  # A tiny setting: a refusal the sweep misses fails in seconds, not after a paper run.
+  tiny = ["--rounds", "1", "--num-clients", "20", "--clients-per-round", "2", "--test-size", "10"]
+  assert sweep.main(["--schemes", "FL-STD", *tiny, "--out", str(out)]) == 2
   assert capsys.readouterr().err.splitlines() == [
       "sweep.py: error: --clip-ratio must be in (0, 1], got 2.0"]
 
