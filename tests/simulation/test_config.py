@@ -122,7 +122,10 @@ GOOD = [
 
 @pytest.mark.parametrize("settings", GOOD, ids=lambda s: "-".join(map(str, s.items())))
 def test_the_edges_of_each_range_are_accepted(settings):
-  RunConfig.of(**settings).validate(N)
+  cfg = RunConfig.of(**settings)
+  assert cfg.validate(N) is None  # accepted: no ConfigError
+  flat = cfg.flat()
+  assert {k: flat[k] for k in settings} == settings  # each edge value kept in its part
 
 
 def test_the_default_config_is_valid_with_as_many_clients_as_its_cohort():

@@ -13,21 +13,13 @@ import pytest
 from fedjax_dp import simulation
 from fedjax_dp.schemes import get_scheme
 from fedjax_dp.simulation import loop
-from tiny_model import tiny_linear
+from tiny_model import random_clients, random_public, tiny_linear
 
 N = 40
 
 
 def _clients(seed=0, num=N):
-  rng = np.random.default_rng(seed)
-  return simulation.ClientData(
-      jnp.asarray(rng.integers(0, 256, (num, 6, 28, 28, 1), dtype=np.uint8)),
-      jnp.asarray(rng.integers(0, 10, (num, 6), dtype=np.int32)))
-
-
-def _public():
-  rng = np.random.default_rng(1)
-  return rng.random((10, 28, 28, 1), dtype=np.float32), rng.integers(0, 10, 10).astype(np.int32)
+  return random_clients(num, seed)
 
 
 def test_counters_add_each_rounds_counts_truncated_at_the_capacity():
@@ -64,7 +56,7 @@ def test_the_train_loop_evaluates_the_state_at_the_end_of_each_interval():
   cfg = simulation.RunConfig.of(rounds=4, eval_every=2, clients_per_round=10,
                                 sampler="fixed", accountant="rdp", clip_norm=1e-6,
                                 local_steps=1, batch_size=3)
-  state, plan = simulation.prepare(model, scheme, data, _public(), cfg)
+  state, plan = simulation.prepare(model, scheme, data, random_public(), cfg)
   test_x = np.random.default_rng(2).integers(0, 256, (20, 28, 28, 1), np.uint8)
   test_y = np.random.default_rng(3).integers(0, 10, 20)
   progress = []

@@ -9,14 +9,13 @@ numbers put in; nothing trains.
 import dataclasses
 import warnings
 
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from fedjax_dp import simulation
 from fedjax_dp.privacy import accounting
 from fedjax_dp.schemes import get_scheme
 from fedjax_dp.simulation import record as record_lib
+import tiny_model
 from tiny_model import tiny_linear
 
 N, COHORT, ROUNDS = 40, 10, 4
@@ -31,13 +30,7 @@ HISTORY = [{"round": 1, "accuracy": 0.3}, {"round": 2, "accuracy": 0.5},
 @pytest.fixture(scope="module")
 def random_clients():
   """40 clients of 6 random images, and a public batch of 10."""
-  rng = np.random.default_rng(0)
-  data = simulation.ClientData(
-      jnp.asarray(rng.integers(0, 256, (N, 6, 28, 28, 1), dtype=np.uint8)),
-      jnp.asarray(rng.integers(0, 10, (N, 6), dtype=np.int32)))
-  public = (rng.random((10, 28, 28, 1), dtype=np.float32),
-            rng.integers(0, 10, 10).astype(np.int32))
-  return data, public
+  return tiny_model.random_clients(N), tiny_model.random_public()
 
 
 def _record(random_clients, name, cfg=CFG, history=HISTORY, counters=None):

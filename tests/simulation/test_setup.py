@@ -7,7 +7,6 @@ On 40 random clients and the 7,850-weight linear model: nothing here trains.
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -15,6 +14,7 @@ from fedjax_dp import aggregators, keys, simulation
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.schemes import get_scheme
 from fedjax_dp.simulation import setup
+import tiny_model
 from tiny_model import tiny_linear
 
 N = 40
@@ -23,13 +23,7 @@ N = 40
 @pytest.fixture(scope="module")
 def random_clients():
   """40 clients of 6 random images, and a public batch of 10."""
-  rng = np.random.default_rng(0)
-  data = simulation.ClientData(
-      jnp.asarray(rng.integers(0, 256, (N, 6, 28, 28, 1), dtype=np.uint8)),
-      jnp.asarray(rng.integers(0, 10, (N, 6), dtype=np.int32)))
-  public = (rng.random((10, 28, 28, 1), dtype=np.float32),
-            rng.integers(0, 10, 10).astype(np.int32))
-  return data, public
+  return tiny_model.random_clients(N), tiny_model.random_public()
 
 
 # A cohort of exactly 10 a round (fixed-size sampling, accounted with RDP).
@@ -61,8 +55,15 @@ def test_the_mean_aggregator_streams_with_secure_aggregation_dp_and_chunks():
   """Only a robust rule needs the individual updates; the mean is the plain sum."""
   cfg = simulation.RunConfig.of(clients_per_round=10, secure_aggregation=True, client_chunk=4,
                                 aggregator=aggregators.AggregatorConfig(name="mean"))
-  simulation.validate(cfg, get_scheme("FL-STD-DP"), tiny_linear(), N, 6,
-                      jax.random.PRNGKey(0))
+  plan = simulation.validate(cfg, get_scheme("FL-STD-DP"), tiny_linear(), N, 6,
+                             jax.random.PRNGKey(0))
+  assert plan.config is cfg and plan.aggregator is None  # summed as the plain mean
+  assert plan.secure_aggregation and plan.config.execution.client_chunk == 4
+  robust = cfg.replace(secure_aggregation=False, client_chunk=None,
+                       aggregator=aggregators.AggregatorConfig(name="median"))
+  with pytest.raises(ConfigError, match="individual updates"):
+    simulation.validate(robust, get_scheme("FL-STD-DP"), tiny_linear(), N, 6,
+                        jax.random.PRNGKey(0))
 
 
 def _bits(noise_std, max_abs, clients, scale):
