@@ -67,7 +67,9 @@ class PlannedRun(NamedTuple):
     setting: Its preset-able settings (:func:`settings`).
     config: The run's :class:`~fedjax_dp.simulation.RunConfig` (clip norm
       None: calibrated in the run).
-    clip_source: Where S comes from (DP schemes), for the record.
+    clip_source: Where a given S came from ("user", or the paper's table;
+      :func:`clip_for`), which the record says in place of "given"; None:
+      no S given (the record says how the run decided it).
     plan: The run's :class:`~fedjax_dp.simulation.Plan` as
       ``simulation.validate`` started it (S open), which ``simulation.run``
       fills without validating the run again; None: not validated yet.
@@ -197,21 +199,23 @@ def settings(values: Mapping[str, Any], scheme: Scheme,
 
 
 def clip_for(values: Mapping[str, Any], scheme: Scheme,
-             ratio: float) -> tuple[float | None, str]:
-  """(clip norm or None to calibrate, where it came from): --clip, --clip-ratio."""
-  if scheme.traits.fixed_sensitivity:
-    return None, scheme.traits.sensitivity_reason
-  clip, clip_ratio = values["clip"], values["clip_ratio"]
+             ratio: float) -> tuple[float | None, str | None]:
+  """The S a command line gives (--clip: a number, or "paper" where the paper
+  states one) and where it came from; (None, None): none given.
+
+  What S the run uses is ``simulation.setup.clip_norm_of``'s to decide (a
+  scheme of fixed sensitivity ignores a given S; none given, it is
+  calibrated, at --clip-ratio if set), and the record names it; the command
+  line only names the origin of a given S ("user" or the paper's table).
+  """
+  clip = values["clip"]
   if isinstance(clip, float):
     return clip, "user"
   if clip == "paper":
     s = paper_results.paper_clip_norm(scheme.name, ratio, values["dataset"])
     if s is not None:
-      source = paper_results.paper_clip_source(scheme.name, ratio, values["dataset"])
-      return s, f"paper ({source})"
-  if clip_ratio is not None:
-    return None, f"calibrated at r = {clip_ratio:g} for every ratio (Fed-SMP Sec. 6.2)"
-  return None, "calibrated (UAI Sec. 4)"
+      return s, f"paper ({paper_results.paper_clip_source(scheme.name, ratio, values['dataset'])})"
+  return None, None
 
 
 def run_config(values: Mapping[str, Any], scheme: Scheme, ratio: float, setting: dict,

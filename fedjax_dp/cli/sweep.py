@@ -264,7 +264,8 @@ def execute(request: Request, runs: list[PlannedRun], data: Data,
     record["processes"] = jax.process_count()
     record["dataset"] = dataset.label
     record["data_summary"] = fed.summary
-    record["clip_source"] = run.clip_source
+    if record["clip_source"] == "given":  # the run's S: named by the command line
+      record["clip_source"] = run.clip_source
     record["paper_source"] = paper_results.paper_source(run.scheme.name, run.ratio,
                                                         dataset.name, run.setting)
     record["paper_upstream_bits"] = paper_results.PAPER_UPSTREAM_BITS.get(run.scheme.name)

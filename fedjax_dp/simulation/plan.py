@@ -72,6 +72,9 @@ class Plan:
     samples_per_client: |D_k|, the width of the clients' data.
     clip_norm: S for a DP scheme (given, calibrated on public data, or the
       scheme's fixed sensitivity); None for a scheme without DP.
+    clip_source: Where S came from (``setup.clip_norm_of``): "given", the
+      scheme's ``sensitivity_reason``, or how it was calibrated; None for a
+      scheme without DP.
     noise_multiplier: The effective sigma: the config's for a DP scheme, 0
       otherwise.
     num_shares: (fewest, most) shares a round can split the aggregate noise
@@ -99,6 +102,7 @@ class Plan:
   num_params: int = 0
   samples_per_client: int = 0
   clip_norm: float | None = None
+  clip_source: str | None = None
   noise_multiplier: float = 0.0
   num_shares: tuple[int, int] = (1, 1)
   client_chunk: int | None = None

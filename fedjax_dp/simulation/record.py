@@ -55,6 +55,7 @@ class Record(TypedDict, total=False):
   sampler: str
   noise_multiplier: float
   clip_norm: float | None
+  clip_source: str | None
   clipped_fraction: float | None
   rounds: int
   local_optimizer: str
@@ -187,6 +188,7 @@ def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> R
       sampler=priv.sampler,
       noise_multiplier=plan.noise_multiplier,
       clip_norm=plan.clip_norm,
+      clip_source=plan.clip_source,
       clipped_fraction=counters.clipped / max(parts, 1) if client_level else None,
       rounds=train.rounds,
       # Named where it is not the SGD every record before it used.

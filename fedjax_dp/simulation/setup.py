@@ -17,7 +17,7 @@ from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import FlatModel
 from fedjax_dp.privacy import accounting, secure_aggregation
 from fedjax_dp.schemes.base import Scheme, SetupData, Traits
-from fedjax_dp.simulation.config import RunConfig
+from fedjax_dp.simulation.config import Privacy, RunConfig
 from fedjax_dp.simulation import plan as plan_lib
 from fedjax_dp.simulation.plan import Communication, Plan
 from fedjax_dp.simulation.round import ServerState
@@ -120,13 +120,28 @@ def _check_clients(data: ClientData) -> None:
                      "are the padding label -1)")
 
 
-def _calibrated_clip(scheme: Scheme, setup_data: SetupData, state: Any,
-                     clip_ratio: float | None) -> float:
-  """S from public data (UAI Sec. 4), at the run's ratio or at ``clip_ratio``."""
-  if clip_ratio is None or clip_ratio == setup_data.ratio:
-    return scheme.calibrate_clip(setup_data, state)
-  at = setup_data._replace(ratio=clip_ratio)
-  return scheme.calibrate_clip(at, scheme.setup(at))
+def clip_norm_of(scheme: Scheme, privacy: Privacy, setup_data: SetupData,
+                 state: Any) -> tuple[float, str]:
+  """S of a DP run, and where it came from (the record's ``clip_source``).
+
+  The one place S is decided: a scheme of fixed sensitivity computes its own
+  (``Traits.sensitivity_reason``; a given S does not apply); else the given
+  ``privacy.clip_norm`` ("given"); else S calibrated on public data (UAI
+  Sec. 4), at the run's ratio or at ``privacy.clip_ratio`` for every ratio
+  (Fed-SMP Sec. 6.2).
+  """
+  if scheme.traits.fixed_sensitivity:
+    return float(scheme.calibrate_clip(setup_data, state)), scheme.traits.sensitivity_reason
+  if privacy.clip_norm is not None:
+    return float(privacy.clip_norm), "given"
+  ratio = privacy.clip_ratio
+  if ratio is None:
+    return float(scheme.calibrate_clip(setup_data, state)), "calibrated (UAI Sec. 4)"
+  source = f"calibrated at r = {ratio:g} for every ratio (Fed-SMP Sec. 6.2)"
+  if ratio == setup_data.ratio:
+    return float(scheme.calibrate_clip(setup_data, state)), source
+  at = setup_data._replace(ratio=ratio)
+  return float(scheme.calibrate_clip(at, scheme.setup(at))), source
 
 
 def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
@@ -249,14 +264,8 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       local=cfg.local, run_key=root, num_clients=num_clients, samples_per_client=samples,
       rounds=train.rounds, noise_multiplier=noise_multiplier, num_shares=(0, 0))
   scheme_state = scheme.setup(setup_data)
-  clip_norm = None
-  if traits.dp:
-    clip_norm = priv.clip_norm
-    if traits.fixed_sensitivity:
-      clip_norm = scheme.calibrate_clip(setup_data, scheme_state)
-    elif clip_norm is None:
-      clip_norm = _calibrated_clip(scheme, setup_data, scheme_state, priv.clip_ratio)
-    clip_norm = float(clip_norm)
+  clip_norm, clip_source = (clip_norm_of(scheme, priv, setup_data, scheme_state)
+                            if traits.dp else (None, None))
   features = features_lib.build(cfg, dataclasses.replace(run, clip_norm=clip_norm))
   sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
                            )(jnp.arange(1, train.rounds + 1))
@@ -280,7 +289,8 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
     robust = cfg.aggregator is not None and cfg.aggregator.robust
     client_chunk = default_chunk(capacity + extra, sharding.mesh_size(mesh), robust, sizes)
   plan = dataclasses.replace(
-      run, capacity=capacity, clip_norm=clip_norm, num_shares=num_shares,
+      run, capacity=capacity, clip_norm=clip_norm, clip_source=clip_source,
+      num_shares=num_shares,
       client_chunk=client_chunk, features=features,
       feature_slots=tuple(slots for _, slots in inits), comm=comm,
       mechanism=functools.reduce(lambda m, f: f.accounted(m), features, run.mechanism),

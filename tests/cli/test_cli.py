@@ -11,6 +11,7 @@ import pytest
 
 from fedjax_dp import runlock
 from fedjax_dp.cli import sweep
+from fedjax_dp.schemes import get_scheme
 from tiny_model import tiny_linear
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -295,6 +296,22 @@ def test_sweep_with_a_robust_aggregator_records_the_rule(tmp_path, capsys, tiny_
   run = json.loads((out / "results.json").read_text())["runs"][0]
   assert run["aggregator"] == {"name": "trimmed-mean", "trim": 0.25, "norm_bound": None}
   assert run["best_accuracy"] > 0.0
+
+
+def test_the_record_says_where_each_runs_s_came_from(tmp_path, capsys, tiny_model):
+  """The command line passes the S it was given; the run decides what applies
+  (a sign vector's is fixed) and the record names it."""
+  out = tmp_path / "res"
+  code = sweep.main([
+      "--schemes", "FL-STD-DP", "FL-SIGN-DP", "--clip", "0.5", "--rounds", "1",
+      "--num-clients", "100", "--clients-per-round", "8", "--out", str(out), "--quiet",
+      "--test-size", "1000"])
+  assert code == 0, capsys.readouterr().err
+  runs = {r["scheme"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+  assert (runs["FL-STD-DP"]["clip_norm"], runs["FL-STD-DP"]["clip_source"]) == (0.5, "user")
+  sign = runs["FL-SIGN-DP"]
+  assert sign["clip_source"] == get_scheme("FL-SIGN-DP").traits.sensitivity_reason
+  assert sign["clip_norm"] == pytest.approx(7850 ** 0.5)  # sqrt(n), not the given 0.5
 
 
 def test_sweep_under_a_backdoor_attack_reports_its_metrics(tmp_path, capsys, tiny_model):

@@ -147,21 +147,32 @@ def test_w0_depends_on_the_seed_alone(random_clients):
   assert not np.allclose(w0("FL-STD", seed=1), first)
 
 
-def test_the_given_clip_norm_is_used_and_a_non_dp_run_calibrates_nothing(
-    random_clients, monkeypatch):
+def test_prepare_decides_s_and_says_where_it_came_from(random_clients, monkeypatch):
+  """Given, calibrated (at the run's ratio or at clip_ratio) or the scheme's
+  fixed sensitivity: decided in prepare alone, and named in the Plan."""
   data, public = random_clients
   model = tiny_linear()
   calls = []
-  monkeypatch.setattr(setup, "_calibrated_clip", lambda *a: calls.append(a) or 1.0)
-  _, plan = simulation.prepare(model, get_scheme("FL-STD-DP"), data, public,
-                               FIXED.replace(clip_norm=0.25))
-  assert plan.clip_norm == 0.25 and not calls
-  _, plan = simulation.prepare(model, get_scheme("FL-STD"), data, public,
-                               FIXED.replace(clip_norm=None))
-  assert plan.clip_norm is None and not calls
-  _, plan = simulation.prepare(model, get_scheme("FL-STD-DP"), data, public,
-                               FIXED.replace(clip_norm=None))
-  assert plan.clip_norm == 1.0 and len(calls) == 1
+  masked = type(get_scheme("FL-STD-DP"))
+  monkeypatch.setattr(masked, "calibrate_clip", lambda self, at, state: calls.append(at.ratio) or 0.5)
+
+  def prepared(name, **settings):
+    return simulation.prepare(model, get_scheme(name), data, public, FIXED.replace(**settings))[1]
+
+  plan = prepared("FL-STD-DP", clip_norm=0.25)
+  assert (plan.clip_norm, plan.clip_source, calls) == (0.25, "given", [])
+  plan = prepared("FL-TOP-DP", ratio=0.5, clip_norm=None)
+  assert (plan.clip_norm, plan.clip_source, calls) == (0.5, "calibrated (UAI Sec. 4)", [0.5])
+  plan = prepared("FL-TOP-DP", ratio=0.5, clip_norm=None, clip_ratio=0.1)
+  assert plan.clip_source == "calibrated at r = 0.1 for every ratio (Fed-SMP Sec. 6.2)"
+  assert calls[1:] == [0.1]  # the server's setup at the run's 0.5; S as at 0.1
+  plan = prepared("FL-STD", clip_norm=None)
+  assert (plan.clip_norm, plan.clip_source, len(calls)) == (None, None, 2)
+  # A given S does not apply to a sign vector: its sensitivity is sqrt(n).
+  sign = get_scheme("FL-SIGN-DP")
+  plan = prepared("FL-SIGN-DP", clip_norm=0.25)
+  assert plan.clip_source == sign.traits.sensitivity_reason
+  assert plan.clip_norm == pytest.approx(math.sqrt(plan.num_params))
 
 
 def test_target_epsilon_leaves_a_scheme_without_dp_alone(random_clients, monkeypatch):
