@@ -171,13 +171,13 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
   _check_aggregator(cfg, scheme)
   k = scheme.num_kept(n, cfg.ratio)
   priv = cfg.privacy
+  mesh = sharding.client_mesh(cfg.execution.devices)
   mechanism = features_lib.mechanism(
       cfg, scheme.mechanism(priv.noise_multiplier, k, cfg.local, samples_per_client))
   plan = Plan(config=cfg, scheme=scheme, num_clients=num_clients, num_kept=k,
               num_params=n, samples_per_client=samples_per_client,
               noise_multiplier=priv.noise_multiplier if scheme.traits.dp else 0.0,
-              mesh=sharding.client_mesh(cfg.execution.devices), mechanism=mechanism,
-              run_key=run_key)
+              mesh=mesh, mechanism=mechanism, run_key=run_key)
   features_lib.check(cfg, plan)
   accounting.check_mechanism(mechanism, priv.accountant, priv.sampler)
   return plan
@@ -267,12 +267,14 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   clip_norm, clip_source = (clip_norm_of(scheme, priv, setup_data, scheme_state)
                             if traits.dp else (None, None))
   features = features_lib.build(cfg, dataclasses.replace(run, clip_norm=clip_norm))
+  mechanism = functools.reduce(lambda m, f: f.accounted(m), features, run.mechanism)
   sampling_keys = jax.vmap(lambda t: keys.round_keys(root, t).sampling
                            )(jnp.arange(1, train.rounds + 1))
   share = plan_lib.sampler_share(features, root, num_clients)
+  schedule = plan_lib.schedule(cfg, num_clients, root)
   sizes = sampling.planned_cohort_sizes(sampling_keys, num_clients, run.rate, priv.sampler,
                                         share, cycle_length=priv.cycle_length,
-                                        schedule=plan_lib.schedule(cfg, num_clients, root))
+                                        schedule=schedule)
   capacity = sampling.capacity_for(sizes, num_clients, multiple=multiple)
   if priv.max_cohort is not None:  # truncated Poisson: keep a random subset
     capacity = min(capacity, priv.max_cohort)
@@ -284,17 +286,15 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
                 max(1, capacity + extra - dropouts))
   constants = (scheme.run_constants(setup_data, clip_norm, run.noise_multiplier, num_shares)
                if traits.dp and traits.run_constants else None)
-  comm = communication(traits, cfg, capacity + extra, clip_norm)
   client_chunk = cfg.execution.client_chunk
   if client_chunk is None:
     robust = cfg.aggregator is not None and cfg.aggregator.robust
     client_chunk = default_chunk(capacity + extra, sharding.mesh_size(mesh), robust, sizes)
+  comm = communication(traits, cfg, capacity + extra, clip_norm)
   plan = dataclasses.replace(
       run, capacity=capacity, clip_norm=clip_norm, clip_source=clip_source,
-      num_shares=num_shares,
-      client_chunk=client_chunk, features=features,
-      feature_slots=tuple(slots for _, slots in inits), comm=comm,
-      mechanism=functools.reduce(lambda m, f: f.accounted(m), features, run.mechanism),
+      num_shares=num_shares, client_chunk=client_chunk, features=features,
+      feature_slots=tuple(slots for _, slots in inits), comm=comm, mechanism=mechanism,
       scheme_constants=constants, sampling_keys=sampling_keys)
   state = ServerState(setup_data.w0, scheme_state, tuple(fstate for fstate, _ in inits))
   return Prepared(state, plan)
