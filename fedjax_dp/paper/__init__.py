@@ -15,6 +15,8 @@ papers' presets are applied from above, by the command line
 - :mod:`~fedjax_dp.paper.tables`: the papers' tables as runnable rows, one
   registered entry each (:func:`~fedjax_dp.paper.tables.table`), and their
   prose, ``text.toml``;
+- :mod:`~fedjax_dp.paper.studies`: the studies beyond the papers
+  (correlated and amplified noise), registered as tables too;
 - :mod:`~fedjax_dp.paper.runner`: runs a table's rows and keeps their
   records (locks, twins, resume);
 - :mod:`~fedjax_dp.paper.stats`: a row's result over its seeds and its
@@ -23,3 +25,7 @@ papers' presets are applied from above, by the command line
 
 ``experiments/reproduce.py`` is its command line.
 """
+
+# The studies register their tables beside the papers' (``tables.tables()``
+# lists both); imported here, so that ``tables`` need not import them back.
+from fedjax_dp.paper import studies as _studies  # noqa: E402,F401  pylint: disable=unused-import

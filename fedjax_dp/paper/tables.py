@@ -764,7 +764,6 @@ def tables() -> dict[str, Table]:
   Raises:
     ValueError: Two tables of one name.
   """
-  from fedjax_dp.paper import studies  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   built: dict[str, Table] = {}
   for build, args in _BUILDERS:
     made = build(*args)
