@@ -137,7 +137,7 @@ def _check_count(field: str, value: Any, least: int) -> None:
     raise ConfigError(field, f"must be an integer >= {least}, got {value!r}")
 
 
-def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
+def load(name: str | Dataset, num_clients: int, samples_per_client: int, seed: int = 0, *,
          partition: PartitionConfig = PartitionConfig(), public_size: int | None = None,
          holdout: int = 0, test_size: int | None = None, **own: Any) -> Federation:
   """Loads a data set split over clients, its test set and the public batch.
@@ -147,7 +147,8 @@ def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
   argument means for it).
 
   Args:
-    name: A key of :data:`DATASETS`.
+    name: A key of :data:`DATASETS`, or the :class:`Dataset` itself (a
+      front end that looked it up already).
     num_clients: N (medical-synth: hospitals; shakespeare: a seeded subset
       of its roles; femnist: groups of ``writers_per_client`` writers).
     samples_per_client: |D_k| (medical-synth: patients per hospital, before
@@ -179,7 +180,8 @@ def load(name: str, num_clients: int, samples_per_client: int, seed: int = 0, *,
       parameter where one is at fault).
     DataError: Missing or corrupt data files (femnist: also h5py missing).
   """
-  dataset = get_dataset(name)
+  dataset = name if isinstance(name, Dataset) else get_dataset(name)
+  name = dataset.name
   _check_count("num_clients", num_clients, 1)
   _check_count("samples_per_client", samples_per_client, 1)
   _check_count("holdout", holdout, 0)
@@ -219,7 +221,8 @@ def reachable(name: str) -> str:
   1.3 GB ``extra``).
 
   Args:
-    name: A key of :data:`DATASETS`.
+    name: A key of :data:`DATASETS`, or the :class:`Dataset` itself (a
+      front end that looked it up already).
 
   Returns:
     "" or ``"<name>: <reason>"``, e.g. ``"cifar10: cifar10/cifar-10-python.tar.gz not

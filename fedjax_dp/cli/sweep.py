@@ -102,7 +102,7 @@ def load_data(request: Request, runs: list[PlannedRun]) -> Data:
     if (shape[0], shape[1], held) not in loaded:
       try:
         loaded[shape[0], shape[1], held] = datasets.load(
-            dataset.name, shape[0], shape[1], request.seed, partition=request.partition,
+            dataset, shape[0], shape[1], request.seed, partition=request.partition,
             public_size=values["public_size"], holdout=0 if medical else shape[2],
             test_size=values["test_size"])
       except ConfigError as e:  # the library names its field; the user typed a flag

@@ -108,6 +108,12 @@ def test_the_data_set_is_looked_up_once(monkeypatch):
   request = _resolve("--schemes", "FL-STD", "FL-TOP", "FL-SIGN", "--ratio", "0.01", "0.1")
   assert looked_up == ["fashion-mnist"] and len(request.runs) == 4  # FL-TOP at 2 ratios
   assert request.dataset is real("fashion-mnist")
+  # Loading the runs' data looks it up no more (medical-synth: generated, no files).
+  request = _resolve("--dataset", "medical-synth", "--schemes", "FL-STD", "--num-clients", "6",
+                     "--clients-per-round", "2", "--test-size", "20")
+  looked_up.clear()
+  data = sweep.load_data(request, request.runs)
+  assert looked_up == [] and data.of(request.runs[0]).data.x.shape[0] == 6
 
 
 def test_the_record_config_and_checkpoints_follow_the_request(tmp_path):

@@ -10,6 +10,18 @@ from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.data import load_federated, load_federated_with_public, public_batch
 
 
+def test_load_takes_the_data_set_or_its_name(monkeypatch):
+  """A front end that looked the data set up hands it over: no second lookup."""
+  dataset = datasets.get_dataset("mnist")
+  by_name = datasets.load("mnist", 5, 10, test_size=20)
+  monkeypatch.setattr(datasets, "get_dataset", lambda name: pytest.fail(f"looked up {name}"))
+  given = datasets.load(dataset, 5, 10, test_size=20)
+  np.testing.assert_array_equal(np.asarray(given.data.x), np.asarray(by_name.data.x))
+  np.testing.assert_array_equal(given.test[1], by_name.test[1])
+  with pytest.raises(ValueError, match="applies to femnist only, not to mnist"):
+    datasets.load(dataset, 5, 10, writers_per_client=2)
+
+
 def test_iid_and_held_out_splits_are_the_loaders_of_before():
   """IID and the Fed-SMP hold-out give the arrays the earlier loaders gave
   (the golden records' data), with the public batch of the other data set."""
