@@ -221,8 +221,7 @@ def reachable(name: str) -> str:
   1.3 GB ``extra``).
 
   Args:
-    name: A key of :data:`DATASETS`, or the :class:`Dataset` itself (a
-      front end that looked it up already).
+    name: A key of :data:`DATASETS`.
 
   Returns:
     "" or ``"<name>: <reason>"``, e.g. ``"cifar10: cifar10/cifar-10-python.tar.gz not
