@@ -117,7 +117,9 @@ class Privacy:
 
   Attributes:
     noise_multiplier: sigma.
-    clip_norm: S; None: calibrated on public data (UAI Sec. 4).
+    clip_norm: S; None: calibrated on public data (UAI Sec. 4). A scheme of
+      fixed sensitivity (FL-SIGN-DP's sqrt(n)) uses its own
+      (``simulation.setup.clip_norm_of``).
     clip_ratio: Calibrate S as a run at this ratio would (None: the run's
       own): one S for every ratio, as Fed-SMP Sec. 6.2 tunes it.
     delta: The target delta.
