@@ -60,15 +60,32 @@ def test_cyclic_epsilon_is_jax_privacys_amplified_banded_mf():
     assert ours == pytest.approx(theirs, rel=1e-9), cycle
 
 
+@pytest.fixture(scope="module")
+def fresh_blt_build():
+  """A BLT strategy of the stream test's shape (T = 8, min-separation 4) built
+  uncached (``make_strategy.__wrapped__``: the build itself runs here), and
+  every warning the build raised: the stream test reads the strategy, the
+  float64-warnings test the warnings (one optimisation, 6-18 s, for both)."""
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    strategy = correlated.make_strategy.__wrapped__("blt", 8, 1, 4)
+  return strategy, [f"{w.category.__name__}: {w.message}" for w in caught]
+
+
 @pytest.mark.parametrize("kind,bands,separation", [("banded", 3, 3), ("blt", 1, 4)])
-def test_the_stream_adds_the_strategys_noise_round_by_round(kind, bands, separation):
+def test_the_stream_adds_the_strategys_noise_round_by_round(kind, bands, separation,
+                                                            request):
   """The streaming inverse (jax-privacy's) gives scale * C^{-1} z round by
   round, from a state the server carries; its noise is jointly Gaussian with
   covariance scale^2 C^{-1} C^{-T}: accepted at that covariance, rejected at
   independent noise of the same variance (8 rounds: the BLT optimisation
   costs a third less than at 12; the independent claim's p is still 0)."""
   rounds, n = 8, 4000
-  strategy = correlated.make_strategy(kind, rounds, bands, separation)
+  # BLT's: make_strategy's build, uncached (the fixture's, shared with the
+  # float64-warnings test below).
+  strategy = (request.getfixturevalue("fresh_blt_build")[0] if kind == "blt" else
+              correlated.make_strategy(kind, rounds, bands, separation))
+  assert (strategy.kind, strategy.rounds, strategy.min_separation) == (kind, rounds, separation)
   z = jax.random.normal(jax.random.PRNGKey(0), (rounds, n))
   state, out = strategy.init(n), []
   step = jax.jit(strategy.next)
@@ -91,6 +108,18 @@ def test_the_stream_adds_the_strategys_noise_round_by_round(kind, bands, separat
     assert (min(p_var, p_cross) > 1e-3) == accept, (kind, accept, p_var, p_cross)
 
 
+def test_a_blt_strategy_builds_without_jaxs_float64_warnings(fresh_blt_build):
+  """jax-privacy's BLT optimisation asks for float64; without x64 JAX warns
+  three times a build, which make_strategy quiets (float32 gives the same
+  strategy to 4 digits at the paper setting, docs/correlated-noise.md). The
+  stream test's shape (T = 8, min-separation 4): unfiltered, that build warns
+  three times too. The build (a fresh one, uncached) is the fixture's, which
+  records every warning it raised: none."""
+  strategy, caught = fresh_blt_build
+  assert caught == []
+  assert strategy.kind == "blt" and strategy.scale > 1.0
+
+
 def test_a_strategy_is_built_once_per_process_and_read_only():
   """make_strategy is cached (a BLT optimisation costs up to a minute): the
   same arguments give the same strategy, other ones another, and the shared
@@ -100,19 +129,6 @@ def test_a_strategy_is_built_once_per_process_and_read_only():
   assert correlated.make_strategy("banded", 12, 2, 3) is not first
   with pytest.raises(ValueError, match="read-only"):
     first.matrix[0, 0] = 2.0
-
-
-def test_a_blt_strategy_builds_without_jaxs_float64_warnings():
-  """jax-privacy's BLT optimisation asks for float64; without x64 JAX warns
-  three times a build, which make_strategy quiets (float32 gives the same
-  strategy to 4 digits at the paper setting, docs/correlated-noise.md). The
-  stream test's shape (T = 8, min-separation 4): unfiltered, that build warns
-  three times too, and the worker has JAX's float64 ops of that shape compiled
-  already (12 s for T = 23 on the loaded 2-core VM, 6 s at T = 8 after it)."""
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")
-    strategy = correlated.make_strategy.__wrapped__("blt", 8, 1, 4)  # uncached: a fresh build
-  assert strategy.kind == "blt" and strategy.scale > 1.0
 
 
 def test_cyclic_sampling_keeps_participations_b_apart_at_rate_b_q():
