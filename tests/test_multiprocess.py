@@ -108,7 +108,7 @@ def test_two_processes_write_the_records_of_one_process_with_two_devices(setting
     again = _start_pair([args] * 2, [tmp_path / "two", tmp_path / "process1"])
     (code0, _, err0), (code1, _, err1) = map(_finish, again)
     assert (code0, code1) == (0, 0), (err0[-3000:], err1[-3000:])
-    assert "resuming: 1 finished runs kept" in err0 and "resuming" not in err1
+    assert "resuming: 1 finished run kept" in err0 and "resuming" not in err1
     assert _comparable(tmp_path / "two") == one_run
 
 

@@ -250,9 +250,11 @@ def execute(request: Request, runs: list[PlannedRun], data: Data,
       start = saved_round(request, run, fed, prog)
       if start is not None:
         reached(start)
-        print(f"{prog}: resuming {run_label(run)} at round {start + 1} of "
-              f"{run.setting['rounds']} from its checkpoint {saved} (round {start})",
-              file=sys.stderr, flush=True)
+        # tqdm.write: on a line of its own above the sweep's progress bar.
+        tqdm.write(f"{prog}: resuming {run_label(run)} at round {start + 1} of "
+                   f"{run.setting['rounds']} from its checkpoint {saved} (round {start})",
+                   file=sys.stderr)
+        sys.stderr.flush()
       record = simulation.run(request.model, run.scheme, fed.data, fed.test, fed.public,
                               run.config if run.plan is None else run.plan,
                               progress=progress, checkpoint=saved, on_round=reached)
@@ -315,15 +317,26 @@ def check_records(request: Request) -> None:
   finished runs (:func:`finished_runs`), while a sweep with other settings
   would replace them as its first run finishes. Such a sweep stops here,
   before any work, naming the settings that differ; with ``--overwrite`` it
-  goes on and replaces them. Checkpoints are not records: one of other
-  settings is never continued (``fedjax_dp.checkpoint``).
+  goes on and replaces them. So does a sweep that does not run the
+  interrupted run whose checkpoint ``--out`` holds (that run could not be
+  resumed once this sweep's records are there). A checkpoint of one of this
+  sweep's runs but of other settings is never continued
+  (:func:`check_checkpoints`).
 
   Raises:
-    ValueError: One line naming --out, the differing flags and the ways out.
+    ValueError: One line naming --out, the differing flags or the checkpoint,
+      and the ways out.
   """
   if request.values["overwrite"]:
     return
   out = request.out
+  mine = {request.checkpoint_path(run).name for run in request.runs}
+  theirs = sorted(p.name for p in (pathlib.Path(out) / ".checkpoints").glob("*.npz")
+                  if p.name not in mine)
+  if theirs:
+    raise ValueError(f"--out {out} holds the checkpoint of an interrupted run this sweep "
+                     f"does not run (.checkpoints/{theirs[0]}): run its command again to "
+                     "finish it, choose another --out, or add --overwrite")
   path = pathlib.Path(out) / "results.json"
   if not path.exists():
     return
@@ -535,9 +548,9 @@ def _run_all(request: Request, data: Data) -> int:
   except KeyboardInterrupt as e:
     return _interrupted(request.out, e, 0)
   if done and writer:
-    print(f"{PROG}: resuming: {len(done)} finished runs kept from {request.out}",
-          file=sys.stderr)
-  bar, records, written, running = _Bar(request), [], 0, None
+    print(f"{PROG}: resuming: {len(done)} finished run{'s' if len(done) != 1 else ''} kept "
+          f"from {request.out}", file=sys.stderr)
+  bar, records, written, running, wrote = _Bar(request), [], 0, None, False
   try:
     for run in runs:
       bar.start(run)
@@ -551,7 +564,7 @@ def _run_all(request: Request, data: Data) -> int:
       running = None
       if writer:
         write(request, records)
-        written = len(records)
+        written, wrote = len(records), True
   except KeyboardInterrupt as e:
     bar.close()
     if running is not None and not isinstance(e, Interrupted):  # between execute's steps
@@ -560,5 +573,7 @@ def _run_all(request: Request, data: Data) -> int:
   bar.close()
   if writer:
     print(report.markdown_table(records), end="")
-    print(f"\nwrote {request.out}/results.json, results.csv, results.md", file=sys.stderr)
+    print(f"\nwrote {request.out}/results.json, results.csv, results.md" if wrote else
+          f"\nevery run had finished: {request.out}/results.json, results.csv and results.md "
+          "kept as they were", file=sys.stderr)
   return 0

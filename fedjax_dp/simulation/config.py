@@ -439,6 +439,13 @@ class RunConfig:
     self.training.validate(num_clients)
     self.privacy.validate()
     priv = self.privacy
+    if priv.cycle_length * self.rate(num_clients) > 1.0 + 1e-9:
+      most = int(num_clients // self.training.clients_per_round)
+      raise ConfigError("cycle_length", f"{priv.cycle_length} makes groups of "
+                        f"{num_clients / priv.cycle_length:g} clients, fewer than the "
+                        f"{self.training.clients_per_round} a round asks (a round samples "
+                        f"one group, at rate min(1, B q)): at most {most}, where each round "
+                        "takes one whole group")
     bins = sampling.bins_for(self.rate(num_clients))
     if priv.sampler == "balls-in-bins" and (priv.min_separation or 1) > bins:
       raise ConfigError("min_separation", f"{priv.min_separation} rounds between a client's "

@@ -59,6 +59,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
     (["--noise-multiplier", "-1"], "--noise-multiplier must be >= 0"),
     (["--clients-per-round", "7000"], "exceeds the number of clients 6000"),
     (["--clip", "-2"], "--clip must be > 0"),
+    (["--cycle-length", "300"], "--cycle-length 300 makes groups of 20 clients, fewer than the "
+     "100 a round asks (a round samples one group, at rate min(1, B q)): at most 60"),
     (["--clip-ratio", "2"], "--clip-ratio must be in (0, 1]"),
     (["--aggregator", "krum"], "invalid choice: 'krum'"),
     (["--attack", "in-backdoor", "--malicious-fraction", "0.1"],
@@ -425,7 +427,7 @@ def test_the_same_command_again_resumes_an_interrupted_sweep(tmp_path, capsys, m
   monkeypatch.setattr(sweep.simulation, "run", real_run)
   capsys.readouterr()
   assert sweep.main([*argv, "--out", str(out)]) == 0
-  assert "resuming: 1 finished runs kept" in capsys.readouterr().err
+  assert "resuming: 1 finished run kept" in capsys.readouterr().err
   got = json.loads((out / "results.json").read_text())["runs"]
   want = json.loads((whole / "results.json").read_text())["runs"]
   assert [r["scheme"] for r in got] == [r["scheme"] for r in want] == ["FL-TOP", "FL-STD"]

@@ -155,6 +155,15 @@ def test_a_checkpoint_of_another_command_or_version_is_refused_in_one_line(
 
   refused([a if a != "3" else "4" for a in SHORT],  # --rounds 4
           "another run (other settings, data or model)")
+  # A sweep that does not run FL-STD r=1 would strand its checkpoint: refused
+  # before any work (its results.json would then refuse the first command).
+  assert sweep.main([*[a if a != "FL-STD" else "FL-STD-DP" for a in SHORT], "--out",
+                     str(out)]) == 2
+  assert capsys.readouterr().err.strip().splitlines() == [
+      f"sweep.py: error: --out {out} holds the checkpoint of an interrupted run this sweep "
+      "does not run (.checkpoints/FL-STD-r1.npz): run its command again to finish it, "
+      "choose another --out, or add --overwrite"]
+  assert path.read_bytes() == saved and sorted(p.name for p in out.iterdir()) == [".checkpoints"]
   # A checkpoint of format version 1.
   with np.load(path) as f:
     arrays = {name: f[name] for name in f.files if name != "meta"}
@@ -163,9 +172,10 @@ def test_a_checkpoint_of_another_command_or_version_is_refused_in_one_line(
     np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
   older = path.read_bytes()
   refused(SHORT, "another version of fedjax_dp (format 1; this version reads format 2)")
-  # Its own command continues it.
+  # Its own command continues it, saying so on a line of its own above the
+  # progress bar (splitlines splits at the bar's carriage returns too).
   path.write_bytes(saved)
-  assert sweep.main([*SHORT, "--out", str(out)]) == 0
+  assert sweep.main([*[a for a in SHORT if a != "--quiet"], "--out", str(out)]) == 0
   err = capsys.readouterr().err
   assert (f"sweep.py: resuming FL-STD r=1 at round 3 of 3 from its checkpoint {path} "
           "(round 2)") in err.splitlines()

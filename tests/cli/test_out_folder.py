@@ -49,7 +49,9 @@ def test_another_sweep_is_refused_where_a_sweep_keeps_its_records(tmp_path, caps
   monkeypatch.setattr(sweep.simulation, "run", lambda *a, **k: pytest.fail("ran again"))
   same = [a for a in ARGV if a != "--quiet"] + ["--out", f"{out}/"]
   assert sweep.main(same) == 0
-  assert "resuming: 1 finished runs kept" in capsys.readouterr().err
+  err = capsys.readouterr().err
+  assert "resuming: 1 finished run kept" in err and "wrote" not in err
+  assert "every run had finished: " in err and "kept as they were" in err
   assert json.loads((out / "results.json").read_text())["runs"] == json.loads(
       before[pathlib.Path("results.json")])["runs"]
 

@@ -69,6 +69,10 @@ BAD = [
     (dict(min_separation=5, cycle_length=3), "min_separation",
      "5 rounds between a client's participations are not what the sampler guarantees: "
      "--cycle-length 3 (cyclic Poisson sampling) keeps them 3 apart"),
+    # Cyclic groups of fewer clients than a round asks: B q <= 1.
+    (dict(clients_per_round=10, cycle_length=61), "cycle_length",
+     "61 makes groups of 9.83607 clients, fewer than the 10 a round asks (a round samples "
+     "one group, at rate min(1, B q)): at most 60, where each round takes one whole group"),
     (dict(target_epsilon=0.0), "target_epsilon", "must be > 0, got 0.0"),
     (dict(mc_confidence=1.0), "mc_confidence", "must be in (0, 1), got 1.0"),
     (dict(MC, mc_samples=FEWEST - 1, delta=1e-5, mc_confidence=0.99), "mc_samples",
@@ -113,7 +117,8 @@ GOOD = [
     dict(secure_bits=2), dict(secure_bits=31), dict(secure_frac_bits=0),
     dict(secure_frac_bits=24), dict(dropout_rate=0.0), dict(max_dropouts=0),
     dict(max_cohort=1, accountant="pld"), dict(sampler="fixed", accountant="rdp"),
-    dict(cycle_length=3, min_separation=3), dict(MC, mc_samples=FEWEST, mc_confidence=0.99),
+    dict(cycle_length=3, min_separation=3), dict(clients_per_round=10, cycle_length=60),
+    dict(MC, mc_samples=FEWEST, mc_confidence=0.99),
     dict(MC, sampler="balls-in-bins", clients_per_round=10, min_separation=60),
     dict(MC, sampler="b-min-sep", clients_per_round=10, min_separation=60),
     dict(selection_metric="balanced_accuracy"), dict(local_optimizer="adam"),
