@@ -170,9 +170,9 @@ class Privacy:
       None, "cap the Poisson cohort at B clients (truncated Poisson sampling: a random B "
       "of the sampled clients; accounted with --accountant pld)", int)
   cycle_length: int = setting(
-      1, "cyclic Poisson sampling: the clients form B groups, round t samples group (t - 1) "
-      "mod B at rate B q, so a client's rounds are at least B apart (the min-separation of "
-      "--noise banded/blt); 1: plain Poisson sampling", options.positive_int)
+      1, "cyclic Poisson sampling: the clients form B groups (B at most 1/q), round t samples "
+      "group (t - 1) mod B at rate B q, so a client's rounds are at least B apart (the "
+      "min-separation of --noise banded/blt); 1: plain Poisson sampling", options.positive_int)
   min_separation: int | None = setting(
       None, "the fewest rounds between two participations of a client: b of --sampling "
       "b-min-sep (required there); with --cycle-length B or --sampling balls-in-bins (B = "
