@@ -54,7 +54,7 @@ host_devices.configure()  # one XLA CPU device per core, before JAX starts
 from fedjax_dp import datasets, distributed, simulation  # noqa: E402
 from fedjax_dp.cli import sweep as experiment  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
-from fedjax_dp.cli import interrupts  # noqa: E402
+from fedjax_dp import interrupts  # noqa: E402
 from fedjax_dp.cli import types  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
 from fedjax_dp.privacy import accounting  # noqa: E402

@@ -56,7 +56,7 @@ from fedjax_dp.paper import report as paper_report  # noqa: E402
 from fedjax_dp.paper import runner as paper_runner  # noqa: E402
 from fedjax_dp.paper import stats as paper_stats  # noqa: E402
 from fedjax_dp.paper import tables as paper_tables  # noqa: E402
-from fedjax_dp.cli import interrupts  # noqa: E402
+from fedjax_dp import interrupts  # noqa: E402
 from fedjax_dp.cli import sweep as experiment  # noqa: E402
 
 DEFAULT_OUT = "experiments/reference/reproduction"

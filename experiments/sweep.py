@@ -11,7 +11,7 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure()  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp.cli import interrupts  # noqa: E402
+from fedjax_dp import interrupts  # noqa: E402
 from fedjax_dp.cli.sweep import main  # noqa: E402
 
 if __name__ == "__main__":

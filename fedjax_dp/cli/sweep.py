@@ -38,7 +38,7 @@ from tqdm import tqdm
 from fedjax_dp import checkpoint as checkpoint_lib
 from fedjax_dp import datasets, distributed, plots, runlock, simulation
 from fedjax_dp.cli import errors as cli_errors
-from fedjax_dp.cli import interrupts
+from fedjax_dp import interrupts
 from fedjax_dp.cli import resolve as resolve_lib
 from fedjax_dp.cli import results as report
 from fedjax_dp.cli.parser import (DEFAULT_SCHEMES, PRESET_FLAGS, PROG, UsageError,
@@ -168,7 +168,7 @@ class Interrupted(KeyboardInterrupt):
     run: The run in progress.
     checkpoint: Its checkpoint file (:func:`checkpoint_path`), kept.
     reached: The last round it trained (0: none yet).
-    code: The exit code (``fedjax_dp.cli.interrupts``: 130, or 143 after
+    code: The exit code (``fedjax_dp.interrupts``: 130, or 143 after
       SIGTERM).
   """
 

@@ -25,7 +25,7 @@ from typing import Callable, NamedTuple
 
 from fedjax_dp import checkpoint, runlock
 from fedjax_dp.atomic import atomic_file
-from fedjax_dp.cli import interrupts
+from fedjax_dp import interrupts
 from fedjax_dp.paper.tables import Row, Table
 
 INTERRUPTED = 130  # sweep.py's exit code after Ctrl-C
@@ -91,7 +91,7 @@ def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,
     The kept record, or None if the sweep failed (its exit code is not 0).
 
   Raises:
-    fedjax_dp.cli.interrupts.Reported: The sweep was interrupted (exit code
+    fedjax_dp.interrupts.Reported: The sweep was interrupted (exit code
       130, or 143 after SIGTERM), its checkpoint kept and said in its line
       (a KeyboardInterrupt).
     runlock.Busy: Another process runs this (row, seed) now.

@@ -17,8 +17,8 @@ import time
 import numpy as np
 import pytest
 
-from fedjax_dp import checkpoint
-from fedjax_dp.cli import interrupts, sweep
+from fedjax_dp import checkpoint, interrupts
+from fedjax_dp.cli import sweep
 from xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
