@@ -157,6 +157,11 @@ class SetupData(NamedTuple):
     num_clients: N.
     samples_per_client: |D_k|.
     rounds: T_cl.
+    noise_multiplier: sigma (0 for non-DP schemes).
+    num_shares: (fewest, most) noise shares a round of the run can split the
+      aggregate noise into (``privatize``'s ``num_shares``: cohort size minus
+      the tolerated dropouts, thesis 5.2.5): the fewest over the planned
+      rounds' cohorts, the most the cohort capacity allows.
   """
 
   model: FlatModel
@@ -171,6 +176,8 @@ class SetupData(NamedTuple):
   num_clients: int = 1
   samples_per_client: int = 1
   rounds: int = 1
+  noise_multiplier: float = 0.0
+  num_shares: tuple[int, int] = (1, 1)
 
 
 class Scheme(abc.ABC):
@@ -225,22 +232,12 @@ class Scheme(abc.ABC):
   def calibrate_clip(self, data: SetupData, state: Any) -> float:
     """Clip norm S derived from public data (used by DP schemes)."""
 
-  def run_constants(self, data: SetupData, clip_norm: float, noise_multiplier: float,
-                    num_shares: tuple[int, int]) -> Any:
+  def run_constants(self, data: SetupData, clip_norm: float) -> Any:
     """What a scheme that declares ``traits.run_constants`` computes once
-    for a DP run; kept in ``Plan.scheme_constants`` and passed back to the
-    round methods as ``constants``. Default: None.
-
-    Args:
-      data: What the server knows before round 1.
-      clip_norm: The run's S.
-      noise_multiplier: The run's sigma.
-      num_shares: (fewest, most) noise shares a round of the run can split
-        the aggregate noise into (``privatize``'s ``num_shares``: cohort
-        size minus the tolerated dropouts, thesis 5.2.5): the fewest over
-        the planned rounds' cohorts, the most the cohort capacity allows.
-    """
-    del data, clip_norm, noise_multiplier, num_shares
+    for a DP run with clip norm S (``data``: with the run's sigma and share
+    counts); kept in ``Plan.scheme_constants`` and passed back to the round
+    methods as ``constants``. Default: None."""
+    del data, clip_norm
     return None
 
   # --- The round. -------------------------------------------------------------

@@ -158,15 +158,14 @@ class LatticeScheme(Scheme):
     """q = |B| / |D_k| (at most 1), the per-step Poisson rate."""
     return min(1.0, local.batch_size / num_records)
 
-  def run_constants(self, data: SetupData, clip_norm: float, noise_multiplier: float,
-                    num_shares: tuple[int, int]) -> int:
+  def run_constants(self, data: SetupData, clip_norm: float) -> int:
     """The run's untruncated Poisson batch capacity.
 
     The largest batch any client draws in any local step of the run
     (:func:`fedjax_dp.privacy.per_sample.plan_batch_capacity`), so every
     batch is exactly Poisson.
     """
-    del clip_norm, noise_multiplier, num_shares
+    del clip_norm
     local, num_records = data.local, data.samples_per_client
     q = self.rate(local, num_records)
 

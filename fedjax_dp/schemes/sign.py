@@ -219,17 +219,16 @@ class SignScheme(Scheme):
     shares = jnp.maximum(num_shares, 1).astype(jnp.float32)
     return math.sqrt(num_params) * noise_multiplier / jnp.sqrt(shares)
 
-  def run_constants(self, data: SetupData, clip_norm: float, noise_multiplier: float,
-                    num_shares: tuple[int, int]) -> NoiseTables:
+  def run_constants(self, data: SetupData, clip_norm: float) -> NoiseTables:
     """FL-SIGN-DP: the alias tables of every share scale the run can use.
 
     One row per share count from the fewest of the planned rounds to the
-    most the capacity allows (``num_shares``), and the server's full noise;
-    built once (``fedjax_dp.privacy.dg_table``).
+    most the capacity allows (``data.num_shares``), and the server's full
+    noise; built once (``fedjax_dp.privacy.dg_table``).
     """
     del clip_norm  # sqrt(n) by construction
-    n, sigma = int(data.w0.shape[0]), float(noise_multiplier)
-    fewest, most = num_shares
+    n, sigma = int(data.w0.shape[0]), float(data.noise_multiplier)
+    fewest, most = data.num_shares
     scale = lambda shares: math.sqrt(n) * sigma / math.sqrt(shares)
     return NoiseTables(
         sigma, fewest, discrete_gaussian_table([scale(r) for r in range(fewest, most + 1)]),

@@ -256,13 +256,13 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   num_clients, samples = run.num_clients, run.samples_per_client
   _check_clients(data)
   traits, train, priv = scheme.traits, cfg.training, cfg.privacy
-  mesh, multiple = run.mesh, run.slot_multiple
+  mesh, multiple, noise_multiplier = run.mesh, run.slot_multiple, run.noise_multiplier
   setup_data = SetupData(
       model=model, w0=jax.jit(model.init)(keys.purpose(root, keys.INIT)),
       public_x=jnp.asarray(public[0]), public_y=jnp.asarray(public[1]),
       key=keys.purpose(root, keys.SETUP), ratio=cfg.ratio, init_steps=train.init_steps,
       local=cfg.local, run_key=root, num_clients=num_clients, samples_per_client=samples,
-      rounds=train.rounds)
+      rounds=train.rounds, noise_multiplier=noise_multiplier, num_shares=(0, 0))
   scheme_state = scheme.setup(setup_data)
   clip_norm, clip_source = (clip_norm_of(scheme, priv, setup_data, scheme_state)
                             if traits.dp else (None, None))
@@ -284,8 +284,7 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   dropouts = cfg.dropouts.max_dropouts if traits.dp else 0
   num_shares = (max(1, int(min(sizes.min(), capacity)) - dropouts),
                 max(1, capacity + extra - dropouts))
-  constants = (scheme.run_constants(setup_data, clip_norm, run.noise_multiplier, num_shares)
-               if traits.dp and traits.run_constants else None)
+  constants = _run_constants(scheme, setup_data._replace(num_shares=num_shares), clip_norm)
   client_chunk = cfg.execution.client_chunk
   if client_chunk is None:
     robust = cfg.aggregator is not None and cfg.aggregator.robust
@@ -298,3 +297,11 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
       scheme_constants=constants, sampling_keys=sampling_keys)
   state = ServerState(setup_data.w0, scheme_state, tuple(fstate for fstate, _ in inits))
   return Prepared(state, plan)
+
+
+def _run_constants(scheme: Scheme, data: SetupData, clip_norm: float | None) -> Any:
+  """The scheme's ``run_constants`` for a DP run of a scheme that declares
+  ``traits.run_constants``; None otherwise."""
+  if not (scheme.traits.dp and scheme.traits.run_constants):
+    return None
+  return scheme.run_constants(data, clip_norm)

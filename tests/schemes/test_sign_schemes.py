@@ -101,8 +101,9 @@ def _tables(fewest, most):
   """FL-SIGN-DP's run constants for DIM weights and rounds of fewest..most shares."""
   data = SetupData(model=None, w0=jnp.zeros(DIM), public_x=None, public_y=None,
                    key=jax.random.PRNGKey(0), ratio=1.0, init_steps=0,
-                   local=LocalTraining(1, 10, 0.1))
-  return FL_SIGN_DP.run_constants(data, math.sqrt(DIM), SIGMA, (fewest, most))
+                   local=LocalTraining(1, 10, 0.1), noise_multiplier=SIGMA,
+                   num_shares=(fewest, most))
+  return FL_SIGN_DP.run_constants(data, math.sqrt(DIM))
 
 
 # One compilation per sampler: the rejection sampler (no run constants) and
