@@ -31,7 +31,11 @@ agent; ours, this process's, its peak reset before the case), the machine
 record carries ``ratio_ours_over_pfl``: our clients/s over pfl's at the same
 cohort, for FL-STD-DP (against pfl with DP) or FL-STD (without), and
 FL-TOP-DP (against pfl with DP: the same local training and DP, its upload
-top-r).
+top-r). ``--passes N`` runs the cases N times in turn at each cohort (each
+record says its ``pass``); a pfl record's ratios are against our rounds of
+the same pass, and the table ends with each ratio in every pass and their
+median: on a shared machine either side's round moves by up to 20% between
+calls (docs/performance.md, "Against pfl-research").
 
 The same work on both sides, checked and recorded, or the run stops (exit
 1): the weights counted (1,663,370 in both: ``num_params`` of our plan, the
@@ -76,6 +80,7 @@ A pip or venv failure is one line naming the command, exit 2.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import pathlib
@@ -84,6 +89,7 @@ import shlex
 import shutil
 import signal
 import site
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -584,6 +590,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help=f"comma-separated, of: {', '.join(CASES)} (default: all)")
   p.add_argument("--repeats", type=_positive, default=3,
                  help="timed rounds after the warm-up; the best is kept (default 3)")
+  p.add_argument("--passes", type=_positive, default=1,
+                 help="run the cases this many times in turn at each cohort (default 1): "
+                      "each pfl case's ratios are against our rounds of its own pass, and "
+                      "the table ends with every pass's ratio (a shared machine's pace "
+                      "drifts between calls)")
   p.add_argument("--ratio", type=float, default=0.005, help="FL-TOP-DP's r (default 0.005)")
   p.add_argument("--pfl-torch", choices=("own", "shared"), default="own",
                  help="pfl's environment gets its own torch (this environment's exact "
@@ -646,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measure(args: argparse.Namespace, env: dict | None, data) -> int:
-  """Every case at every cohort, ours first; records and rows as they end."""
+  """Every case at every cohort, ours first, ``--passes`` times in turn;
+  records and rows as they end."""
   model, public = paper_cnn(), public_batch(10, seed=0)
   # The work pfl is given: the plan of our FL-STD-DP round, and its initial weights.
   state, plan = throughput.prepared_round(model, "FL-STD-DP", data, public, 2, args.ratio,
@@ -658,31 +670,46 @@ def _measure(args: argparse.Namespace, env: dict | None, data) -> int:
     print(f"{PROG} on {machine()}; pfl {PFL_VERSION} in {args.pfl_env} "
           f"({args.pfl_torch} torch)" if env else f"{PROG} on {machine()}")
     print(HEADER, flush=True)
-  done, failed = {}, 0
+  done, failed, ratios = {}, 0, {}
   with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
     inputs = pathlib.Path(tmp)
     reference = export_inputs(inputs, data, model, state.weights) if env else None
-    for clients in args.clients_per_round:
+    for clients, pass_, case in itertools.product(
+        args.clients_per_round, range(1, args.passes + 1), args.cases):
       work = work_of(plan, clients)
-      for case in args.cases:
-        try:
-          if case in PFL:
-            rec = run_pfl(env, case, clients, args.repeats, work, inputs, reference,
-                          processes, device, args.pfl_timeout)
-            if "error" not in rec:
-              rec["ratio_ours_over_pfl"] = _ratios(rec, done)
-          else:
-            rec = run_ours(model, case, data, public, clients, args.ratio, args.repeats)
-            _check_ours(rec, work)
-        except WorkMismatch as e:
-          return _fail(f"refused: {e}", 1)
-        except subprocess.TimeoutExpired:
-          rec = {"case": case, "side": "pfl", "clients_per_round": clients,
-                 "error": f"past --pfl-timeout {args.pfl_timeout} s"}
-        failed += "error" in rec
-        done[(case, clients)] = rec
-        _emit(rec, args)
+      try:
+        if case in PFL:
+          rec = run_pfl(env, case, clients, args.repeats, work, inputs, reference,
+                        processes, device, args.pfl_timeout)
+          if "error" not in rec:
+            rec["ratio_ours_over_pfl"] = _ratios(rec, done)
+        else:
+          rec = run_ours(model, case, data, public, clients, args.ratio, args.repeats)
+          _check_ours(rec, work)
+      except WorkMismatch as e:
+        return _fail(f"refused: {e}", 1)
+      except subprocess.TimeoutExpired:
+        rec = {"case": case, "side": "pfl", "clients_per_round": clients,
+               "error": f"past --pfl-timeout {args.pfl_timeout} s"}
+      rec["pass"] = pass_
+      failed += "error" in rec
+      done[(case, clients)] = rec  # a pfl case's ratios: our rounds of this pass
+      for scheme, value in rec.get("ratio_ours_over_pfl", {}).items():
+        ratios.setdefault((clients, scheme, case), []).append(value)
+      _emit(rec, args)
+  if args.passes > 1 and not args.json:
+    print(_passes_summary(ratios), flush=True)
   return 1 if failed else 0
+
+
+def _passes_summary(ratios: dict) -> str:
+  """Each ratio of ours over pfl in every pass, and their median."""
+  lines = ["ours/pfl (clients/s) in each pass:"]
+  for (clients, scheme, case), values in ratios.items():
+    each = ", ".join(f"{v:.2f}x" for v in values)
+    lines.append(f"{clients:7d}  {scheme} / {case}: {each} (median "
+                 f"{statistics.median(values):.2f}x)")
+  return "\n".join(lines)
 
 
 def _check_ours(rec: dict, work: dict) -> None:

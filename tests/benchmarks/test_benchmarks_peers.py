@@ -119,11 +119,48 @@ def test_a_ratio_needs_the_same_work_on_both_sides(peers):
       peers._ratios(rec, {("FL-STD-DP", 2): other})
 
 
+def test_passes_run_the_cases_in_turn_and_ratio_each_pass_on_its_own(peers, monkeypatch,
+                                                                     capsys):
+  """--passes 2: the cases run in turn twice at each cohort, each pfl record's
+  ratio is against our round of its own pass, and the table ends with every
+  pass's ratio and their median. The two sides are stand-ins with a set pace
+  per pass (what is timed is tested above, run for real)."""
+  _, work = _pfl_record(peers)
+  pace = {("FL-STD-DP", 1): 8.0, ("FL-STD-DP", 2): 6.0,
+          ("pfl-dp-multiproc", 1): 4.0, ("pfl-dp-multiproc", 2): 5.0}
+  calls = []
+
+  def record(case, clients, dp):
+    calls.append(case)
+    nth = sum(c == case for c in calls)
+    return {"case": case, "dp": dp, "clients_per_round": clients,
+            "clients_per_sec": pace[(case, nth)], "work": dict(work, clients_per_round=clients)}
+
+  monkeypatch.setattr(peers.throughput, "prepared_round",
+                      lambda *a, **k: (None, None))
+  monkeypatch.setattr(peers, "work_of", lambda plan, clients: dict(work, clients_per_round=clients))
+  monkeypatch.setattr(peers, "run_ours", lambda model, case, *a: record(case, a[2], True))
+  monkeypatch.setattr(peers, "run_pfl", lambda env, case, clients, *a: record(case, clients, True))
+  monkeypatch.setattr(peers, "_check_ours", lambda rec, work: None)
+  monkeypatch.setattr(peers, "_emit", lambda rec, args: print(rec["case"], rec["pass"],
+                                                              rec.get("ratio_ours_over_pfl")))
+  args = peers.parse_args(["--clients-per-round", "2", "--cases",
+                           "pfl-dp-multiproc,FL-STD-DP", "--passes", "2"])
+  assert peers._measure(args, None, data=None) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert calls == ["FL-STD-DP", "pfl-dp-multiproc"] * 2
+  assert out[-6:] == ["FL-STD-DP 1 None", "pfl-dp-multiproc 1 {'FL-STD-DP': 2.0}",
+                      "FL-STD-DP 2 None", "pfl-dp-multiproc 2 {'FL-STD-DP': 1.2}",
+                      "ours/pfl (clients/s) in each pass:",
+                      "      2  FL-STD-DP / pfl-dp-multiproc: 2.00x, 1.20x (median 1.60x)"]
+
+
 @pytest.mark.parametrize("args, says", [
     (["--cases", "FL-STD-DP,pfl-nope"], "unknown case pfl-nope"),
     (["--clients-per-round", "10,0"], "expected positive integers"),
     (["--clients-per-round", "ten"], "expected positive integers"),
     (["--repeats", "0"], "expected a positive integer"),
+    (["--passes", "0"], "expected a positive integer"),
     (["--pfl-processes", "-2"], "expected a positive integer"),
     (["--pfl-torch", "borrowed"], "invalid choice")])
 def test_bad_flags_exit_2_in_one_line(peers, args, says, capsys):
