@@ -42,7 +42,9 @@ class Saved(NamedTuple):
     counters: The train loop's counters (a tuple of ints).
     coded_sizes: Measured coded stream sizes so far.
     seconds: Wall seconds spent training up to ``round``, over every process
-      that trained this run (0 in checkpoints written before it was kept).
+      that trained this run, less the spans a process was stopped
+      (``fedjax_dp.running_clock``; 0 in checkpoints written before it was
+      kept).
   """
 
   round: int

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-import time
 from typing import Callable, NamedTuple
 
 import jax
@@ -13,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import checkpoint as checkpoint_lib
-from fedjax_dp import distributed, keys, metrics, sharding
+from fedjax_dp import distributed, keys, metrics, running_clock, sharding
 from fedjax_dp import features as features_lib
 from fedjax_dp.data import ClientData, as_float
 from fedjax_dp.models import FlatModel
@@ -159,7 +158,8 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
   stream_fn = make_stream_fn(model, plan, measured) if measured > 0 else None
   test_x, test_y = jnp.asarray(test[0]), np.asarray(test[1])
   history, coded_sizes, counters = [], [], Counters()
-  t, started, earlier = 1, time.perf_counter(), 0.0
+  # Seconds the process ran (running_clock: a pause by job control is left out).
+  t, started, earlier = 1, running_clock.now(), 0.0
   saved = None if checkpoint is None else _resume(checkpoint, state)
   if saved is not None:
     earlier = saved.seconds
@@ -194,7 +194,7 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
     if checkpoint is not None and distributed.is_main():
       checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
           t - 1, state, history, tuple(counters), coded_sizes,
-          earlier + time.perf_counter() - started))
+          earlier + running_clock.now() - started))
     if progress is not None:
       progress(chunk)
   return Trained(state, history, counters, coded_sizes, earlier)
@@ -271,15 +271,16 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
     fedjax_dp.checkpoint.Mismatch: ``checkpoint`` holds another run's
       checkpoint, or another version's (a ValueError, one line).
   """
-  start = time.perf_counter()
+  start = running_clock.now()
   config = cfg.config if isinstance(cfg, Plan) else cfg
   data = features_lib.client_data(config, data, keys.run_key(config.training.seed))
   state, plan = prepare(model, scheme, data, public, cfg)
   saving = None if checkpoint is None else (checkpoint, _key(model, scheme, data, config))
   trained = train_loop(model, state, plan, data, test, progress, saving, on_round)
-  # Wall time over every process that trained this run (setup counted once).
+  # Wall time over every process that trained this run (setup counted once),
+  # less the spans a process was stopped (a paused campaign).
   record = record_lib.make_record(model, plan, trained,
-                                  time.perf_counter() - start + trained.earlier_seconds)
+                                  running_clock.now() - start + trained.earlier_seconds)
   if checkpoint is not None and distributed.is_main():
     pathlib.Path(checkpoint).unlink(missing_ok=True)
   return (record, trained.state) if return_state else record
