@@ -9,8 +9,10 @@ needs the cores) would otherwise count the pause as training.
 A daemon thread wakes every ``TICK`` seconds. Every thread of a stopped
 process stops, so a wake-up more than ``GAP`` seconds late means the
 process did not run for that span, and :func:`now` leaves it out. Shorter
-delays (a loaded machine's scheduling) count as running. The thread starts
-with the first :func:`now` and reads nothing but ``time.monotonic``.
+delays (a loaded machine's scheduling) count as running; so would a call
+that held Python's GIL for over ``GAP`` seconds count as stopped (JAX's
+compiles and computations release it). The thread starts with the first
+:func:`now` and reads nothing but ``time.monotonic``.
 
 >>> from fedjax_dp import running_clock
 >>> start = running_clock.now()
