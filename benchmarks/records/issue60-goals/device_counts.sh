@@ -13,6 +13,6 @@ for i in 1 2; do
   for c in "d2=--xla_force_host_platform_device_count=2" "d4=--xla_force_host_platform_device_count=4" \
            "d2noeigen=--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false" \
            "d3=--xla_force_host_platform_device_count=3"; do
-    XLA_FLAGS="${c#*=}" python "$RECORDS/round_times.py" "${c%%=*}" 10 FL-STD >> "$RECORDS/device-counts.jsonl"
+    XLA_FLAGS="${c#*=}" python "$RECORDS/../issue60-cpu-profile/round_times.py" "${c%%=*}" 10 FL-STD >> "$RECORDS/device-counts.jsonl"
   done
 done
