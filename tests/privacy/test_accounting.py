@@ -85,6 +85,25 @@ def test_rdp_matches_fresh_accountant(sampler, num_clients):
   assert got == accountant.get_epsilon(DELTA)
 
 
+@pytest.mark.parametrize("sigma,q,rounds,delta", [(1.54, 1 / 60, 200, DELTA),
+                                                  (0.8, 0.01, 50, DELTA),
+                                                  (1.1, 0.5, 3, 1e-3)])
+def test_pld_matches_fresh_accountant(sigma, q, rounds, delta):
+  # The one-round PLD is cached per (sigma, q) and self-composed per T: the
+  # epsilon must be a fresh PLDAccountant's, bit for bit, before and after a
+  # curve at other T has used the cached PLD.
+  accountant = dp_accounting.pld.PLDAccountant(
+      value_discretization_interval=acc.PLD_VALUE_DISCRETIZATION)
+  accountant.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), rounds))
+  expected = accountant.get_epsilon(delta)
+  assert acc.epsilon(sigma, q, rounds, delta, "pld") == expected
+  acc.epsilon_curve(sigma, q, [1, rounds + 1, 2 * rounds], delta, "pld")
+  acc._pld_epsilon.cache_clear()  # pylint: disable=protected-access
+  assert acc.epsilon(sigma, q, rounds, delta, "pld") == expected
+  assert acc.epsilon(sigma * 1.01, q, rounds, delta, "pld") < expected
+
+
 @pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
 def test_curve_matches_pointwise(accountant):
   rounds = [0, 1, 7, 60, 25]
