@@ -191,10 +191,11 @@ def _pld_epsilon(sigma: float, q: float, rounds: int, delta: float,
         value_discretization_interval=PLD_VALUE_DISCRETIZATION)
     pld = pld.compose(_poisson_round_pld(sigma, q).self_compose(rounds))
     return float(pld.get_epsilon_for_delta(delta))
+  event = dp_accounting.TruncatedSubsampledGaussianDpEvent(
+      int(num_clients), q, int(truncated_cohort), sigma)
   acc = dp_accounting.pld.PLDAccountant(
       value_discretization_interval=PLD_VALUE_DISCRETIZATION)
-  acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.TruncatedSubsampledGaussianDpEvent(
-      int(num_clients), q, int(truncated_cohort), sigma), rounds))
+  acc.compose(dp_accounting.SelfComposedDpEvent(event, rounds))
   return float(acc.get_epsilon(delta))
 
 
