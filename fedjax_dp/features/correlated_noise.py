@@ -76,7 +76,9 @@ class CorrelatedNoise(Feature):
   options = declared(CorrelatedNoiseConfig)
   conflicts = (Conflict("secure_aggregation", "secure aggregation: the server adds the noise "
                         "after the sum"),
-               Conflict("adaptive_clip", "adaptive_clip, whose count noise is independent"))
+               Conflict("adaptive_clip", "adaptive_clip, whose count noise is independent"),
+               Conflict("max_cohort", "--max-cohort, whose truncated-Poisson accounting "
+                        "holds for independent noise only"))
   key_purposes = (keys.Purpose("round", keys.CORRELATED_NOISE, "the server's z_t"),)
 
   @classmethod
@@ -104,6 +106,10 @@ class CorrelatedNoise(Feature):
       raise ConfigError("noise", f"{config.noise} noise goes on a client-level Gaussian sum; "
                         f"{run.scheme_name} {what}{fix}")
     super().check(config, run)
+    if run.sampler == "fixed":
+      raise ConfigError("noise", f"{config.noise} noise is accounted for Poisson (cyclic), "
+                        "b-min-sep or balls-in-bins sampling, not fixed-size cohorts: use "
+                        "--sampling poisson")
     separation = run.min_separation
     if config.noise == "banded" and config.bands > separation and run.sampler != "balls-in-bins":
       fix = ("--min-separation" if run.sampler == "b-min-sep" else "--cycle-length")

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import special
 
 from fedjax_dp.privacy import analytic_gaussian, bisection, monte_carlo
-from fedjax_dp.sampling import SAMPLERS
+from fedjax_dp.sampling import SAMPLERS, SCHEDULED
 
 ACCOUNTANTS = ("moments", "rdp", "pld")
 # A run's accountants: the closed forms above and Monte Carlo accounting of
@@ -66,6 +66,12 @@ def _check_config(accountant: str, sampler: str,
     raise ValueError(f"Unknown accountant {accountant!r}; expected one of {ACCOUNTANTS}.")
   if sampler not in SAMPLERS:
     raise ValueError(f"Unknown sampler {sampler!r}; expected one of {SAMPLERS}.")
+  if sampler in SCHEDULED:
+    # Their participations are not independent across rounds: no closed form
+    # here holds for them (report(..., "monte-carlo", ...) accounts them).
+    raise ValueError(
+        f"The {accountant} accountant cannot account {sampler} sampling; use Monte Carlo "
+        "accounting (accountant 'monte-carlo' in report, or fedjax_dp.privacy.monte_carlo).")
   if sampler == "fixed" and accountant != "rdp":
     raise ValueError(
         f"The {accountant} accountant assumes Poisson sampling; use accountant "
@@ -218,7 +224,8 @@ def epsilon_curve(noise_multiplier: float, sampling_rate: float,
     rounds_list: Iterable of non-negative round counts T.
     delta: Target delta in (0, 1).
     accountant: One of ``ACCOUNTANTS``.
-    sampler: One of ``SAMPLERS``; "fixed" requires accountant "rdp".
+    sampler: "poisson", or "fixed" (with accountant "rdp"); balls-in-bins and
+      b-min-sep sampling are accounted by Monte Carlo (:func:`report`).
     num_clients: Total number of clients N (needed by "fixed" and truncation).
     truncated_cohort: Cap B on the Poisson cohort (accountant "pld" only).
 
@@ -361,7 +368,7 @@ def accountant_label(accountant: str, sampler: str,
 
   Args:
     accountant: One of ``ACCOUNTANTS``.
-    sampler: One of ``SAMPLERS``.
+    sampler: "poisson" or "fixed" (with "rdp").
     truncated_cohort: Cap on the Poisson cohort, if any.
 
   Returns:
@@ -699,12 +706,7 @@ def report(mechanism: Mechanism, rounds_list, delta: float, accountant: str,
               "epsilon_step_agm": step_eps}
     return PrivacyReport(curve[:len(rounds_list)], label, fields)
   if mechanism.kind == "discrete_gaussian":
-    eps = epsilon_discrete_gaussian_curve(
-        sigma, sampling.rate, rounds_list, delta, mechanism.dimension, sampling.capacity,
-        accountant, sampling.sampler, num_clients=sampling.num_clients)
-    label = discrete_gaussian_label(accountant, sampling.sampler, sigma,
-                                    mechanism.dimension, sampling.capacity)
-    return PrivacyReport(eps, label, {})
+    return _discrete_gaussian_report(mechanism, rounds_list, delta, accountant, sampling)
   if accountant == MONTE_CARLO:
     return _monte_carlo_report(mechanism, rounds_list, delta, sampling)
   if mechanism.correlation != "independent" or sampling.cycle_length > 1:
@@ -736,10 +738,43 @@ def cyclic_epsilon_curve(noise_multiplier: float, sampling_rate: float, cycle_le
                        accountant, "poisson")
 
 
+def _discrete_gaussian_report(mechanism: Mechanism, rounds_list, delta: float,
+                              accountant: str, sampling: Sampling) -> PrivacyReport:
+  """Thesis Theorem 3 over the rounds a client can join: all T, or under
+  cyclic Poisson sampling over b groups its group's ceil(T / b) rounds at
+  rate min(1, b q) (the noise is independent across rounds, so a client's
+  privacy loss composes over its own group's rounds only)."""
+  sigma, cycle = mechanism.noise_multiplier, sampling.cycle_length
+  rounds_list = [_check_rounds(t) for t in rounds_list]
+  steps = [-(-t // cycle) for t in rounds_list]
+  rate = min(1.0, sampling.rate * cycle)
+  eps = epsilon_discrete_gaussian_curve(
+      sigma, rate, steps, delta, mechanism.dimension, sampling.capacity, accountant,
+      sampling.sampler, num_clients=sampling.num_clients)
+  label = discrete_gaussian_label(accountant, sampling.sampler, sigma, mechanism.dimension,
+                                  sampling.capacity)
+  if cycle == 1:
+    return PrivacyReport(eps, label, {})
+  label += (f", cyclic Poisson sampling over b = {cycle} groups: ceil(T/b) steps at rate "
+            f"min(1, b q) = {rate:.4g}")
+  return PrivacyReport(eps, label, {"cycle_length": cycle})
+
+
 def _correlated_report(mechanism: Mechanism, rounds_list, delta: float, accountant: str,
                        sampling: Sampling) -> PrivacyReport:
-  """Client-level Gaussian noise under cyclic sampling or correlated across rounds."""
+  """Client-level Gaussian noise under cyclic sampling or correlated across rounds.
+
+  Both accountings below assume Poisson sampling (within a group) with no
+  cap on the cohort; other samplers are refused rather than accounted as
+  Poisson."""
   sigma, cycle = mechanism.noise_multiplier, sampling.cycle_length
+  if sampling.sampler != "poisson" or sampling.max_cohort is not None:
+    what = (f"{sampling.sampler} sampling" if sampling.max_cohort is None else
+            f"Poisson sampling truncated to {sampling.max_cohort} clients")
+    raise ValueError(
+        f"{mechanism.correlation} noise (cycle length {cycle}) is accounted for untruncated "
+        f"(cyclic) Poisson sampling only, not {what}; account balls-in-bins and b-min-sep "
+        "by 'monte-carlo'")
   if mechanism.correlation == "blt":
     # The noise is scaled to the strategy's (k, b)-min-sep sensitivity: the
     # whole run is one Gaussian release with noise multiplier sigma (exact

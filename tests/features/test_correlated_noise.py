@@ -232,6 +232,12 @@ def test_a_run_with_banded_noise_resumes_its_noise_state_exactly(small_federatio
      "--accountant monte-carlo accounts poisson, balls-in-bins and b-min-sep sampling"),
     (["--noise", "banded", "--cycle-length", "2", "--sampling", "fixed",
       "--accountant", "rdp"], "--cycle-length (cyclic Poisson sampling) needs sampler"),
+    # One band passes the separation check, but its accounting is Poisson's.
+    (["--schemes", "FL-STD-DP", "--noise", "banded", "--bands", "1", "--sampling", "fixed",
+      "--accountant", "rdp"], "--noise banded noise is accounted for Poisson (cyclic), "
+     "b-min-sep or balls-in-bins sampling, not fixed-size cohorts: use --sampling poisson"),
+    (["--schemes", "FL-STD-DP", "--noise", "banded", "--bands", "1", "--max-cohort", "8",
+      "--accountant", "pld"], "--noise cannot be combined with --max-cohort"),
 ])
 def test_the_command_line_refuses_what_the_accountant_cannot_vouch_for(tmp_path, capsys,
                                                                          args, needle):

@@ -175,6 +175,10 @@ def test_edge_cases():
     (dict(delta=1.0), "delta"),
     (dict(accountant="gdp"), "Unknown accountant"),
     (dict(sampler="shuffle"), "Unknown sampler"),
+    # Not independent across rounds: Monte Carlo's, never the Poisson epsilon.
+    (dict(sampler="balls-in-bins"), "cannot account balls-in-bins sampling"),
+    (dict(sampler="b-min-sep", accountant="pld"), "cannot account b-min-sep sampling"),
+    (dict(sampler="b-min-sep", accountant="rdp"), "use Monte Carlo accounting"),
 ])
 def test_validation(kwargs, match):
   args = dict(noise_multiplier=1.0, sampling_rate=0.1, rounds=10, delta=DELTA)
@@ -197,3 +201,44 @@ def test_accountant_label():
   assert "at most 32 clients" in acc.accountant_label("pld", "poisson", 32)
   with pytest.raises(ValueError, match="assumes Poisson sampling"):
     acc.accountant_label("moments", "fixed")
+
+
+SAMPLING = acc.Sampling(rate=0.01, sampler="poisson", num_clients=6000, capacity=128)
+
+
+@pytest.mark.parametrize("changes, says", [
+    (dict(sampler="fixed"), "not fixed sampling"),
+    (dict(max_cohort=40), "not Poisson sampling truncated to 40 clients"),
+    (dict(sampler="fixed", cycle_length=4), "not fixed sampling"),
+])
+def test_correlated_noise_is_not_accounted_as_poisson_for_another_sampler(changes, says):
+  """Cyclic and banded accounting hold for untruncated Poisson sampling: a
+  fixed-size or truncated cohort is refused, not given Poisson's (smaller)
+  epsilon. One band is independent noise, so its epsilon there is the
+  sampler's own."""
+  banded = acc.Mechanism("gaussian", 1.0, correlation="banded")
+  sampling = SAMPLING._replace(**changes)
+  with pytest.raises(ValueError, match=says):
+    acc.report(banded, [200], DELTA, "rdp" if sampling.sampler == "fixed" else "pld", sampling)
+  assert acc.report(banded, [200], DELTA, "pld", SAMPLING).epsilons == acc.epsilon_curve(
+      1.0, 0.01, [200], DELTA, "pld")
+
+
+def test_discrete_gaussian_under_cyclic_sampling_composes_a_groups_rounds():
+  """FL-SIGN-DP's Theorem 3 under cyclic Poisson sampling over b groups: a
+  client's ceil(T / b) rounds at rate min(1, b q), as for the Gaussian (for a
+  large model kappa = nu = 0, so the two agree); more than the uncycled run's
+  epsilon, which amplification by the whole population lowers."""
+  sign = acc.Mechanism("discrete_gaussian", 1.0, dimension=1_663_370)
+  rounds = [0, 7, 100, 200]
+  plain = acc.report(sign, rounds, DELTA, "rdp", SAMPLING)
+  for cycle in (4, 60, 150):
+    cyclic = acc.report(sign, rounds, DELTA, "rdp", SAMPLING._replace(cycle_length=cycle))
+    rate = min(1.0, 0.01 * cycle)
+    assert cyclic.epsilons == acc.epsilon_discrete_gaussian_curve(
+        1.0, rate, [-(-t // cycle) for t in rounds], DELTA, 1_663_370, 128, "rdp")
+    assert cyclic.epsilons == pytest.approx(acc.cyclic_epsilon_curve(
+        1.0, 0.01, cycle, rounds, DELTA, "rdp"), rel=1e-9)
+    assert cyclic.epsilons[0] == 0.0 and cyclic.epsilons[-1] > plain.epsilons[-1]
+    assert f"b = {cycle} groups" in cyclic.label and cyclic.fields["cycle_length"] == cycle
+  assert "cyclic" not in plain.label and plain.fields == {}
