@@ -536,7 +536,10 @@ def cache_dir() -> pathlib.Path:
 
 def _cache_key(participation: Participation, c: np.ndarray, sigma: float, delta: float,
                samples: int, confidence: float, seed: int) -> str:
-  text = json.dumps([_CACHE_VERSION, dataclasses.astuple(participation),
+  # The draws also depend on how they are chunked and on JAX's PRNG layout;
+  # a result under another of either is valid but not the recorded seed's draws.
+  text = json.dumps([_CACHE_VERSION, CHUNK, bool(jax.config.jax_threefry_partitionable),
+                     dataclasses.astuple(participation),
                      [float(v).hex() for v in c], float(sigma).hex(), float(delta).hex(),
                      int(samples), float(confidence).hex(), int(seed)])
   return hashlib.sha256(text.encode()).hexdigest()[:32]
