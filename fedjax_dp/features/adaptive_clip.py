@@ -1,14 +1,18 @@
 """Adaptive clipping (Andrew et al., NeurIPS 2021) as a round feature.
 
 Each round, every client that sends reports whether its update fitted in the
-round's clip norm, b_i = 1[||Delta_i|| <= C_t] (``tally``, summed with the
-updates). The server releases the count with Gaussian noise of std sigma_b
-and moves C geometrically towards the target quantile gamma of the update
-norms (Andrew et al. Alg. 1, ``observe``):
+round's clip norm, centred: b_i - 1/2 with b_i = 1[||Delta_i|| <= C_t]
+(``tally``, summed with the updates). The server releases the sum with
+Gaussian noise of std sigma_b and moves C geometrically towards the target
+quantile gamma of the update norms (Andrew et al. Alg. 1, ``observe``):
 
-  b_t = (sum_i b_i + N(0, sigma_b^2)) / m,   C_{t+1} = C_t exp(-eta_C (b_t - gamma)),
+  b_t = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / m + 1/2,
+  C_{t+1} = C_t exp(-eta_C (b_t - gamma)),
 
-with m the expected cohort size. The count's noise is paid for out of the
+with m the expected cohort size (public; TF-Privacy's quantile estimator
+does the same). Centring is what gives the count sensitivity 1/2: a raw
+sum of b_i moves by 1 when a client joins, and adding m/2 back after the
+noise (not |K|/2) keeps the cohort's size out of the release. The count's noise is paid for out of the
 run's sigma (their Theorem 1): the updates are noised with the multiplier
 
   z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2),
@@ -145,16 +149,17 @@ class AdaptiveClip(Feature):
                           noise_multiplier=self.update_noise)
 
   def tally(self, at: At, tally: None) -> jax.Array:
-    """b: the chunk's present clients whose update is within C_t."""
+    """sum (b_i - 1/2) over the chunk's present clients (sensitivity 1/2)."""
     del tally
     norms = jnp.linalg.norm(at.messages.astype(jnp.float32), axis=1)
-    return jnp.sum(at.chunk.present & (norms <= at.noise.clip_norm), dtype=jnp.float32)
+    centred = (norms <= at.noise.clip_norm).astype(jnp.float32) - 0.5
+    return jnp.sum(jnp.where(at.chunk.present, centred, 0.0))
 
   def observe(self, at: At, state: State) -> State:
     observed = at.observed
     key = keys.purpose(observed.round_key, keys.ADAPTIVE_CLIP)
     m = self.run.clients_per_round
-    fitted = (observed.tally + self.count_noise * jax.random.normal(key)) / m
+    fitted = (observed.tally + self.count_noise * jax.random.normal(key)) / m + 0.5
     return State(state.log_factor - self.config.clip_lr * (fitted - self.config.target_quantile))
 
   def info(self, at: At, info: dict) -> dict:

@@ -57,8 +57,8 @@ def test_the_count_is_released_with_noise_sigma_b():
   state = feature.init()[0]
   noise = features.Noise(2.0, 1.0, jnp.int32(20))
 
-  def step(key):
-    seen = features.Observed(None, jnp.float32(12.0), None, None, noise, key)
+  def step(key):  # 12 of 20 fitted: the centred tally is 12 - 20 / 2
+    seen = features.Observed(None, jnp.float32(2.0), None, None, noise, key)
     return feature.observe(features.At(state, observed=seen), state).log_factor
 
   steps = np.asarray(jax.vmap(step)(jax.random.split(jax.random.PRNGKey(3), 2000)),
@@ -73,6 +73,27 @@ def test_the_count_is_released_with_noise_sigma_b():
 
   assert variance_pvalue(1.0) > 1e-3
   assert variance_pvalue(0.9) < 1e-6 and variance_pvalue(1.1) < 1e-6
+
+
+def test_a_client_moves_the_released_count_by_one_half():
+  """Sensitivity 1/2, as Theorem 1's z_Delta assumes: adding one client to a
+  chunk moves the tally by +-1/2 whether or not its update fits; failed and
+  padding slots add nothing. (A raw count of fitted updates moves by 1.)"""
+  cfg = _CFG.replace(adaptive_clip=AdaptiveClipConfig())
+  feature = _feature(cfg)
+  noise = features.Noise(2.0, 1.0, jnp.int32(20))
+  norms = jnp.array([0.5, 1.9, 2.5, 3.0, 1.0, 0.1])  # clip 2: four fit, two do not
+
+  def tally(present):
+    messages = norms[:, None]  # one-value messages of these norms
+    chunk = features.Chunk(jnp.arange(6), jnp.ones(6, bool), jnp.asarray(present), None)
+    return float(feature.tally(features.At(noise=noise, chunk=chunk, messages=messages), None))
+
+  base = [True, True, True, False, False, False]  # 2 fit, 1 does not
+  assert tally(base) == 0.5
+  assert tally(base[:3] + [True, False, False]) == 0.0   # one more, over the clip
+  assert tally(base[:3] + [False, True, False]) == 1.0   # one more, within it
+  assert tally([False] * 6) == 0.0
 
 
 def test_the_round_noises_updates_at_z_delta_and_at_the_tracked_clip(small_federation):
