@@ -8,6 +8,11 @@ l = ``max_dropouts`` clients fail; the feature counts the failed clients and
 the rounds that lost more than l (``observe``), which the record reports and
 warns of. Every run has this feature (``fedjax_dp.features.build``): with no
 failures it changes nothing, and the record always states its fields.
+
+The aggregate noise's variance, S^2 sigma^2 (|K| - d) / (|K| - l), depends on
+the realised cohort |K| when l > 0 or clients fail: under Poisson sampling,
+where |K| is private, the accountant does not count what that reveals
+(docs/privacy.md, "Client failures").
 """
 
 from __future__ import annotations
