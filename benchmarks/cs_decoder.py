@@ -16,7 +16,6 @@ of lambda (0 at the exact BPDN solution).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -27,11 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import host_devices
+from common import OneLineParser  # benchmarks/common.py
 from fedjax_dp.compression import dct_cs, fista
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = OneLineParser(description=__doc__.splitlines()[0])
   p.add_argument("--num-params", type=int, default=1_663_370, help="n (paper CNN)")
   p.add_argument("--ratio", type=float, default=0.05, help="r")
   p.add_argument("--chunks", type=int, default=200, help="P")

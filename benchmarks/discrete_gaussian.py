@@ -19,7 +19,6 @@ is lowered unrolled (``fedjax_dp.fast_prng``), as in every round.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -28,7 +27,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from common import machine  # benchmarks/common.py
+from common import OneLineParser, machine  # benchmarks/common.py
 from fedjax_dp import fast_prng
 from fedjax_dp.privacy import dg_table, sample_discrete_gaussian
 
@@ -95,7 +94,7 @@ def measure(size: int, repeats: int, scales=SCALES, paper_vector: bool = True,
 
 
 def main() -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = OneLineParser(description=__doc__.splitlines()[0])
   p.add_argument("--size", type=int, default=1_000_000, help="samples per call")
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--scales", default=",".join(f"{s:g}" for s in SCALES),

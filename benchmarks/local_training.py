@@ -16,7 +16,6 @@ SGD amplifies over many steps).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -27,11 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import host_devices
+from common import OneLineParser  # benchmarks/common.py
 from fedjax_dp.models import cnn, fast_train
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = OneLineParser(description=__doc__.splitlines()[0])
   p.add_argument("--clients", type=int, default=10, help="clients trained under vmap")
   p.add_argument("--steps", type=int, default=300, help="T_gd")
   p.add_argument("--batch-size", type=int, default=10, help="|B|")

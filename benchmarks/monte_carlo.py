@@ -30,6 +30,7 @@ host_devices.configure()
 # pylint: disable=wrong-import-position
 import numpy as np
 
+from common import OneLineParser  # benchmarks/common.py
 from fedjax_dp.privacy import accounting, correlated, monte_carlo
 
 # The sigmas at which the cases are timed without --calibrate, and around
@@ -111,7 +112,7 @@ def _bands(text: str) -> tuple[int, ...]:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = OneLineParser(description=__doc__.splitlines()[0])
   p.add_argument("--rounds", type=int, default=200, help="T (default %(default)s)")
   p.add_argument("--rate", type=float, default=1 / 60, help="q (default 1/60)")
   p.add_argument("--delta", type=float, default=1e-5, help="delta (default %(default)s)")
@@ -135,8 +136,12 @@ def main(argv=None) -> int:
                  help="--calibrate's resolution of sigma (default %(default)s)")
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   args = p.parse_args(argv)
-  if args.rounds < 1 or not 0 < args.rate <= 1 or not 0 < args.delta < 1:
-    p.error("--rounds must be >= 1, --rate in (0, 1] and --delta in (0, 1)")
+  if args.rounds < 1:
+    p.error(f"--rounds must be >= 1, got {args.rounds}")
+  if not 0 < args.rate <= 1:
+    p.error(f"--rate must be in (0, 1], got {args.rate}")
+  if not 0 < args.delta < 1:
+    p.error(f"--delta must be in (0, 1), got {args.delta}")
   if args.samples < monte_carlo.fewest_samples(args.delta, monte_carlo.DEFAULT_CONFIDENCE):
     p.error(f"--samples {args.samples} cannot bound delta {args.delta:g}: at least "
             f"{monte_carlo.fewest_samples(args.delta, monte_carlo.DEFAULT_CONFIDENCE)}")

@@ -47,6 +47,7 @@ from fedjax_dp import distributed, sharding, simulation  # noqa: E402
 from fedjax_dp.cli import parser, resolve  # noqa: E402
 from fedjax_dp.data import DataError, load_federated, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
+from common import OneLineParser  # noqa: E402  (benchmarks/common.py)
 from throughput import prepared_round  # noqa: E402  (benchmarks/throughput.py)
 
 PROG = "benchmarks/processes.py"
@@ -136,7 +137,7 @@ def _layout(args: argparse.Namespace, processes: int) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+  p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
   p.add_argument("--scheme", default="FL-TOP-DP")
   p.add_argument("--clients-per-round", type=int, default=100)
   p.add_argument("--ratio", type=float, default=0.005)

@@ -163,7 +163,7 @@ def _no_second_argument(args: argparse.Namespace) -> None:
 
 
 def _no_row_flags(args: argparse.Namespace) -> None:
-  """Raises ValueError if queue or plan got a flag that only a table's command
+  """Raises ValueError if queue, plan or report got a flag that only a table's command
   line takes (each queue line carries its own; it was silently ignored)."""
   given = [flag for flag, value in (("--rows", args.rows), ("--seeds", args.seeds),
                                     ("--sweep-flags", args.sweep_flags),
@@ -185,6 +185,12 @@ def _job(args: argparse.Namespace) -> Job:
   if args.seeds is not None and any(s < 0 for s in args.seeds):
     raise ValueError("--seeds must be >= 0")
   extra = tuple(shlex.split(args.sweep_flags))
+  owned = {"--out": "--out", "--seed": "--seeds"}  # the row's own flags come after extra
+  for word in extra:
+    if word.split("=")[0] in owned:
+      flag = word.split("=")[0]
+      raise ValueError(f"--sweep-flags cannot set {flag}: give reproduce.py's "
+                       f"{owned[flag]} instead")
   if args.reduced and extra:
     raise ValueError("--reduced and --sweep-flags exclude each other")
   if args.reduced:
@@ -433,10 +439,15 @@ def _main(argv: list[str]) -> int:
       return _list(args.table, args.out)
     if args.target == "report":
       _no_second_argument(args)
+      _no_row_flags(args)
       experiment.check_out(args.out)
-      path = paper_report.write_report(
-          args.out, args.report, "python experiments/reproduce.py report"
-          + ("" if args.out == DEFAULT_OUT else f" --out {args.out}"))
+      try:
+        path = paper_report.write_report(
+            args.out, args.report, "python experiments/reproduce.py report"
+            + ("" if args.out == DEFAULT_OUT else f" --out {args.out}"))
+      except OSError as e:
+        raise ValueError(f"--report {args.report}: {e.strerror or e}: "
+                         f"{e.filename or args.report}") from None
       print(f"wrote {path}", file=sys.stderr)
       return 0
     if args.target in ("queue", "plan") and args.table is None:

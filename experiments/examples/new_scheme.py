@@ -96,8 +96,13 @@ def user_arrays(seed: int = 0, num: int = 6000):
   return x, y.astype(np.int32)
 
 
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):  # one line and exit code 2, without argparse's usage block
+    self.exit(2, f"new_scheme.py: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = _Parser(description=__doc__.splitlines()[0])
   p.add_argument("--rounds", type=int, default=5)
   p.add_argument("--levels", type=int, default=4)
   args = p.parse_args(argv)

@@ -281,11 +281,16 @@ def _data_values(flags: Mapping[str, Any], dataset: datasets.Dataset) -> dict[st
   return values
 
 
+INT32_MAX = 2**31 - 1
+
+
 def _check_setting(values: Mapping[str, Any], setting: dict) -> None:
   """The checks of a run's setting that name flags (one line, ValueError)."""
   for flag in ("num_clients", "samples_per_client"):
     if setting[flag] < 1:
       raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {setting[flag]}")
+  if setting["num_clients"] > INT32_MAX:  # client ids are int32
+    raise ValueError(f"--num-clients must be at most {INT32_MAX}, got {setting['num_clients']}")
   shards = values["shards_per_client"]
   if values["partition"] == "shards" and setting["samples_per_client"] % shards:
     raise ValueError(f"--samples-per-client ({setting['samples_per_client']}) must be a "
@@ -293,6 +298,20 @@ def _check_setting(values: Mapping[str, Any], setting: dict) -> None:
   if values["clip_ratio"] is not None and isinstance(values["clip"], float):
     raise ValueError(f"--clip-ratio applies to a calibrated S, not to --clip "
                      f"{values['clip']:g}")
+
+
+# Flags that only DP schemes read (left at None unless given).
+_DP_FLAGS = ("noise_multiplier", "target_epsilon", "clip", "clip_ratio", "delta")
+
+
+def _check_dp_flags(flags: Mapping[str, Any], schemes: list[Scheme]) -> None:
+  """Refuses a DP flag given to a sweep of no DP scheme, which would ignore it."""
+  given = [name for name in _DP_FLAGS if flags.get(name) is not None]
+  if given and not any(s.dp for s in schemes):
+    names = ", ".join(s.name for s in schemes)
+    raise ValueError(f"--{given[0].replace('_', '-')} applies to DP schemes; {names} "
+                     f"add{'s' if len(schemes) == 1 else ''} no noise (run a DP scheme, "
+                     "e.g. --schemes FL-TOP-DP)")
 
 
 def _check_public(values: Mapping[str, Any], dataset: datasets.Dataset) -> None:
@@ -347,6 +366,9 @@ def resolve(args: argparse.Namespace, num_params: int | None = None) -> Request:
   checked = model if num_params is None else dataclasses.replace(
       model, shapes=(("w", (num_params,)),))  # the model's name and loss, n weights
   schemes = [family_of(s).configure(s, values) for s in map(get_scheme, values["schemes"])]
+  _check_dp_flags(vars(args), schemes)  # as typed: the data set's defaults are not given
+  if not str(values["out"]).strip():
+    raise ValueError("--out must name a folder, got ''")
   pairs = [(s, r) for r in values["ratio"] for s in schemes if s.uses_ratio]
   pairs += [(s, 1.0) for s in schemes if not s.uses_ratio]
   runs = {}

@@ -484,7 +484,9 @@ def _sweep(args: argparse.Namespace) -> int:
     data = _setup(request)
     claim = claim_out(request.out)
   except (UsageError, ValueError, DataError) as e:
-    return _error(e)
+    return _error(cli_errors.flag_error(e))  # a data setting's field named by its flag
+  except MemoryError as e:  # a federation too large for this machine's memory
+    return _error(f"out of memory loading the data: {e}")
   except KeyboardInterrupt as e:
     return _interrupted(args.out, e, 0)
   with claim:

@@ -92,6 +92,8 @@ class Training:
     """Raises ConfigError naming the field."""
     _check([
         (self.rounds >= 1, "rounds", f"must be >= 1, got {self.rounds}"),
+        (self.rounds <= 2**31 - 1, "rounds",  # the round counter is int32
+         f"must be at most {2**31 - 1}, got {self.rounds}"),
         (self.clients_per_round >= 1, "clients_per_round",
          f"must be >= 1, got {self.clients_per_round}"),
         (self.clients_per_round <= num_clients, "clients_per_round",
@@ -101,6 +103,7 @@ class Training:
         (self.lr > 0, "lr", f"must be > 0, got {self.lr}"),
         _one_of("local_optimizer", self.local_optimizer, local_training.OPTIMIZERS),
         (self.init_steps >= 1, "init_steps", f"must be >= 1, got {self.init_steps}"),
+        (self.seed >= 0, "seed", f"must be >= 0, got {self.seed}"),
         (self.eval_every >= 1, "eval_every", f"must be >= 1, got {self.eval_every}"),
         _one_of("selection_metric", self.selection_metric, SELECTION_METRICS),
     ])

@@ -101,6 +101,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
     (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),
+    # A DP flag that no scheme of the sweep reads would be ignored.
+    (["--schemes", "FL-STD", "--noise-multiplier", "2"],
+     "--noise-multiplier applies to DP schemes; FL-STD adds no noise"),
+    (["--schemes", "FL-STD", "FL-TOP", "--target-epsilon", "1"],
+     "--target-epsilon applies to DP schemes; FL-STD, FL-TOP add no noise"),
+    (["--schemes", "FL-TOP", "--delta", "1e-6"], "--delta applies to DP schemes"),
+    (["--rounds", "100000000000000000000"], "--rounds must be at most 2147483647"),
+    (["--num-clients", "3000000000"], "--num-clients must be at most 2147483647"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
 ])
 def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
   out = tmp_path / "out"
@@ -477,3 +486,11 @@ def test_fl_sign_in_uai_setting_is_compared_with_table_4_4_and_says_which_flags_
   record = {"scheme": "FL-SIGN", "ratio": 1.0, "dataset": "fashion-mnist", **uai.setting}
   assert report._paper(record, "round", "d") == "197"  # pylint: disable=protected-access
   assert report._paper({**record, **default.setting}, "round", "d") == "68"
+
+
+def test_an_empty_out_is_refused_and_nothing_is_written(tmp_path, monkeypatch, capsys):
+  """``--out ""`` once wrote results.* into the working folder."""
+  monkeypatch.chdir(tmp_path)
+  assert sweep.main(["--out", ""]) == 2
+  assert capsys.readouterr().err.strip() == "sweep.py: error: --out must name a folder, got ''"
+  assert list(tmp_path.iterdir()) == []

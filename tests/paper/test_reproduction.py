@@ -370,6 +370,13 @@ def test_list_read_by_a_pipe_that_closes_early_ends_without_a_traceback():
     (["queue"], "queue needs a file: reproduce.py queue FILE"),
     (["queue", "/nonexistent/q.txt"], "queue /nonexistent/q.txt: No such file"),
     (["thesis-5.3", "--reduced"], "have no reduced setting"),
+    # The row's own --out and --seed come after --sweep-flags: they would be dropped.
+    (["thesis-5.3", "--sweep-flags", "--out /tmp/elsewhere"],
+     "--sweep-flags cannot set --out: give reproduce.py's --out instead"),
+    (["thesis-5.3", "--sweep-flags", "--rounds 2 --seed=3"],
+     "--sweep-flags cannot set --seed: give reproduce.py's --seeds instead"),
+    (["report", "--rows", "FL-STD"], "--rows belongs to a table's command line"),
+    (["report", "--report", "/proc/nowhere/R.md"], "--report /proc/nowhere/R.md: "),
 ])
 def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
   assert _script_main()([*args, "--out", str(tmp_path / "out")]) == 2
