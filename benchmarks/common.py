@@ -10,6 +10,7 @@ float32 matmul rate). It imports JAX: scripts import it after
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import jax
@@ -82,6 +83,20 @@ def matmul_gflops(mesh, size: int = 2048, repeats: int = 5) -> float:
   jax.block_until_ready(fn(a))
   return 2 * devices * size ** 3 / best_seconds(lambda: jax.block_until_ready(fn(a)),
                                                 repeats) / 1e9
+
+
+def check_out(parser: argparse.ArgumentParser, out: str | None) -> None:
+  """Refuses, in one line before anything is measured, an ``--out`` file that
+  could not be written: its folder missing, a folder itself, or read-only."""
+  if out is None:
+    return
+  folder = os.path.dirname(out) or "."
+  if not os.path.isdir(folder):
+    parser.error(f"--out: folder {folder!r} does not exist")
+  if os.path.isdir(out):
+    parser.error(f"--out {out} is a folder; give a file")
+  if not os.access(out if os.path.exists(out) else folder, os.W_OK):
+    parser.error(f"--out {out} cannot be written")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -73,7 +73,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 # benchmarks/common.py
-from common import OneLineParser, best_seconds, lowered_flops, machine, matmul_gflops  # noqa: E402
+from common import OneLineParser, best_seconds, check_out, lowered_flops, machine  # noqa: E402
+from common import matmul_gflops  # noqa: E402
 from fedjax_dp import sharding  # noqa: E402
 from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp.models import PaperCNN, from_flax, paper_cnn, zoo  # noqa: E402
@@ -264,8 +265,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.error(f"unknown model {unknown[0]!r} in --models; choose among {', '.join(MODELS)}"
             if unknown else "--models names no model")
   args.models = [n for n in MODELS if n in names]  # the paper CNN first, for x_paper_cnn
-  if args.out is not None and not os.path.isdir(os.path.dirname(args.out) or "."):
-    p.error(f"--out: folder {os.path.dirname(args.out)!r} does not exist")
+  check_out(p, args.out)
   if args.out is not None and os.path.exists(args.out) and not args.overwrite:
     p.error(f"--out {args.out} exists (another run's records): choose another --out, or "
             "add --overwrite to replace it")

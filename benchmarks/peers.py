@@ -106,7 +106,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import throughput  # noqa: E402  (benchmarks/throughput.py)
-from common import OneLineParser, load_paper_data, machine  # noqa: E402
+from common import OneLineParser, check_out, load_paper_data, machine  # noqa: E402
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.data.idx import cache_dir  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
@@ -615,6 +615,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   p.add_argument("--out", default=None, help="also append the JSON lines to this file")
   args = p.parse_args(argv)
+  check_out(p, args.out)
   if args.pfl_env is None:
     args.pfl_env = cache_dir() / f"pfl-env-{args.pfl_torch}"
   args.pfl_env = args.pfl_env.expanduser().resolve()

@@ -98,7 +98,7 @@ import numpy as np  # noqa: E402
 
 # benchmarks/common.py
 from common import best_seconds as _best  # noqa: E402
-from common import OneLineParser, load_paper_data, lowered_flops  # noqa: E402
+from common import OneLineParser, check_out, load_paper_data, lowered_flops  # noqa: E402
 from common import machine, matmul_gflops  # noqa: E402
 import torch_cnn  # noqa: E402  (benchmarks/torch_cnn.py)
 from fedjax_dp import features, sharding, simulation  # noqa: E402
@@ -878,6 +878,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--out", default=None, help="also append the JSON lines to this file")
   args = p.parse_args(argv)
   _check_noise(p, args)
+  check_out(p, args.out)
   return args
 
 

@@ -357,6 +357,27 @@ def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
   assert len(lines) == 1 and says in lines[0], lines
 
 
+@pytest.mark.parametrize("name, argv, says", [
+    # An --out that cannot take the records is refused before anything is timed.
+    ("throughput", ["--out", "/nonexistent/t.jsonl"], "--out: folder '/nonexistent' does not"),
+    ("peers", ["--out", "."], "--out . is a folder; give a file"),
+    ("models", ["--out", "/nonexistent/m.jsonl"], "--out: folder '/nonexistent' does not"),
+    # argparse's own errors, one line without its usage block.
+    ("monte_carlo", ["--rate", "nan"], "--rate must be in (0, 1], got nan"),
+    ("monte_carlo", ["--rounds", "x"], "argument --rounds: invalid int value: 'x'"),
+    ("processes", ["--repeats", "x"], "argument --repeats: invalid int value: 'x'"),
+    ("cs_decoder", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("discrete_gaussian", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("local_training", ["--bogus"], "unrecognized arguments: --bogus")])
+def test_benchmark_argument_errors_are_one_line_exit_2(name, argv, says, capsys, monkeypatch):
+  monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])  # as the script reads them
+  with pytest.raises(SystemExit) as exit_:
+    benchmark_modules.load(name).main()
+  assert exit_.value.code == 2
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert len(lines) == 1 and says in lines[0] and "error: " in lines[0], lines
+
+
 def test_gpu_suite_commands_parse(tmp_path):
   """benchmarks/gpu_suite.sh, dry run: every benchmark command it would run
   on the device is a valid command line of its script, and the cases the
