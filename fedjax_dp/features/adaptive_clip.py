@@ -12,8 +12,9 @@ quantile gamma of the update norms (Andrew et al. Alg. 1, ``observe``):
 with m the expected cohort size (public; TF-Privacy's quantile estimator
 does the same). Centring is what gives the count sensitivity 1/2: a raw
 sum of b_i moves by 1 when a client joins, and adding m/2 back after the
-noise (not |K|/2) keeps the cohort's size out of the release. The count's noise is paid for out of the
-run's sigma (their Theorem 1): the updates are noised with the multiplier
+noise (not |K|/2) keeps the cohort's size out of the release. The count's
+noise is paid for out of the run's sigma (their Theorem 1): the updates are
+noised with the multiplier
 
   z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2),
 
