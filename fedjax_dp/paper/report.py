@@ -12,7 +12,7 @@ import os
 import pathlib
 import shlex
 from fedjax_dp.atomic import atomic_file
-from fedjax_dp.paper.runner import kept_records, record_index
+from fedjax_dp.paper.runner import SEEDS_HEADLINE, kept_records, record_index
 from fedjax_dp.paper.stats import MOVING, TOLERANCE, Summary, claim_check, ratio_curves, summarize
 from fedjax_dp.paper.tables import Row, Table, tables
 
@@ -85,6 +85,8 @@ def table_markdown(table: Table, records: dict[str, list[dict]]
     summaries.append(s)
     diff = "-" if s.difference is None else f"{s.difference:+.3f}"
     seeds = f"{len(s.seeds)} ({'/'.join(map(str, s.seeds))})" if len(s.seeds) > 1 else "1"
+    if row.headline and len(s.seeds) < len(SEEDS_HEADLINE):  # the others still to run
+      seeds += f", of {len(SEEDS_HEADLINE)}"
     lines.append(f"| {row.name} | {paper_cell(row)} | {ours_cell(s)} | "
                  f"{seeds} | {s.rounds} | {diff} | {s.verdict} |")
   lines[0] = f"Setting: {table.setting}.{reduced_clause(summaries)}"
@@ -240,12 +242,15 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
   """
   report = pathlib.Path(report)
   plot_dir = report.parent / f"{report.stem}_plots"
-  sections, everything, beyond = [], [], 0
+  sections, everything, beyond, twins = [], [], 0, []
   index = record_index(out)
   for table in tables().values():
     records = kept_records(out, table, index)
     body, summaries = table_markdown(table, records)
     everything += summaries
+    # A row whose every record is another table's run of the same command.
+    twins += [s for s in summaries
+              if all("same_run_as" in k for k in records[s.row.slug])]
     if table.study:
       beyond += len(summaries)
     paths = _table_plots(table, summaries, records, plot_dir)
@@ -269,7 +274,9 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       "other seeds as thin lines of its colour in the accuracy plots); a row run at "
       "several seeds gives each seed's best round and its ε there, in the order of "
       "its seeds (named in the seeds column), never a mean of rounds. "
-      f"A row is within when |ours - paper| <= {TOLERANCE:g}; a row the paper reports "
+      f"A row is within when |ours - paper| <= {TOLERANCE:g}, ours the mean over its "
+      "seeds (where the seeds fall on both sides of the tolerance, the verdict says how "
+      "many are within); a row the paper reports "
       "as not converging (\"-\") has no figure to be within of and is counted apart, "
       "as qualitative. A reduced run stops "
       "before the paper's: its verdict says which metric was still rising (or "
@@ -277,8 +284,11 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
       f"{MOVING:g} and twice the noise between the run's last two fifths.",
       "",
       f"Rows run: {len(everything)} ({sum(s.reduced for s in everything)} in a reduced "
-      f"setting); compared with a paper figure in the paper's setting: {compared}, "
-      f"within {TOLERANCE:g}: {within} of them; qualitative in the paper's setting "
+      f"setting; distinct runs: {len(everything) - len(twins)}, as {len(twins)} of the rows "
+      "repeat another table's command); compared with a paper figure in the "
+      f"paper's setting: {compared}, within {TOLERANCE:g}: {within} of them (counting "
+      f"each run once: {compared - sum(s.numeric for s in twins)} and "
+      f"{within - sum(s.within for s in twins)}); qualitative in the paper's setting "
       f"(the paper's \"-\", does not converge): {qualitative}, as in the paper: {agree}; "
       f"no published cell (a table's claim checked instead): {no_cell}; "
       f"beyond the papers (their setting, a mechanism they did not run): {beyond}; "

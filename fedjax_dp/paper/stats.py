@@ -136,6 +136,14 @@ class Summary:
     return all(abs(d) <= TOLERANCE + 1e-9 for d in diffs)
 
   @property
+  def seeds_within(self) -> int:
+    """How many seeds' own figure is within TOLERANCE of the paper's (the
+    model metric): the verdict is the mean's, and seeds can straddle it."""
+    if self.row.paper is None:
+      return 0
+    return sum(abs(b - self.row.paper.accuracy) <= TOLERANCE + 1e-9 for b in self.best)
+
+  @property
   def agrees(self) -> bool:
     """A :attr:`qualitative` row whose run does not converge either, as in
     the paper (:meth:`converges` is False)."""
@@ -167,7 +175,7 @@ class Summary:
         return prefix + f"does not converge ({end}best {self.accuracy:.2f}), as in the paper"
       gap = f"converges ({end}best {self.accuracy:.2f}) where the paper's does not"
     elif self.within:
-      return f"within {TOLERANCE:g}"
+      return f"within {TOLERANCE:g}" + self._seeds_clause()
     elif self.difference is None:
       return prefix + "no published cell"
     else:
@@ -178,7 +186,16 @@ class Summary:
                       if d is not None and (self.reduced or abs(d) > TOLERANCE))
     if self.reduced:  # the cut may explain the gap; a reason found says more
       return prefix + gap + (f": {self.row.reason}" if self.row.reason else "")
+    gap += self._seeds_clause()
     return f"{gap}: {self.row.reason}" if self.row.reason else f"{gap}: reason not yet found"
+
+  def _seeds_clause(self) -> str:
+    """`` (the mean; 1 of 3 seeds within)`` where the seeds disagree with the
+    mean's verdict; nothing for one seed or where all agree."""
+    n, k = len(self.best), self.seeds_within
+    if n < 2 or k == (n if self.within else 0):
+      return ""
+    return f" (the mean; {k} of {n} seeds within)"
 
 
 def _moving(change: float | None) -> str:

@@ -286,6 +286,11 @@ def test_outdated_records_are_not_reported(tmp_path):
     ((0.77, 0.79, 0.80), "", "within 0.03"),
     ((0.70,), "", "accuracy off by -0.08: reason not yet found"),
     ((0.70,), "decoder", "accuracy off by -0.08: decoder"),
+    # The mean within, its seeds on both sides of the tolerance: said.
+    ((0.70, 0.83, 0.79), "", "within 0.03 (the mean; 1 of 3 seeds within)"),
+    ((0.70, 0.70, 0.80), "", "accuracy off by -0.05 (the mean; 1 of 3 seeds within): reason "
+     "not yet found"),
+    ((0.70, 0.72), "", "accuracy off by -0.07: reason not yet found"),  # no seed within
 ])
 def test_summary_mean_spread_and_verdict(accuracies, reason, verdict):
   row = paper_tables.Row("FL-CS-DP", 0.05, paper_results.PaperResult(.78, 197, 1.0), "t",
@@ -309,9 +314,13 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
   paper_report.write_report(tmp_path, report, "python experiments/reproduce.py report")
   text = report.read_text()
   # Two seeds: each seed's round and epsilon, in seed order, not their mean.
-  assert ("| FL-CS-DP r=5% | 0.78 @197 ε 1 | 0.780 [0.760, 0.800] @3/3 ε 0.50/0.50 | 2 (0/1) "
-          "| 3 |") in text
-  assert "within 0.03" in text and "Rows run: 1 (0 in a reduced setting);" in text
+  # A headline row (three seeds in the campaign) says how many it waits for.
+  assert ("| FL-CS-DP r=5% | 0.78 @197 ε 1 | 0.780 [0.760, 0.800] @3/3 ε 0.50/0.50 | 2 (0/1), "
+          "of 3 | 3 |") in text
+  assert "within 0.03 |" in text  # both seeds within: no count of them
+  assert ("Rows run: 1 (0 in a reduced setting; distinct runs: 1, as 0 of the rows repeat "
+          "another table's command); compared with a paper figure in the paper's setting: 1, "
+          "within 0.03: 1 of them (counting each run once: 1 and 1)") in text
   assert "Not run yet (9): FL-RND-DP r=5%" in text  # with FL-STD-DP (l.1422)
   for name in ("accuracy", "accuracy_vs_upstream", "epsilon"):
     png = tmp_path / "docs" / "REPRODUCTION_plots" / f"thesis-5.3-{name}.png"
@@ -323,6 +332,18 @@ def test_report_lists_kept_rows_beside_the_paper_with_plots(tmp_path):
   paper_report.write_report(tmp_path, report, "python experiments/reproduce.py report")
   assert not stale.exists()
   assert (tmp_path / "docs" / "REPRODUCTION_plots" / "thesis-5.3-accuracy.png").exists()
+
+
+def test_report_counts_a_run_two_tables_share_once(tmp_path):
+  """UAI Table 1's FL-TOP r=0.5% is also thesis Table 4.4's (the same command):
+  two rows, one run; compared with a paper figure twice, once as a run."""
+  uai = paper_tables.get_table("uai-table1")
+  paper_runner.run_row(uai, uai.select(["FL-TOP_r0.005"])[0], 0, tmp_path,
+                       _fake_sweep([], 0.80, dp=False), "x")
+  text = paper_report.write_report(tmp_path, tmp_path / "R.md", "cmd").read_text()
+  assert ("Rows run: 2 (0 in a reduced setting; distinct runs: 1, as 1 of the rows repeat "
+          "another table's command); compared with a paper figure in the paper's setting: 2, "
+          "within 0.03: 2 of them (counting each run once: 1 and 1)") in text
 
 
 @functools.cache
@@ -1418,14 +1439,14 @@ def test_the_committed_report_gives_each_seeds_round():
   for title, _, rows in _sections(REPORT.read_text()):
     for line in rows:
       cells = [c.strip() for c in line.strip("|").split("|")]
-      count = int(cells[3].split()[0])
+      count = int(cells[3].split()[0].rstrip(","))  # "1, of 3": a headline row's first seed
       rounds = re.search(r" @([\d/]+)", cells[2])[1].split("/")
       assert len(rounds) == count, (title, line[:80])
       eps = re.search(r" ε ([\d./]+)", cells[2])
       assert eps is None or len(eps[1].split("/")) == count, (title, line[:80])
       if count > 1:
         multi += 1
-        assert re.fullmatch(rf"{count} \(\d+(/\d+){{{count - 1}}}\)", cells[3]), cells[3]
+        assert re.fullmatch(rf"{count} \(\d+(/\d+){{{count - 1}}}\)(, of 3)?", cells[3]), cells[3]
   assert multi >= 10
 
 
@@ -1443,9 +1464,10 @@ def test_the_within_count_leaves_qualitative_rows_out(tmp_path):
   assert s_sign.numeric and s_sign.within and not s_sign.qualitative
   report = tmp_path / "R.md"
   paper_report.write_report(tmp_path, report, "cmd")
-  assert ("compared with a paper figure in the paper's setting: 1, within 0.03: 1 of them; "
-          "qualitative in the paper's setting (the paper's \"-\", does not converge): 1, "
-          "as in the paper: 1; no published cell") in report.read_text()
+  assert ("compared with a paper figure in the paper's setting: 1, within 0.03: 1 of them "
+          "(counting each run once: 1 and 1); qualitative in the paper's setting (the paper's "
+          "\"-\", does not converge): 1, as in the paper: 1; no published cell"
+          ) in report.read_text()
 
 
 def test_a_studys_rows_count_apart_from_the_rows_a_claim_checks(tmp_path):
@@ -1474,12 +1496,13 @@ def test_the_committed_reports_counts_are_its_rows():
   full = [r for r in rows if "| reduced setting (" not in r]
   qualitative = [r for r in full if "| - (does not converge) |" in r]
   numeric = [r for r in full if r not in qualitative and "| no published cell |" not in r]
-  within = [r for r in numeric if r.endswith("| within 0.03 |")]
+  within = [r for r in numeric if re.search(r"\| within 0\.03( \(the mean; .*\))? \|$", r)]
   agree = [r for r in qualitative if r.endswith(", as in the paper |")]
-  assert qualitative and not any(r.endswith("| within 0.03 |") for r in qualitative)
+  assert qualitative and not any("| within 0.03" in r for r in qualitative)
   assert (f"compared with a paper figure in the paper's setting: {len(numeric)}, within 0.03: "
-          f"{len(within)} of them; qualitative in the paper's setting (the paper's \"-\", "
-          f"does not converge): {len(qualitative)}, as in the paper: {len(agree)};") in text
+          f"{len(within)} of them (counting each run once: ") in text
+  assert (f"qualitative in the paper's setting (the paper's \"-\", does not converge): "
+          f"{len(qualitative)}, as in the paper: {len(agree)};") in text
 
 
 def test_the_reproduction_notes_name_what_exists_and_no_stale_to_do():
