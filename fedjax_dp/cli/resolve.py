@@ -281,16 +281,14 @@ def _data_values(flags: Mapping[str, Any], dataset: datasets.Dataset) -> dict[st
   return values
 
 
-INT32_MAX = 2**31 - 1
-
-
 def _check_setting(values: Mapping[str, Any], setting: dict) -> None:
   """The checks of a run's setting that name flags (one line, ValueError)."""
   for flag in ("num_clients", "samples_per_client"):
     if setting[flag] < 1:
       raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {setting[flag]}")
-  if setting["num_clients"] > INT32_MAX:  # client ids are int32
-    raise ValueError(f"--num-clients must be at most {INT32_MAX}, got {setting['num_clients']}")
+  most = simulation.config.INT32_MAX  # client ids are int32
+  if setting["num_clients"] > most:
+    raise ValueError(f"--num-clients must be at most {most}, got {setting['num_clients']}")
   shards = values["shards_per_client"]
   if values["partition"] == "shards" and setting["samples_per_client"] % shards:
     raise ValueError(f"--samples-per-client ({setting['samples_per_client']}) must be a "
@@ -309,7 +307,7 @@ def _check_dp_flags(flags: Mapping[str, Any], schemes: list[Scheme]) -> None:
   given = [name for name in _DP_FLAGS if flags.get(name) is not None]
   if given and not any(s.dp for s in schemes):
     names = ", ".join(s.name for s in schemes)
-    raise ValueError(f"--{given[0].replace('_', '-')} applies to DP schemes; {names} "
+    raise ValueError(f"{cli_errors.setting_flags()[given[0]]} applies to DP schemes; {names} "
                      f"add{'s' if len(schemes) == 1 else ''} no noise (run a DP scheme, "
                      "e.g. --schemes FL-TOP-DP)")
 

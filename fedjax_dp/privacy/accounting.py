@@ -733,9 +733,16 @@ def cyclic_epsilon_curve(noise_multiplier: float, sampling_rate: float, cycle_le
   >>> a == epsilon_curve(1.0, 0.01, [100], 1e-5, "rdp")
   True
   """
-  steps = [-(-_check_rounds(t) // cycle_length) for t in rounds_list]
-  return epsilon_curve(noise_multiplier, min(1.0, sampling_rate * cycle_length), steps, delta,
-                       accountant, "poisson")
+  steps, rate = _cyclic_steps(rounds_list, sampling_rate, cycle_length)
+  return epsilon_curve(noise_multiplier, rate, steps, delta, accountant, "poisson")
+
+
+def _cyclic_steps(rounds_list, sampling_rate: float, cycle_length: int
+                  ) -> tuple[list[int], float]:
+  """A client's rounds under cyclic Poisson sampling over b groups: ceil(T / b)
+  per T, at rate min(1, b q)."""
+  return ([-(-_check_rounds(t) // cycle_length) for t in rounds_list],
+          min(1.0, sampling_rate * cycle_length))
 
 
 def _discrete_gaussian_report(mechanism: Mechanism, rounds_list, delta: float,
@@ -745,9 +752,7 @@ def _discrete_gaussian_report(mechanism: Mechanism, rounds_list, delta: float,
   rate min(1, b q) (the noise is independent across rounds, so a client's
   privacy loss composes over its own group's rounds only)."""
   sigma, cycle = mechanism.noise_multiplier, sampling.cycle_length
-  rounds_list = [_check_rounds(t) for t in rounds_list]
-  steps = [-(-t // cycle) for t in rounds_list]
-  rate = min(1.0, sampling.rate * cycle)
+  steps, rate = _cyclic_steps(rounds_list, sampling.rate, cycle)
   eps = epsilon_discrete_gaussian_curve(
       sigma, rate, steps, delta, mechanism.dimension, sampling.capacity, accountant,
       sampling.sampler, num_clients=sampling.num_clients)

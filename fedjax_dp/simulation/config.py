@@ -52,6 +52,10 @@ def _one_of(field: str, value: str, choices: tuple[str, ...]) -> tuple[bool, str
   return (value in choices, field, f"{value!r} is unknown; choose one of {', '.join(choices)}")
 
 
+# Round counters and client ids are int32.
+INT32_MAX = 2**31 - 1
+
+
 @dataclasses.dataclass(frozen=True)
 class Training:
   """Rounds, cohort and the clients' local training (UAI Alg. 1).
@@ -92,8 +96,8 @@ class Training:
     """Raises ConfigError naming the field."""
     _check([
         (self.rounds >= 1, "rounds", f"must be >= 1, got {self.rounds}"),
-        (self.rounds <= 2**31 - 1, "rounds",  # the round counter is int32
-         f"must be at most {2**31 - 1}, got {self.rounds}"),
+        (self.rounds <= INT32_MAX, "rounds",  # the round counter is int32
+         f"must be at most {INT32_MAX}, got {self.rounds}"),
         (self.clients_per_round >= 1, "clients_per_round",
          f"must be >= 1, got {self.clients_per_round}"),
         (self.clients_per_round <= num_clients, "clients_per_round",
