@@ -599,7 +599,9 @@ class Sampling(NamedTuple):
     rate: q = C.
     sampler: One of ``SAMPLERS``.
     num_clients: N.
-    capacity: Cohort slots (the largest cohort, for Theorem 3's |K|).
+    capacity: Theorem 3's |K|, the most noise shares a round splits its noise
+      into: the cohort's slots and any feature's extra slots (an audit's
+      canaries add their shares too), less the tolerated dropouts.
     max_cohort: Truncated Poisson cap, or None.
     participations: ``participations(rounds_list)``: the largest number of
       rounds any client joined within rounds 1..T, per T (record level).

@@ -88,7 +88,7 @@ def privacy_report(plan: Plan, rounds_list) -> accounting.PrivacyReport:
   schedule = plan.schedule(plan.run_key)
   return accounting.report(
       plan.mechanism, rounds_list, priv.delta, priv.accountant,
-      accounting.Sampling(plan.rate, plan.sampler, plan.num_clients, plan.capacity,
+      accounting.Sampling(plan.rate, plan.sampler, plan.num_clients, plan.num_shares[1],
                           priv.max_cohort, participations, priv.cycle_length,
                           separation=1 if schedule is None else schedule.separation,
                           prob=1.0 if schedule is None else schedule.prob,

@@ -12,6 +12,7 @@ from scipy import stats
 from fedjax_dp import features, keys, simulation
 from fedjax_dp.features import correlated_noise
 from fedjax_dp.features.audit import canaries
+from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy import audit as audit_stats
 from fedjax_dp.privacy import noise
 from fedjax_dp.privacy.clipping import clip_by_l2_norm
@@ -234,6 +235,28 @@ def test_every_dp_family_runs_audited(small_federation, name, kw):
     signs = canaries.messages(state, jnp.arange(10), 1.0, True, jnp.int32)
     assert set(np.unique(np.asarray(signs))) == {-1, 1}
 
+
+
+def test_theorem_3_counts_the_canaries_noise_shares(small_federation):
+  """FL-SIGN-DP's canaries add discrete Gaussian shares of their own, so each
+  share is smaller: Theorem 3's |K| (and nu) counts the canary slots too."""
+  data, _, public = small_federation
+  model, sigma = tiny_linear(), 0.02  # nu ~ 0.1 on 7,850 weights: visible
+  _, plan = simulation.prepare(model, get_scheme("FL-SIGN-DP"), data, public,
+                               _CFG.replace(noise_multiplier=sigma, clients_per_round=10,
+                                            rounds=5, accountant="rdp",
+                                            audit=canaries.AuditConfig(50)))
+  shares = plan.capacity + sum(plan.feature_slots)
+  assert sum(plan.feature_slots) > 0 and plan.num_shares[1] == shares
+  report = simulation.privacy_report(plan, [5])
+  n, q = model.num_params, 10 / 600
+  nu = accounting.discrete_gaussian_nu(sigma, n, shares)
+  assert nu > 1.2 * accounting.discrete_gaussian_nu(sigma, n, plan.capacity)
+  assert f"nu={nu:.2g}" in report.label
+  assert report.epsilons[0] == pytest.approx(accounting.epsilon_discrete_gaussian(
+      sigma, q, 5, DELTA, n, shares, "rdp"), rel=1e-9)
+  assert report.epsilons[0] > accounting.epsilon_discrete_gaussian(
+      sigma, q, 5, DELTA, n, plan.capacity, "rdp") * (1 + 1e-6)
 
 @pytest.mark.parametrize("kw,match", [
     (dict(audit=canaries.AuditConfig(0)), "audit_canaries must be >= 1"),
