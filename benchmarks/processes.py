@@ -43,12 +43,13 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 
-from fedjax_dp import distributed, sharding, simulation  # noqa: E402
+from fedjax_dp import distributed, keys, sharding, simulation  # noqa: E402
 from fedjax_dp.cli import parser, resolve  # noqa: E402
 from fedjax_dp.data import DataError, load_federated, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
+from fedjax_dp.schemes import get_scheme  # noqa: E402
 from common import OneLineParser  # noqa: E402  (benchmarks/common.py)
-from throughput import prepared_round  # noqa: E402  (benchmarks/throughput.py)
+from throughput import prepared_round, round_config  # noqa: E402  (benchmarks/throughput.py)
 
 PROG = "benchmarks/processes.py"
 
@@ -166,6 +167,10 @@ def main() -> int:
     return 2
   try:  # here, in one line, rather than in every worker
     load_federated("fashion-mnist", args.num_clients, 10, seed=0)
+    simulation.validate(round_config(args.clients_per_round, args.ratio, None,
+                                     rounds=args.repeats + 1),
+                        get_scheme(args.scheme), paper_cnn(), args.num_clients, 10,
+                        keys.run_key(0))
   except (DataError, ValueError) as e:
     print(f"{PROG}: error: {e}", file=sys.stderr)
     return 2

@@ -162,6 +162,19 @@ class NoiseCase(NamedTuple):
     return timed_rounds if plain else max(timed_rounds, PAPER_ROUNDS)
 
 
+def round_config(clients: int, ratio: float, devices: int | None, rounds: int = 8,
+                 client_chunk: int | None = None,
+                 noise_case: NoiseCase = NoiseCase()) -> simulation.RunConfig:
+  """The config of :func:`prepared_round`'s round (see there)."""
+  cyclic = noise_case.cycle_length > 1
+  return simulation.RunConfig.of(
+      ratio=ratio, rounds=rounds, clients_per_round=clients,
+      sampler="poisson" if cyclic else "fixed", cycle_length=noise_case.cycle_length,
+      min_separation=noise_case.min_separation if cyclic else None, accountant="rdp",
+      clip_norm=0.6, devices=devices, client_chunk=client_chunk,
+      correlated_noise=noise_case.config())
+
+
 def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: float,
                    devices: int | None, rounds: int = 8,
                    client_chunk: int | None = None,
@@ -175,13 +188,7 @@ def prepared_round(model, scheme_name: str, data, public, clients: int, ratio: f
   default). ``noise_case``: the noise across rounds, and cyclic Poisson
   sampling (expected cohort ``clients``) where its cycle length is above 1.
   """
-  cyclic = noise_case.cycle_length > 1
-  cfg = simulation.RunConfig.of(
-      ratio=ratio, rounds=rounds, clients_per_round=clients,
-      sampler="poisson" if cyclic else "fixed", cycle_length=noise_case.cycle_length,
-      min_separation=noise_case.min_separation if cyclic else None, accountant="rdp",
-      clip_norm=0.6, devices=devices, client_chunk=client_chunk,
-      correlated_noise=noise_case.config())
+  cfg = round_config(clients, ratio, devices, rounds, client_chunk, noise_case)
   return simulation.prepare(model, get_scheme(scheme_name), data, public, cfg)
 
 

@@ -512,6 +512,24 @@ def test_benchmarks_without_data_end_in_one_line_exit_2(name, argv, tmp_path, ca
   assert "not found" in lines[0] and "FEDJAX_DP_DATA" in lines[0]
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--scheme", "FL-NOPE"], "unknown scheme 'FL-NOPE'"),
+    (["--ratio", "2"], "ratio must be in (0, 1], got 2.0"),
+    (["--num-clients", "40", "--clients-per-round", "50"],
+     "clients_per_round 50 exceeds the number of clients 40")])
+def test_processes_benchmark_refuses_a_bad_run_before_its_workers(argv, says, capsys,
+                                                                  monkeypatch):
+  """Checked once in the script's own process: no worker is started (one would
+  fail in a traceback of its own, as the layouts' error said before)."""
+  module = benchmark_modules.load("processes")
+  monkeypatch.setattr(module, "_layout", lambda *a: pytest.fail("a worker was started"))
+  monkeypatch.setattr(sys, "argv", ["benchmarks/processes.py", "--num-clients", "40",
+                                    "--repeats", "1", *argv])
+  code, err = _exit_in_process(module.main, capsys)
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1 and says in lines[0], err[-3000:]
+
+
 def test_benchmark_federations_above_the_data_s_clients_repeat_them():
   """A cohort of 10,000 needs more clients than the data's 6,000: client i
   holds client i mod 6,000's images."""
