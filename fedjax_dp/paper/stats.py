@@ -79,6 +79,9 @@ class Summary:
     finals: Each seed's model metric at its last evaluation, seed order.
     final_epsilons: Each seed's epsilon after its last round (empty
       without DP).
+    at_paper_round: Each seed's model metric at the paper's best round (its
+      last evaluation up to it), seed order; empty where the paper names no
+      round or a run has no history.
   """
 
   row: Row
@@ -99,6 +102,7 @@ class Summary:
   late: tuple[float, ...] = ()
   finals: tuple[float, ...] = ()
   final_epsilons: tuple[float, ...] = ()
+  at_paper_round: tuple[float, ...] = ()
 
   @property
   def difference(self) -> float | None:
@@ -175,7 +179,7 @@ class Summary:
         return prefix + f"does not converge ({end}best {self.accuracy:.2f}), as in the paper"
       gap = f"converges ({end}best {self.accuracy:.2f}) where the paper's does not"
     elif self.within:
-      return f"within {TOLERANCE:g}" + self._seeds_clause()
+      return f"within {TOLERANCE:g}" + self._seeds_clause() + self._shape_clause()
     elif self.difference is None:
       return prefix + "no published cell"
     else:
@@ -196,6 +200,20 @@ class Summary:
     if n < 2 or k == (n if self.within else 0):
       return ""
     return f" (the mean; {k} of {n} seeds within)"
+
+  def _shape_clause(self) -> str:
+    """Where the best is within but the run's course is not: at the paper's
+    best round ours is off by more than TOLERANCE (an early peak that then
+    falls, say), the clause gives ours there; nothing otherwise."""
+    if not self.at_paper_round or self.row.paper is None:
+      return ""
+    there = statistics.fmean(self.at_paper_round)
+    off = there - self.row.paper.accuracy
+    if abs(off) <= TOLERANCE + 1e-9:
+      return ""
+    rounds = "/".join(map(str, self.best_rounds))
+    return (f" on the best (round {rounds}); at the paper's best round, "
+            f"{self.row.paper.round}, ours is {there:.3f}, off by {off:+.2f}")
 
 
 def _moving(change: float | None) -> str:
@@ -280,7 +298,8 @@ def summarize(row: Row, records: list[dict]) -> Summary:
                             for r in runs),
                  finals=tuple(_final(r, row.model_metric) for r in runs),
                  final_epsilons=tuple(r["epsilon_final"] for r in runs
-                                      if r.get("epsilon_final") is not None))
+                                      if r.get("epsilon_final") is not None),
+                 at_paper_round=_at_paper_round(row, runs))
 
 
 def _final(run: dict, metric: str) -> float | None:
@@ -288,6 +307,17 @@ def _final(run: dict, metric: str) -> float | None:
   key = _HISTORY_KEYS.get(metric, metric)
   history = run.get("history") or [{}]
   return history[-1].get(key)
+
+
+def _at_paper_round(row: Row, runs: list[dict]) -> tuple[float, ...]:
+  """Each run's model metric at its last evaluation up to the paper's best
+  round; empty unless every run has one."""
+  if row.paper is None or row.paper.round is None:
+    return ()
+  key = _HISTORY_KEYS.get(row.model_metric, row.model_metric)
+  found = [[h[key] for h in r.get("history", [])
+            if h.get(key) is not None and h["round"] <= row.paper.round] for r in runs]
+  return tuple(v[-1] for v in found) if all(found) else ()
 
 
 def _moves(row: Row, runs: list[dict]) -> tuple[tuple[str, float], ...]:
