@@ -270,7 +270,8 @@ def execute(request: Request, runs: list[PlannedRun], data: Data,
       record["clip_source"] = run.clip_source
     record["paper_source"] = paper_results.paper_source(run.scheme.name, run.ratio,
                                                         dataset.name, run.setting)
-    record["paper_upstream_bits"] = paper_results.PAPER_UPSTREAM_BITS.get(run.scheme.name)
+    record["paper_upstream_bits"] = paper_results.paper_upstream_bits(
+        run.scheme.name, record["epsilon_final"])
     record["setting_source"] = setting_source(run.scheme, dataset, run.setting)
     record.update({k: run.setting[k] for k in ("samples_per_client", "local_steps",
                                                 "batch_size", "lr", "local_optimizer")})

@@ -143,8 +143,23 @@ _SIGN_SOURCES_UAI_SETTING = {"FL-SIGN": "thesis Table 4.4"}
 # The settings' keys that tell UAI Table 5's data setting from Table 8.1's (the
 # rounds are not among them: a shortened run is compared as any other).
 _DATA_SETTING_KEYS = ("num_clients", "samples_per_client", "local_steps", "batch_size")
-# Upstream bits per value reported by the thesis (Sec. 4.1.3; Tables 5.1-5.2).
-PAPER_UPSTREAM_BITS = {"FL-SIGN": 1, "FL-SIGN-DP": 22, "signSGD": 1}
+# Upstream bits per value reported by the thesis (Sec. 4.1.3), and FL-SIGN-DP's
+# secure-sum modulus at epsilon 1, 2 and 4 (Tables 5.1-5.2, footnote 5 l.1232).
+PAPER_UPSTREAM_BITS = {"FL-SIGN": 1, "signSGD": 1}
+SIGN_DP_PAPER_BITS = {1.0: 22, 2.0: 21, 4.0: 21}
+
+
+def paper_upstream_bits(scheme: str, epsilon: float | None = None) -> int | None:
+  """The thesis' upstream bits per value for a scheme; FL-SIGN-DP's at the
+  run's ``epsilon`` (within 5% of a table's 1, 2 or 4), else None.
+
+  >>> paper_upstream_bits("FL-SIGN-DP", 2.01), paper_upstream_bits("FL-SIGN-DP", 3.0)
+  (21, None)
+  """
+  if scheme != "FL-SIGN-DP":
+    return PAPER_UPSTREAM_BITS.get(scheme)
+  return next((bits for eps, bits in SIGN_DP_PAPER_BITS.items()
+               if epsilon is not None and abs(epsilon - eps) <= 0.05 * eps), None)
 
 UAI_RESULTS = _build_results()
 PAPER_RESULTS = {**UAI_RESULTS, **THESIS_RESULTS, **SIGN_RESULTS}

@@ -57,21 +57,25 @@ _ENCODABLE = 2147483520.0
 
 
 def bit_width(noise_std: float, max_abs_value: float, num_clients: int,
-              scale: float = 1.0) -> int:
+              scale: float = 1.0, largest: int | None = None) -> int:
   """Bits per value of the secure sum, thesis 5.2.4.
 
   ``b = ceil(log2((12 * noise_std + max_abs_value) * |K| * scale))``, the
   thesis' modulus (22 bits for FL-SIGN-DP at epsilon 1 with the paper CNN and
-  |K| = 100), and never less than what the noiseless sum needs,
-  ``ceil(log2(2 * max_abs_value * |K| * scale + 1))`` (two's complement).
+  |K| = 100), and never less than what the noiseless sum of the largest
+  cohort needs, ``ceil(log2(2 * max_abs_value * |K|max * scale + 1))`` (two's
+  complement).
 
   Args:
     noise_std: Standard deviation of the aggregate noise: ``sqrt(n) sigma``
       for FL-SIGN-DP, ``S sigma`` for the Gaussian schemes, 0 without DP.
     max_abs_value: Largest |coordinate| of a noiseless contribution: 1 for
       signs, S for updates clipped to L2 norm S.
-    num_clients: |K|, the number of summed contributions.
+    num_clients: |K|, the number of summed contributions (the thesis' C N,
+      the expected cohort).
     scale: Fixed-point scale ``2^f`` (1 for integers).
+    largest: |K|max, the most contributions a round can sum (a Poisson
+      cohort above its mean); default ``num_clients``.
 
   Returns:
     b.
@@ -79,11 +83,12 @@ def bit_width(noise_std: float, max_abs_value: float, num_clients: int,
   Raises:
     ValueError: If b exceeds :data:`MAX_BITS` (use fewer fractional bits).
   """
-  if noise_std < 0 or max_abs_value <= 0 or num_clients < 1 or scale <= 0:
+  largest = num_clients if largest is None else largest
+  if noise_std < 0 or max_abs_value <= 0 or not 1 <= num_clients <= largest or scale <= 0:
     raise ValueError("bit_width needs noise_std >= 0, max_abs_value > 0, "
-                     "num_clients >= 1 and scale > 0")
+                     "1 <= num_clients <= largest and scale > 0")
   paper = (TAIL_FACTOR * noise_std + max_abs_value) * num_clients * scale
-  exact = 2 * max_abs_value * num_clients * scale + 1
+  exact = 2 * max_abs_value * largest * scale + 1
   bits = max(math.ceil(math.log2(paper)), math.ceil(math.log2(exact)), 2)
   if bits > MAX_BITS:
     raise ValueError(f"secure aggregation needs {bits} bits (> {MAX_BITS}); "

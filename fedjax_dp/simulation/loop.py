@@ -100,12 +100,16 @@ def evaluation_metrics(model: FlatModel, labels: np.ndarray, predictions: np.nda
 
 
 class Counters(NamedTuple):
-  """What the train loop counts over the rounds (from each round's RoundInfo)."""
+  """What the train loop counts over the rounds (from each round's RoundInfo).
+
+  A checkpoint written before ``silent`` was counted resumes it from 0.
+  """
 
   participations: int = 0
   truncated: int = 0
   clipped: int = 0
   overflows: int = 0
+  silent: int = 0  # participations whose message never arrived (failures)
 
   def add(self, infos: RoundInfo, capacity: int) -> "Counters":
     """These counts plus those of the rounds in ``infos`` (stacked)."""
@@ -114,7 +118,8 @@ class Counters(NamedTuple):
         self.participations + int(np.minimum(sampled, capacity).sum()),
         self.truncated + int((sampled > capacity).sum()),
         self.clipped + int(np.asarray(infos.num_clipped).sum()),
-        self.overflows + int(np.asarray(infos.secure_overflow).sum()))
+        self.overflows + int(np.asarray(infos.secure_overflow).sum()),
+        self.silent + int(np.asarray(infos.num_silent).sum()))
 
 
 class Trained(NamedTuple):

@@ -149,7 +149,9 @@ def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> R
   upstream_bits, coded = comm.upstream_bits, {}
   if scheme.traits.measured_streams > 0:
     coded = universal_coding.summarize(trained.coded_sizes)
-    if trained.coded_sizes:  # measured coded bits replace the nominal 32 a value
+    # Measured coded bits replace the nominal 32 a value; under secure
+    # aggregation a masked value is uniform mod 2^b and sent as b bits.
+    if trained.coded_sizes and comm.secure_bits is None:
       upstream_bits = coded["coded_bits_per_value"]
   down_values = scheme.num_downstream(n, cfg.ratio)
   parts = counters.participations
@@ -168,8 +170,8 @@ def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> R
       downstream_kb=bandwidth.cost_kb(down_values, best["round"], plan.rate,
                                       comm.downstream_bits),
       upstream_kb=bandwidth.cost_kb(k, best["round"], plan.rate, upstream_bits),
-      measured_upstream_kb=bandwidth.measured_cost_kb(k, parts, plan.num_clients,
-                                                      upstream_bits),
+      measured_upstream_kb=bandwidth.measured_cost_kb(k, parts - counters.silent,
+                                                      plan.num_clients, upstream_bits),
       upstream_bits=upstream_bits,
       downstream_bits=comm.downstream_bits,
       secure_aggregation=comm.secure_bits is not None,

@@ -57,12 +57,15 @@ class RoundInfo(NamedTuple):
     num_clipped: Real clients whose message was longer than S.
     secure_overflow: Coordinates whose secure sum overflowed the modulus.
     features: Each feature's ``info`` (a dict of counts).
+    num_silent: Sampled clients of the cohort whose message never arrived
+      (they failed: the features' ``failures``).
   """
 
   num_sampled: jax.Array
   num_clipped: jax.Array
   secure_overflow: jax.Array | int = 0
   features: tuple = ()
+  num_silent: jax.Array | int = 0
 
 
 def round_inputs(plan: Plan, state: ServerState, run_key: jax.Array,
@@ -315,8 +318,10 @@ def make_round_fn(model: FlatModel, plan: Plan
                                inputs.keys.round))
           for fstate, value, tally in zip(state.features, inputs.features, agg.tallies)]
     fstates = tuple(f.observe(fat, fat.state) for f, fat in zip(features, at))
+    cohort = slice(0, plan.capacity)  # the sampled clients' slots, before the features'
+    silent = jnp.sum(inputs.cohort.mask[cohort] & ~agg.present[cohort], dtype=jnp.int32)
     info = RoundInfo(inputs.cohort.num_sampled, agg.num_clipped, agg.overflow,
-                     tuple(f.info(fat, {}) for f, fat in zip(features, at)))
+                     tuple(f.info(fat, {}) for f, fat in zip(features, at)), silent)
     return ServerState(new_w, new_scheme_state, fstates), info
 
   return round_fn

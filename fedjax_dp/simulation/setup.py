@@ -60,13 +60,18 @@ def default_chunk(capacity: int, devices: int, robust: bool,
 
 
 def communication(traits: Traits, cfg: RunConfig, capacity: int,
-                  clip_norm: float | None) -> Communication:
+                  clip_norm: float | None, largest: int | None = None) -> Communication:
   """Secure-aggregation settings and bits per value up and down.
 
   Secure aggregation applies to DP schemes and to schemes with bounded
   integer messages (FL-SIGN, signSGD); the bit width is ``--secure-bits`` or
-  thesis 5.2.4's ``ceil(log2((12 S sigma + max|x|) |K| 2^f))`` with |K| the
-  largest cohort (capacity), S sigma the aggregate noise std, max|x| the
+  thesis 5.2.4's ``ceil(log2((12 S sigma + max|x|) |K| 2^f))``, never less
+  than the largest cohort's noiseless sum needs
+  (``secure_aggregation.bit_width``). |K| is ``capacity``, the run's
+  expected cohort (the thesis' C N), and |K|max is ``largest`` (default
+  |K|), the largest planned one, each with the features' slots; the run
+  leaves the cohort's padding to the device count out of both. S sigma is
+  the aggregate noise std, max|x| the
   largest noiseless coordinate (1 for signs, S after clipping) and 2^f the
   fixed-point scale (1 for integers). Without it a value costs 32 bits, or
   the scheme's own figure (1 for a sign; the thesis modulus for FL-SIGN-DP,
@@ -79,7 +84,8 @@ def communication(traits: Traits, cfg: RunConfig, capacity: int,
   noise_std = clip_norm * cfg.privacy.noise_multiplier if traits.dp else 0.0
 
   def formula(scale):
-    return secure_aggregation.bit_width(noise_std, max_abs, capacity, scale)
+    return secure_aggregation.bit_width(noise_std, max_abs, capacity, scale,
+                                        max(largest or capacity, capacity))
 
   secure = sec.secure_aggregation and (traits.dp or integer)
   bits = (sec.secure_bits or formula(scale)) if secure else None
@@ -289,7 +295,9 @@ def _prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   if client_chunk is None:
     robust = cfg.aggregator is not None and cfg.aggregator.robust
     client_chunk = default_chunk(capacity + extra, sharding.mesh_size(mesh), robust, sizes)
-  comm = communication(traits, cfg, capacity + extra, clip_norm)
+  largest = min(int(sizes.max()), capacity)
+  comm = communication(traits, cfg, min(train.clients_per_round, largest) + extra, clip_norm,
+                       largest + extra)
   plan = dataclasses.replace(
       run, capacity=capacity, clip_norm=clip_norm, clip_source=clip_source,
       num_shares=num_shares, client_chunk=client_chunk, features=features,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedjax_dp import features, simulation
+from fedjax_dp import features, sampling, simulation
 from fedjax_dp.privacy import accounting, noise, secure_aggregation as sa
 from fedjax_dp.schemes import get_scheme
 from scheme_helpers import round_plan, run_view
@@ -99,6 +99,14 @@ def test_bit_width_is_the_thesis_formula():
   assert sa.bit_width(0.0, 1.0, 100) == 8
   with pytest.raises(ValueError, match="bits"):
     sa.bit_width(1e6, 1.0, 1000, scale=2.0 ** 16)
+  # The thesis' |K| is the expected cohort C N; a Poisson cohort above it
+  # (132 of seed 0's at C N = 100) sizes only the noiseless sum's term.
+  sigma = accounting.noise_multiplier_for_epsilon(2, 1 / 60, 200, 1e-5)
+  assert sa.bit_width(math.sqrt(n) * sigma, 1.0, 100, largest=132) == 21
+  assert sa.bit_width(math.sqrt(n) * sigma, 1.0, 132) == 22
+  assert sa.bit_width(0.0, 1.0, 100, largest=132) == 9  # 2 * 132 + 1 values
+  with pytest.raises(ValueError, match="num_clients <= largest"):
+    sa.bit_width(1.0, 1.0, 100, largest=99)
 
 
 @pytest.mark.parametrize("total,overflows", [(511, False), (512, True), (-512, False),
@@ -254,11 +262,28 @@ def test_run_reports_bits_overflows_and_under_noised_rounds(small_federation):
   assert rec["secure_bits"] == rec["upstream_bits"] == 8
   assert rec["upstream_kb"] == pytest.approx(7850 * 8 * rec["best_round"] / 60 / 8 / 1000)
   assert rec["dropped_clients"] > 0 and rec["under_noised_rounds"] >= 1
+  # What was sent: the participations less the clients that failed, per client.
+  sent = rec["mean_cohort"] * rec["rounds"] - rec["dropped_clients"]
+  assert rec["measured_upstream_kb"] == pytest.approx(7850 * 8 * sent / 600 / 8 / 1000)
   # Without DP nothing is noised, so nothing is under-noised; no secure sum of floats.
   rec = simulation.run(tiny_linear(), get_scheme("FL-STD"), data, test, public,
                        cfg.replace(clip_norm=None))
   assert rec["under_noised_rounds"] == 0 and rec["upstream_bits"] == 32
   assert not rec["secure_aggregation"]
+
+
+def test_the_secure_sum_of_signs_holds_the_largest_poisson_cohort(small_federation):
+  """FL-SIGN's signs under secure aggregation: the modulus holds 2 |K|max + 1
+  values, |K|max the largest cohort the run's Poisson draws plan (not the
+  slots' padding to a multiple of the devices, not the mean C N)."""
+  data, _, public = small_federation
+  cfg = simulation.RunConfig.of(rounds=30, clients_per_round=50, secure_aggregation=True,
+                                seed=5)
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-SIGN"), data, public, cfg)
+  sizes = sampling.planned_cohort_sizes(plan.sampling_keys, 600, plan.rate)
+  # Seed 5's largest cohort is 61 (123 values: 7 bits), its slots 64 (129: 8).
+  assert sizes.max() == 61 and plan.capacity == 64
+  assert plan.comm.secure_bits == math.ceil(math.log2(2 * 61 + 1)) == 7
 
 
 def test_default_bit_width_of_a_gaussian_scheme():

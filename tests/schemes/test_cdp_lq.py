@@ -263,6 +263,12 @@ def test_a_short_run_reports_record_level_epsilon_and_bzip2_bits(small_federatio
       bandwidth.cost_kb(model.num_params, rec["best_round"], 8 / 40, bits))
   assert rec["clip_norm"] == 0.5 and rec["clipped_fraction"] is None
   assert rec["batch_capacity"] <= 10 and rec["lattice"] == "scalar"
+  # Under secure aggregation a masked value is uniform mod 2^b: it costs b bits,
+  # and the coded size is what the stream would cost without it.
+  rec = simulation.run(model, CDP_LQ, data, test, public,
+                       cfg.replace(secure_aggregation=True, rounds=1))
+  assert rec["secure_bits"] > 16 and rec["upstream_bits"] == rec["secure_bits"]
+  assert 3.5 < rec["coded_bits_per_value"] < 8
 
 
 def test_the_measured_stream_is_what_the_round_sends(small_federation):

@@ -27,9 +27,13 @@ def test_counters_add_each_rounds_counts_truncated_at_the_capacity():
   truncated once."""
   infos = simulation.RoundInfo(num_sampled=jnp.array([3, 9, 5]),
                                num_clipped=jnp.array([1, 2, 0]),
-                               secure_overflow=jnp.array([0, 4, 1]))
-  counters = simulation.Counters(participations=10, truncated=1, clipped=2, overflows=3)
-  assert counters.add(infos, capacity=8) == (10 + 3 + 8 + 5, 1 + 1, 2 + 3, 3 + 5)
+                               secure_overflow=jnp.array([0, 4, 1]),
+                               num_silent=jnp.array([1, 0, 2]))
+  counters = simulation.Counters(participations=10, truncated=1, clipped=2, overflows=3,
+                                 silent=1)
+  assert counters.add(infos, capacity=8) == (10 + 3 + 8 + 5, 1 + 1, 2 + 3, 3 + 5, 1 + 3)
+  # A checkpoint's counters of before `silent` resume it from 0.
+  assert simulation.Counters(*(10, 1, 2, 3)).silent == 0
   assert simulation.Counters().add(infos, capacity=9).truncated == 0
 
 
