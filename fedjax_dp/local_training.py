@@ -114,7 +114,8 @@ def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
                 key: jax.Array, *, steps: int, batch_size: int,
                 optimizer: optax.GradientTransformation,
                 grad_mask: jax.Array | None = None,
-                loss_takes_key: bool = False) -> jax.Array:
+                loss_takes_key: bool = False,
+                gradients_at_start: bool = False) -> jax.Array:
   """Runs ``steps`` optimiser steps on one client's data.
 
   Args:
@@ -133,6 +134,9 @@ def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
     loss_takes_key: ``loss_fn(w, xb, yb, key)`` draws randomness (dropout):
       each step passes ``fold_in(step_key, 1)``, the batch still coming
       from ``step_key``.
+    gradients_at_start: Every step's gradient is taken at ``w_start``, not
+      at the weights the steps reached (the thesis' gradient ascent, l.1632:
+      ``w_l = w_{l-1} + eta grad f(D; w)`` at the received model w).
 
   Returns:
     (n,) weights after local training.
@@ -145,7 +149,7 @@ def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
     w, opt_state = carry
     batch = sample_batch(step_key, num, batch_size, count)
     extra = (jax.random.fold_in(step_key, 1),) if loss_takes_key else ()
-    g = jax.grad(loss_fn)(w, x[batch], y[batch], *extra)
+    g = jax.grad(loss_fn)(w_start if gradients_at_start else w, x[batch], y[batch], *extra)
     updates, opt_state = optimizer.update(g, opt_state, w)
     return (optax.apply_updates(w, updates), opt_state), None
 

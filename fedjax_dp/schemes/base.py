@@ -118,6 +118,10 @@ class Traits(NamedTuple):
       ``noise`` (the round's :class:`Noise`) and ``constants`` to
       ``client_message`` and ``client_stream``, and ``constants`` to
       ``privatize`` and ``server_noise``; without the trait it passes neither.
+    trains_by_local_update: A client's message is computed from the model's
+      ``local_update`` (the attacks of ``fedjax_dp.features.attack`` replace
+      it); False for a scheme with training of its own (signSGD's one
+      gradient, CDP-LQ's DP-SGD), which an attack's update cannot reach.
   """
 
   dp: bool = False
@@ -132,6 +136,7 @@ class Traits(NamedTuple):
   public_holdout: int = 0
   local_optimizers: tuple[str, ...] = ("sgd", "adam")
   run_constants: bool = False
+  trains_by_local_update: bool = True
 
   def check(self, name: str) -> None:
     """Raises ValueError where the declaration contradicts itself."""

@@ -102,7 +102,8 @@ class LatticeScheme(Scheme):
     """DP (record level, in the clients' DP-SGD), no ratio, coded streams."""
     # Alg. 1 is DP-SGD: its noise is calibrated to the SGD step.
     return Traits(dp=True, uses_ratio=False, measured_streams=self.measured_clients,
-                  local_optimizers=("sgd",), run_constants=True)
+                  local_optimizers=("sgd",), run_constants=True,
+                  trains_by_local_update=False)  # DP-SGD of its own (per_sample)
 
   @property
   def quantizer(self) -> lattice_lib.Lattice:

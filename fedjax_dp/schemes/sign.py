@@ -177,7 +177,8 @@ class SignScheme(Scheme):
                   sensitivity_reason="sqrt(n): a sign vector's L2 norm (thesis Table 8.2)",
                   # signSGD sends one batch's gradient: no local optimiser runs.
                   local_optimizers=("sgd",) if self.single_batch else ("sgd", "adam"),
-                  run_constants=self.private)
+                  run_constants=self.private,
+                  trains_by_local_update=not self.single_batch)
 
   def num_kept(self, num_params: int, ratio: float) -> int:
     """n signs (or noisy integers) up per client and round."""

@@ -326,17 +326,47 @@ def test_epochs_pool_training_passes_over_the_pool_as_often_as_a_client_over_its
 def test_gradient_ascent_is_the_clients_training_climbing_the_loss_then_boosted(
     small_federation):
   """Thesis l.1632: w_l = w_{l-1} + eta grad f(pooled data; w), T_gd steps,
-  the update boosted by eta_adv (l.1653). One full-batch step is exactly
-  eta_adv * eta * grad; several steps climb the pooled loss."""
+  every gradient at the received model w, the update boosted by eta_adv
+  (l.1653). One full-batch step is exactly eta_adv * eta * grad, five are
+  five times it (steps that each climbed from the last would differ, and
+  diverge to NaN at the paper CNN's T_gd = 30); mini-batch steps climb the
+  pooled loss."""
   attack = AttackConfig("gradient-ascent", 0.3, boost=10)
   one, (x, y), model, w0, cfg = _pooled_messages(small_federation, "FL-STD", attack,
                                                  local_steps=1, batch_size=100_000)
   np.testing.assert_allclose(one, 10 * cfg.training.lr * jax.grad(model.loss)(w0, x, y),
                              rtol=1e-4, atol=1e-6)
+  five, *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=5,
+                              batch_size=100_000)
+  np.testing.assert_allclose(five, 5 * one, rtol=1e-4, atol=1e-5)
   steps, *_ = _pooled_messages(small_federation, "FL-STD", attack, local_steps=5)
   pooled_loss = lambda update: float(model.loss(w0 + update, x, y))
   # Five unboosted mini-batch steps climb the pooled loss, further than one step.
   assert pooled_loss(steps / 10) > pooled_loss(one / 10) > pooled_loss(0 * one) + 1e-3
+
+
+@pytest.mark.parametrize("name,attack,says", [
+    ("signSGD", AttackConfig("random-update", 0.2),
+     "random-update cannot reach signSGD, which trains its clients with steps of its own"),
+    ("CDP-LQ", AttackConfig("gradient-ascent", 0.2, boost=10),
+     "gradient-ascent cannot reach CDP-LQ"),
+    ("CDP-LQ", AttackConfig("in-backdoor", 0.2, boost=5, source=0, target=1),
+     "5 cannot reach CDP-LQ"),
+])
+def test_an_attack_that_cannot_reach_the_scheme_s_training_is_refused(
+    small_federation, name, attack, says):
+  """signSGD sends one batch's gradient and CDP-LQ runs DP-SGD of its own: an
+  attack that replaces the model's local update (or boosts it) would leave
+  their messages exactly as they were."""
+  data, _, public = small_federation
+  cfg = simulation.RunConfig.of(rounds=1, clients_per_round=10, attack=attack)
+  with pytest.raises(ValueError, match=says):
+    simulation.prepare(tiny_linear(), get_scheme(name), data, public, cfg)
+  # Unboosted, a backdoor's relabelled data reaches them.
+  _, plan = simulation.prepare(
+      tiny_linear(), get_scheme(name), data, public,
+      cfg.replace(attack=AttackConfig("in-backdoor", 0.2, source=0, target=1)))
+  assert "attack" in [f.kind for f in plan.features]
 
 
 def test_out_backdoor_attackers_train_on_the_source_class_taken_from_honest_clients(

@@ -88,6 +88,16 @@ class Attack(Feature):
     attack = config
     attack.validate()
     super().check(config, run)
+    if not run.traits.trains_by_local_update:  # signSGD, CDP-LQ: steps of their own
+      own = (f"{run.scheme_name}, which trains its clients with steps of its own, not the "
+             "model's local update that the attacks replace")
+      if attack.kind in ("random-update", "gradient-ascent"):
+        raise ConfigError("attack", f"{attack.kind} cannot reach {own}; a backdoor's "
+                          "relabelled data can (unboosted)")
+      # Attackers who skip their noise boost the message itself (contributions).
+      if attack.boost != 1.0 and not attack.skip_noise:
+        raise ConfigError("boost", f"{attack.boost:g} cannot reach {own}; run the backdoor "
+                          "unboosted")
     if attack.skip_noise and not run.traits.dp:
       raise ConfigError("skip_noise", f"applies to DP schemes; {run.scheme_name} adds no noise")
     if attack.selection == "cohort":
