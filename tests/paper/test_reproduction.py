@@ -991,11 +991,17 @@ def test_the_committed_gpu_queue_runs_issue_41s_list_first():
     if wanted <= seen:
       break
   assert wanted <= seen, sorted(wanted - seen)[:5]
-  # The off rows' set is the records': each is off at seed 0 alone.
+  # The off rows' set is the records': each is off at seed 0 alone, but for
+  # the rows whose records were withdrawn (Table 6.3's NaN attack, 2026-11-30),
+  # which have none until they run again (then this says to look at them).
+  withdrawn = {("thesis-6.3", "FL-SIGN_alpha0.4")}
   for name, slugs in _ISSUE41_OFF_ROWS.items():
     table = paper_tables.get_table(name)
     kept = paper_runner.kept_records(ROOT / "experiments" / "reference" / "reproduction", table)
     for slug in slugs:
+      if (name, slug) in withdrawn:
+        assert slug not in kept, f"{name} {slug} ran again: is it still off at seed 0?"
+        continue
       s = paper_stats.summarize(table.select([slug])[0], kept[slug])
       assert not s.within and s.numeric and 0 in s.seeds, (name, slug)
 
