@@ -82,6 +82,8 @@ class Summary:
     at_paper_round: Each seed's model metric at the paper's best round (its
       last evaluation up to it), seed order; empty where the paper names no
       round or a run has no history.
+    nonfinite_rounds: Each seed's first round whose model was not finite
+      (None: finite throughout), seed order.
   """
 
   row: Row
@@ -103,6 +105,7 @@ class Summary:
   finals: tuple[float, ...] = ()
   final_epsilons: tuple[float, ...] = ()
   at_paper_round: tuple[float, ...] = ()
+  nonfinite_rounds: tuple[int | None, ...] = ()
 
   @property
   def difference(self) -> float | None:
@@ -175,6 +178,9 @@ class Summary:
     if self.row.diverges:
       end = ("" if self.settled is None else
              f"its last fifth of evaluations down to {self.settled:.2f}, ")
+      broken = sorted(r for r in self.nonfinite_rounds if r is not None)
+      if broken:  # a NaN model "does not converge" too: said, not hidden
+        end = f"its model not finite from round {broken[0]}, " + end
       if not self.converges:
         return prefix + f"does not converge ({end}best {self.accuracy:.2f}), as in the paper"
       gap = f"converges ({end}best {self.accuracy:.2f}) where the paper's does not"
@@ -299,7 +305,8 @@ def summarize(row: Row, records: list[dict]) -> Summary:
                  finals=tuple(_final(r, row.model_metric) for r in runs),
                  final_epsilons=tuple(r["epsilon_final"] for r in runs
                                       if r.get("epsilon_final") is not None),
-                 at_paper_round=_at_paper_round(row, runs))
+                 at_paper_round=_at_paper_round(row, runs),
+                 nonfinite_rounds=tuple(r.get("nonfinite_round") for r in runs))
 
 
 def _final(run: dict, metric: str) -> float | None:

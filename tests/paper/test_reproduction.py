@@ -534,6 +534,10 @@ def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
   assert not swinging.converges and swinging.agrees and not swinging.within
   assert swinging.verdict == ("does not converge (its last fifth of evaluations down to "
                               "0.11, best 0.92), as in the paper")
+  # A model that went non-finite "does not converge" too, and the verdict says so.
+  nan = paper_stats.summarize(std, [{"seed": 0, "record": dict(record, nonfinite_round=7)}])
+  assert nan.verdict == ("does not converge (its model not finite from round 7, its last "
+                         "fifth of evaluations down to 0.11, best 0.92), as in the paper")
   # One that climbs and stays up converges, though its last rounds are its lowest.
   climbing = [{"round": t + 1, "accuracy": 0.5 + 0.04 * t} for t in range(10)]
   record = dict(record, best_accuracy=0.86, history=climbing[:-1] + [dict(climbing[-1],
