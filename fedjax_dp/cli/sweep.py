@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fedjax_dp import checkpoint as checkpoint_lib
-from fedjax_dp import datasets, distributed, plots, runlock, simulation
+from fedjax_dp import datasets, distributed, features, keys, plots, runlock, simulation
 from fedjax_dp.cli import errors as cli_errors
 from fedjax_dp import interrupts
 from fedjax_dp.cli import resolve as resolve_lib
@@ -108,6 +108,11 @@ def load_data(request: Request, runs: list[PlannedRun]) -> Data:
       except ConfigError as e:  # the library names its field; the user typed a flag
         raise cli_errors.flag_error(e) from None
     federations[shape] = loaded[shape[0], shape[1], held]
+    try:  # the data as the run's features leave it (a backdoor's), refused here, in one line
+      features.client_data(run.config, federations[shape].data,
+                           keys.run_key(run.config.training.seed))
+    except ConfigError as e:
+      raise cli_errors.flag_error(e) from None
   return Data(federations)
 
 

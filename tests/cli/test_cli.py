@@ -135,6 +135,11 @@ def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys)
     (["--dataset", "medical-synth", "--dropout", "1.5"], "--dropout must be in [0, 1)"),
     (["--test-size", "10001"], "--test-size must be in [1, 10000] for fashion-mnist, got 10001"),
     (["--dataset", "medical-synth", "--public-size", "5"], "--public-size must be even"),
+    # One shard a client: an out-backdoor that takes class 0 leaves clients empty.
+    (["--dataset", "mnist", "--partition", "shards", "--shards-per-client", "1",
+      "--num-clients", "100", "--clients-per-round", "10", "--schemes", "FL-STD",
+      "--attack", "out-backdoor", "--backdoor", "0:1", "--malicious-fraction", "0.1"],
+     "--backdoor 0:1 leaves client 17 and 5 more without examples"),
 ])
 def test_bad_data_flags_are_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
   """The data flags' errors, through ``sweep.main`` (the subprocess

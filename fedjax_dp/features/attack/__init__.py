@@ -236,6 +236,13 @@ def poisoned(data: ClientData, attack: adversary.AttackConfig | None,
   x, y = np.asarray(data.x), np.asarray(data.y)
   given = adversary.out_backdoor_pool(y, np.asarray(malicious), attack)
   px, py = adversary.poison_labels(x, y, np.asarray(malicious), attack)
+  emptied = np.flatnonzero(((py >= 0).sum(axis=1) == 0) & ((y >= 0).sum(axis=1) > 0))
+  if emptied.size:  # out-backdoor: a client of the source class alone (a non-IID split)
+    more = f" and {emptied.size - 1} more" if emptied.size > 1 else ""
+    raise ConfigError("backdoor", f"{attack.source}:{attack.target} leaves client "
+                      f"{int(emptied[0])}{more} without examples: the out-backdoor takes class "
+                      f"{attack.source} from every honest client; choose another source class "
+                      "or an IID split")
   if given is None:
     return ClientData(jnp.asarray(px), jnp.asarray(py))
   rows = tuple(given.T)
