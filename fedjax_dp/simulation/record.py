@@ -143,7 +143,10 @@ def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> R
   train, priv = cfg.training, cfg.privacy
   dp, n, k = scheme.traits.dp, model.num_params, plan.num_kept
   history = trained.history
-  best = max(history, key=lambda h: (h[train.selection_metric], -h["round"]))
+  # The best round among those whose model was finite (a NaN model predicts
+  # one class, which can beat a diverging run's earlier rounds).
+  best = max([h for h in history if not h.get("nonfinite")] or history,
+             key=lambda h: (h[train.selection_metric], -h["round"]))
   broken = _warn(scheme.name, comm, counters, history)
   privacy = privacy_report(plan, [best["round"], train.rounds])
   upstream_bits, coded = comm.upstream_bits, {}

@@ -8,6 +8,7 @@ from fedjax_dp.data import settings as data_settings
 from fedjax_dp.paper import results as paper_results
 from fedjax_dp.cli import sweep as experiment
 from fedjax_dp.data import load_federated, load_federated_with_public, public_batch
+from fedjax_dp.data.sets import base
 
 
 def test_load_takes_the_data_set_or_its_name(monkeypatch):
@@ -80,13 +81,41 @@ def test_medical_synth_federation(tmp_path, monkeypatch):
   assert datasets.DATASETS["medical-synth"].label == "medical-synth (synthetic stand-in)"
 
 
-def test_image_test_size_keeps_the_first_test_examples():
+def test_image_test_size_draws_test_examples_uniformly_from_the_seed():
+  """Not the first N: the files are ordered (IMDB's negatives first, MNIST's
+  cleaner half first). N of the 10,000, drawn from the seed, in file order."""
   whole, part = datasets.load("mnist", 5, 10), datasets.load("mnist", 5, 10, test_size=300)
   assert len(whole.test[1]) == 10000 and part.test[0].shape[0] == len(part.test[1]) == 300
-  np.testing.assert_array_equal(part.test[0], whole.test[0][:300])
-  np.testing.assert_array_equal(part.test[1], whole.test[1][:300])
+  rows = base.draw(0, base._TEST_STREAM, 10000, 300)  # pylint: disable=protected-access
+  assert rows[-1] > 5000 and len(np.unique(rows)) == 300  # not the first 300
+  np.testing.assert_array_equal(part.test[0], whole.test[0][rows])
+  np.testing.assert_array_equal(part.test[1], whole.test[1][rows])
   np.testing.assert_array_equal(part.data.x, whole.data.x)  # the clients' data unchanged
   assert part.summary["test_subset"] == 300 and "test_subset" not in whole.summary
+  # Spread over the file: a uniform draw's mean index is 5,000 within a few SE.
+  assert abs(rows.mean() - 4999.5) < 4 * 2887 / np.sqrt(300)
+  other = datasets.load("mnist", 5, 10, test_size=300, seed=1)
+  assert not np.array_equal(other.test[1], part.test[1])
+
+
+def test_a_binary_test_subset_of_one_class_is_refused():
+  """An ordered binary test set (negatives first) whose draw holds one class
+  has no AUROC: refused when the data is loaded, naming test_size."""
+  labels = {"train": np.tile([0, 1], 40), "test": np.r_[np.zeros(199), np.ones(1)].astype(int)}
+  images = {k: np.zeros((len(v), 28, 28, 1), np.uint8) for k, v in labels.items()}
+  binary = base.Dataset(
+      name="binary-toy", model="toy-linear", num_classes=2,
+      settings=data_settings.DataSetting(
+          {"num_clients": 4, "samples_per_client": 10, "clients_per_round": 2, "rounds": 1,
+           "local_steps": 1, "batch_size": 5, "lr": 0.1, "delta": 1e-5,
+           "noise_multiplier": 1.0, "init_steps": 1, "public_batch": 2}, "a test's", {}),
+      federation=base.partition_federation, loader=lambda split, seed: (images[split],
+                                                                        labels[split]),
+      public_source="none", about="a test's")
+  request = base.Request(num_clients=4, samples_per_client=10, seed=0, public_size=2,
+                         test_size=3)
+  with pytest.raises(ValueError, match="test_size 3 test examples of binary-toy hold one class"):
+    base.partition_federation(binary, request)
 
 
 @pytest.mark.parametrize("call,needle", [

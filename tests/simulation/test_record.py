@@ -109,6 +109,18 @@ def test_the_selection_metric_picks_the_best_round(random_clients):
   assert rec["final_accuracy"] == 0.95 and rec["local_optimizer"] == "adam"
 
 
+def test_a_round_whose_model_was_not_finite_is_never_the_best(random_clients):
+  """A NaN model predicts one class (argmax of NaN): 0.12 here, above the
+  diverging run's earlier 0.10; the best is the best finite round."""
+  history = [{"round": 1, "accuracy": 0.11}, {"round": 2, "accuracy": 0.10},
+             {"round": 3, "accuracy": 0.12, "nonfinite": True}]
+  _, rec = _record(random_clients, "FL-STD", history=history)
+  assert (rec["best_round"], rec["best_accuracy"]) == (1, 0.11)
+  # Every round non-finite: the best of them, for want of another.
+  _, rec = _record(random_clients, "FL-STD", history=[dict(h, nonfinite=True) for h in history])
+  assert rec["best_round"] == 3
+
+
 def test_calibrated_sigma_is_on_the_tolerance_grid_and_meets_the_target(random_clients):
   """Rounded up to a multiple of the tolerance: at sigma epsilon is at most
   the target; two steps less (the bisection's step, then the rounding) it is

@@ -248,6 +248,10 @@ def scaled(x: np.ndarray) -> np.ndarray:
   return x.astype(np.float32) / np.float32(255.0) if x.dtype == np.uint8 else x
 
 
+# The random stream of the test subset ``--test-size`` draws (:func:`draw`).
+_TEST_STREAM = 13
+
+
 def draw(seed: int, stream: int, n: int, size: int) -> np.ndarray:
   """``size`` distinct indices of ``range(n)``, sorted, from ``default_rng([seed, stream])``."""
   return np.sort(np.random.default_rng([seed, stream]).choice(n, size, replace=False))
@@ -271,7 +275,8 @@ def partition_federation(
     describe: Callable[[Any, int], dict] | None = None) -> Federation:
   """The federation of a data set split by partition (``data.partition_indices``).
 
-  The test set is the first ``test_size`` test examples (default all). The
+  The test set is ``test_size`` test examples drawn uniformly from the
+  seed (default all, in the file's order). The
   public set is held out of the training set (``holdout`` examples if
   asked, else ``public_size`` where the data set :attr:`~Dataset.holds_out_public`),
   or drawn from the data set named by ``public_source`` (``data.public_batch``).
@@ -294,7 +299,13 @@ def partition_federation(
     if not 1 <= test_size <= len(test_y):
       raise ConfigError("test_size", f"must be in [1, {len(test_y)}] for {dataset.name}, "
                         f"got {test_size}")
-    test_x, test_y = test_x[:test_size], test_y[:test_size]
+    # A uniform draw, not the first N: the files are ordered (IMDB's
+    # negatives first, MNIST's cleaner half first).
+    chosen = draw(request.seed, _TEST_STREAM, len(test_y), test_size)
+    test_x, test_y = test_x[chosen], test_y[chosen]
+    if dataset.num_classes == 2 and len(np.unique(test_y)) < 2:  # AUROC needs both
+      raise ConfigError("test_size", f"{test_size} test examples of {dataset.name} hold one "
+                        "class only; take more")
   images, labels = dataset.loader("train", request.seed)
   n, k, seed = request.num_clients, request.samples_per_client, request.seed
   rest = None
