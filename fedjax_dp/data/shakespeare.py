@@ -244,6 +244,9 @@ class ShakespeareData(NamedTuple):
     test_clients: int32 (N,) the client (row of x) each test sample belongs to.
     client_names: The clients' names, ``<title>_<role>`` as LEAF names them.
     summary: JSON-ready statistics (see :func:`load_shakespeare`).
+    train_starts: int64 (clients, width): where each training window starts
+      in the concatenated training texts (windows of one client overlap
+      where their starts are within ``SEQ_LEN``), -1 on padding rows.
   """
 
   x: np.ndarray
@@ -253,6 +256,7 @@ class ShakespeareData(NamedTuple):
   test_clients: np.ndarray
   client_names: tuple[str, ...]
   summary: dict
+  train_starts: np.ndarray | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -712,6 +716,15 @@ def _padded(codes: np.ndarray, starts: np.ndarray,
   return xs, ys
 
 
+def _padded_starts(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+  """(clients, width) each client's window starts in its rows, -1 on padding."""
+  out = np.full((len(counts), int(counts.max())), -1, np.int64)
+  ends = np.cumsum(counts)
+  for k, (count, end) in enumerate(zip(counts, ends)):
+    out[k, :count] = starts[end - count:end]
+  return out
+
+
 def _check_int(name: str, value, low: int, allow_none: bool = False) -> None:
   if value is None and allow_none:
     return
@@ -797,4 +810,5 @@ def load_shakespeare(texts_dir: str | os.PathLike | None = None, *, min_lines: i
       **extra,
   }
   names = tuple(str(n) for n in arrays["client_names"])
-  return ShakespeareData(x, y, test_x, test_y, test_clients, names, summary)
+  return ShakespeareData(x, y, test_x, test_y, test_clients, names, summary,
+                         _padded_starts(arrays["train_starts"], counts))

@@ -31,9 +31,19 @@ COPIES = 6  # two clients each (Alpha, Beta)
 
 def _variant(i: int) -> str:
   """The tiny play with its own title and words (every window of it is its own), Beta's
-  last line long enough to give it test windows too."""
+  last line long enough to give it test windows too, and Alpha's and Beta's first
+  speeches long enough that windows more than 80 characters apart can be held out
+  without overlapping what a client keeps."""
   assert PLAY.count("So ends the play.") == 1
   text = PLAY.replace("THE TRAGEDY OF TESTING", f"THE TRAGEDY OF TESTING {'I' * (i + 1)}")
+  text = text.replace("Our tests are green, and all is well.",
+                      "Our tests are green, and all is well; the builds pass every morning, "
+                      "the logs are quiet, and the coverage climbs from week to week as "
+                      "the testers write their cases with care and patience.")
+  text = text.replace("I am no_one, a ghost within the machine.",
+                      "I am no_one, a ghost within the machine, that walks the halls of "
+                      "memory by night and reads the stack of every thread it finds, and "
+                      "leaves no trace behind it but a warning in the log.")
   text = text.replace("So ends the play.", "So ends the play, and all the players bow; the "
                       "lights go down upon the stage at last.")
   return text.replace(" and ", f" and{'x' * i} ").replace(" the ", f" the{'y' * i} ")
@@ -59,8 +69,10 @@ def _rows(x, y):
 
 
 def test_public_windows_leave_the_clients(plays):
-  """All roles: the public windows are exactly the rows taken out of the clients; the
-  clients keep the others in order, real rows first, and at least one each."""
+  """All roles: the public windows are taken out of the clients, and with them
+  every client window that overlaps one (starts within 80: 79 shared
+  characters and the label), so the public set is no copy of a client's text;
+  the clients keep the others in order, real rows first, and at least one each."""
   loaded = S.load_shakespeare(max_samples_per_client=40, seed=0)
   fed = datasets.load("shakespeare", 2 * COPIES, 40, seed=0, public_size=30)
   x, y = np.asarray(fed.data.x), np.asarray(fed.data.y)
@@ -69,10 +81,11 @@ def test_public_windows_leave_the_clients(plays):
   real = y != PADDING_LABEL
   assert (np.sort(~real, axis=1, kind="stable") == ~real).all()  # padding only at the end
   assert (x[~real] == 0).all() and real.sum(axis=1).min() >= 1
-  assert real.sum() == loaded.summary["train_samples"] - 30
   before, after = _rows(loaded.x, loaded.y), _rows(x, y)
   all_rows = [r for rows in before for r in rows]
   assert len(set(all_rows)) == len(all_rows)  # no two clients share a window
+  where = {r: (k, int(loaded.train_starts[k, i])) for k, rows in enumerate(before)
+           for i, r in enumerate(rows)}
   removed = []
   for old, new in zip(before, after):
     it = iter(old)
@@ -81,8 +94,12 @@ def test_public_windows_leave_the_clients(plays):
   px, py = fed.public
   assert px.shape == (30, 80) and px.dtype == np.int32 and py.dtype == np.int32
   public = sorted(px[i].tobytes() + bytes([py[i]]) for i in range(30))
-  assert sorted(removed) == public
-  assert not set(public) & {r for rows in after for r in rows}  # no client trains on one
+  assert set(public) <= set(removed) and len(removed) > 30  # neighbours went too
+  held = [where[r] for r in public]
+  near = lambda k, s: any(k == j and abs(s - t) <= 80 for j, t in held)
+  assert all(near(*where[r]) for r in removed)  # only overlapping windows left
+  assert not any(near(*where[r]) for rows in after for r in rows)  # none is kept
+  assert real.sum() == loaded.summary["train_samples"] - len(removed)
   s = fed.summary
   assert s["partition"] == "by role (LEAF)" and s["num_classes"] == 80
   assert s["clients"] == s["clients_available"] == 2 * COPIES and s["public_windows"] == 30

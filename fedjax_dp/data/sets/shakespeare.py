@@ -18,6 +18,7 @@ import numpy as np
 
 from fedjax_dp.data import ClientData, DataError, PADDING_LABEL, label_summary, settings
 from fedjax_dp.data import shakespeare as plays
+from fedjax_dp.data.shakespeare import SEQ_LEN
 from fedjax_dp.data.sets import base
 from fedjax_dp.errors import ConfigError
 
@@ -38,7 +39,8 @@ _CLIENTS, _PUBLIC, _TEST = 10, 11, 12
 
 
 def hold_out_windows(x: np.ndarray, y: np.ndarray, size: int, seed: int,
-                     name: str = "public_size") -> tuple[np.ndarray, np.ndarray]:
+                     name: str = "public_size", starts: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
   """Takes ``size`` random training windows out of the clients, in place.
 
   The windows are drawn uniformly (stream ``[seed, 11]``) from every
@@ -49,6 +51,12 @@ def hold_out_windows(x: np.ndarray, y: np.ndarray, size: int, seed: int,
   training relies on (``client.sample_batch`` draws from the first
   ``count`` rows). No client can train on a held-out window.
 
+  With the windows' ``starts``, no client keeps a window that overlaps a
+  held-out one either (starts within ``SEQ_LEN``: a neighbour shares 79 of
+  its 80 characters and holds its label), so the public set is no copy of
+  any client's text; the draw then takes only windows more than
+  ``SEQ_LEN`` after the client's first, which it keeps.
+
   Args:
     x: (clients, width, 80) windows, changed in place.
     y: (clients, width) labels, changed in place.
@@ -56,6 +64,9 @@ def hold_out_windows(x: np.ndarray, y: np.ndarray, size: int, seed: int,
     seed: Seed of the draw.
     name: The field ``size`` is (``public_size`` or ``holdout``), named by
       its ConfigError.
+    starts: (clients, width) where each window starts in its text
+      (``ShakespeareData.train_starts``); None: windows are not known to
+      overlap.
 
   Returns:
     (windows, labels) of the public set, in client and row order.
@@ -63,20 +74,26 @@ def hold_out_windows(x: np.ndarray, y: np.ndarray, size: int, seed: int,
   Raises:
     ValueError: ``size`` outside [1, the windows that can be held out].
   """
-  counts = (y != PADDING_LABEL).sum(axis=1)
-  spare = np.maximum(counts - 1, 0)
-  total = int(spare.sum())
+  real = y != PADDING_LABEL
+  eligible = real.copy()
+  eligible[:, 0] = False  # each client keeps its first window
+  if starts is not None:  # ... and every window overlapping it
+    eligible &= starts > starts[:, :1] + SEQ_LEN
+  owner, row = np.nonzero(eligible)  # client by client, rows in order
+  total = len(owner)
   if not 1 <= size <= total:
     raise ConfigError(name, f"must be in [1, {total}] for shakespeare with "
-                      f"{len(counts)} clients (each keeps one window), got {size}")
+                      f"{len(real)} clients (each keeps one window), got {size}")
   pick = base.draw(seed, _PUBLIC, total, size)
-  owner = np.repeat(np.arange(len(counts)), spare)
-  row = np.arange(total) - np.repeat(np.cumsum(spare) - spare, spare) + 1
   clients, rows = owner[pick], row[pick]
   public = (x[clients, rows].copy(), y[clients, rows].copy())
   for k in np.unique(clients):
-    keep = y[k] != PADDING_LABEL
+    keep = real[k].copy()
     keep[rows[clients == k]] = False
+    if starts is not None:  # the windows that overlap a held-out one
+      held = starts[k, rows[clients == k]]
+      near = np.abs(starts[k][:, None] - held[None, :]).min(axis=1) <= SEQ_LEN
+      keep &= ~near
     n = int(keep.sum())
     x[k, :n], y[k, :n] = x[k][keep], y[k][keep]
     x[k, n:], y[k, n:] = 0, PADDING_LABEL
@@ -106,8 +123,9 @@ def federation(dataset: base.Dataset, request: base.Request) -> base.Federation:
   else:
     kept = base.draw(seed, _CLIENTS, available, num_clients)
     x, y = loaded.x[kept], loaded.y[kept]
-  public = (hold_out_windows(x, y, holdout, seed, "holdout") if holdout
-            else hold_out_windows(x, y, request.public_size, seed))
+  starts = loaded.train_starts if num_clients == available else loaded.train_starts[kept]
+  public = hold_out_windows(x, y, holdout or request.public_size, seed,
+                            "holdout" if holdout else "public_size", starts)
   width = int((y != PADDING_LABEL).sum(axis=1).max())
   x, y = x[:, :width], y[:, :width]
   mine = np.isin(loaded.test_clients, kept)
