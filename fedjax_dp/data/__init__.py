@@ -1,7 +1,7 @@
 """Data loading: verified MNIST / Fashion-MNIST idx files and federated splits.
 
 :func:`partition` splits any in-memory data set over clients (IID, Dirichlet
-label skew or class-pure shards); :func:`from_client_indices` builds padded
+label skew or label-sorted shards); :func:`from_client_indices` builds padded
 client data from any grouping (padding rows are labelled ``PADDING_LABEL``).
 :mod:`fedjax_dp.data.archives` reads SVHN, CIFAR-10, EMNIST (and TFF's federated
 EMNIST by writer) and IMDB in their official formats, verified and downloaded

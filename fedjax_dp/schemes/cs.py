@@ -13,7 +13,8 @@ compress their update with a linear operator shared by every party:
   drawn anew each round from a shared seed; the server adds the mean there.
 
 A -DP variant clips the compressed vector to S and adds its noise share
-(Algorithms 11-13, and UAI 2021 Alg. 3), through ``gaussian_aggregate``. The
+(Algorithms 11-13, and UAI 2021 Alg. 3), through ``Scheme.privatize``
+(``fedjax_dp.privacy.noise.privatize``). The
 server keeps FL-CS's momentum u and error e in the compressed domain (size
 m), exactly as Algorithms 4 and 11:
 

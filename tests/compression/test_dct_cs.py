@@ -128,8 +128,24 @@ def test_auto_method_and_shapes_for_the_paper_cnn():
   n = 1_663_370
   assert dct_cs.coeffs_per_chunk(n, 0.05, 200) == 416  # m = 83,200 ~ r n
   assert dct_cs.coeffs_per_chunk(n, 0.005, 200) == 42
+  # At r = 1 no more than the smallest chunk's 8,316 weights (30 chunks hold
+  # 8,316, 170 hold 8,317): m = 1,663,200 <= n, never above what FL-STD sends.
+  assert dct_cs.coeffs_per_chunk(n, 1.0, 200) == n // 200 == 8316
   assert dct_cs.fast_length(-(-n // 200)) == 8400  # 8317 is prime
   assert dct_cs.fast_length(8400) == 8400 and dct_cs.fast_length(1) == 1
+
+
+def test_every_compressed_direction_is_reachable_at_r_1():
+  """Chunks of 500 and 501 weights (n = 3,005, P = 6; r n / P = 500.8): mc
+  is at most 500, so C (m x n) has full row rank and no compressed direction
+  is out of the
+  weights' reach (with 501 coefficients a chunk of 500 weights has one, where
+  FL-CS-DP's noise would pile up in the error feedback e, the mechanism of
+  issue 14)."""
+  op = dct_cs.make_operator(KEY, 3005, 1.0, 6, "matmul")
+  c = np.asarray(jax.vmap(op.encode)(jnp.eye(3005))).T  # (m, n)
+  assert c.shape == (6 * 500, 3005)
+  assert np.linalg.matrix_rank(c) == 6 * 500
 
 
 def test_permutation_is_shared_through_the_seed():

@@ -126,9 +126,9 @@ def test_a_binary_test_subset_of_one_class_is_refused():
     (lambda: datasets.load("mnist", 5, 10, test_size=10001),
      r"test_size must be in \[1, 10000\] for mnist, got 10001"),
     (lambda: datasets.load("medical-synth", 5, 203, public_size=5), "must be even"),
-    (lambda: datasets.load("mnist", 5000, 12,
+    (lambda: datasets.load("mnist", 5001, 12,
                            partition=datasets.PartitionConfig("shards", shards_per_client=2)),
-     "class-pure shards"),
+     "need 10002 shards; the data's 60000 examples give 10000"),
 ])
 def test_bad_settings_raise_one_line(call, needle):
   with pytest.raises(ValueError, match=needle) as info:

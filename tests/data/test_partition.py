@@ -168,13 +168,32 @@ def test_shards_with_one_shard_per_client_give_single_class_clients():
   assert label_summary(y[idx])["classes_per_client_max"] == 1
 
 
-def test_shards_use_only_whole_shards_of_each_class():
-  # Classes of 25, 14 and 9 examples, shards of 5: 5 + 2 + 1 = 8 shards, all
-  # of them needed by 4 clients x 2 shards, so at most 20, 10 and 5 of each
-  # class can be dealt.
+def test_shards_are_cut_from_the_label_sorted_examples():
+  """McMahan et al. Sec. 3: sorted by label, cut into shards of s consecutive
+  examples. Classes of 25, 14 and 9, shards of 5: 48 examples give 9 shards
+  (the last 3 examples unused), 8 of them dealt; the shards where a class
+  ends inside span two classes (25 | 14 | 9 cut at 5s: 40 and 45 are
+  boundaries, 39 is not: the shard [35, 40) holds 4 of class 1, 1 of class 2)."""
   y = np.random.default_rng(3).permutation(np.repeat([0, 1, 2], [25, 14, 9]))
   idx = partition_indices(y, 4, 10, seed=1, method="shards", shards_per_client=2)
-  np.testing.assert_array_equal(np.bincount(y[idx].ravel(), minlength=3), [25, 10, 5])
+  shards = np.sort(y[idx].reshape(8, 5), axis=1)
+  sorted_y = np.sort(y)
+  cuts = {tuple(sorted_y[5 * i:5 * i + 5]) for i in range(9)}
+  assert {tuple(row) for row in shards} <= cuts  # every shard a cut of the sorted labels
+  assert len({tuple(r) for r in shards}) >= 3 and (1, 1, 1, 1, 2) in cuts
+  assert len(np.unique(idx)) == 40  # no example twice
+
+
+def test_mcmahan_s_own_mnist_setting_splits():
+  """100 clients x 2 shards of 300 of MNIST's 60,000 (class sizes 5,421 to
+  6,742, no multiple of 300): every example is dealt, and a client holds 1
+  to 4 classes, mostly 2 (the class-pure cut this replaced allowed only 194
+  shards and refused it)."""
+  y = np.repeat(np.arange(10), [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])
+  idx = partition_indices(y, 100, 600, seed=0, method="shards", shards_per_client=2)
+  assert len(np.unique(idx)) == 60000
+  classes = np.array([len(np.unique(y[row])) for row in idx])
+  assert classes.max() <= 4 and np.median(classes) == 2
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -301,9 +320,9 @@ def _y(n=20):
      "^shards_per_client must be an integer >= 1, got 2.0$"),
     ((_y(), 2, 5), {"method": "shards", "shards_per_client": 2},
      r"^shards: samples_per_client \(5\) must be a multiple of shards_per_client \(2\)$"),
-    # 5 examples of each of 4 classes, shards of 2: 2 shards per class.
-    ((_y(), 3, 6), {"method": "shards", "shards_per_client": 3},
-     "^shards: 3 clients x 3 shards of 2 need 9 class-pure shards; the data allows 8$"),
+    # 20 examples, shards of 3: 6 shards.
+    ((_y(), 3, 9), {"method": "shards", "shards_per_client": 3},
+     "^shards: 3 clients x 3 shards of 3 need 9 shards; the data's 20 examples give 6$"),
     ((_y(), 0, 5), {}, "^num_clients must be >= 1, got 0$"),
     ((_y(), 2, 0), {"method": "dirichlet", "alpha": 1.0},
      "^samples_per_client must be >= 1, got 0$"),
@@ -317,11 +336,10 @@ def test_partition_indices_rejects_invalid_requests(args, kwargs, match):
 
 
 def test_the_shard_shortage_error_names_the_counts():
-  # Five classes of 6,004 (1,200 shards of 5 each, 4 left over) and five of
-  # 5,996 (1,199 shards each): 11,995 shards among 60,000 examples.
-  y = np.repeat(np.arange(10), [6004] * 5 + [5996] * 5)
+  # 59,999 examples: 11,999 shards of 5 (4 left over), one short of 12,000.
+  y = np.repeat(np.arange(10), [6000] * 9 + [5999])
   with pytest.raises(ValueError, match="^shards: 6000 clients x 2 shards of 5 need 12000 "
-                                       "class-pure shards; the data allows 11995$"):
+                                       "shards; the data's 59999 examples give 11999$"):
     partition_indices(y, 6000, 10, method="shards", shards_per_client=2)
 
 
