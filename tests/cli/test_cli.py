@@ -129,7 +129,7 @@ def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys)
      "--samples-per-client (10) must be a multiple of --shards-per-client (3)"),
     (["--dataset", "mnist", "--partition", "shards", "--shards-per-client", "2",
       "--num-clients", "5001", "--samples-per-client", "12"],
-     "the data's 60000 examples give 10000"),
+     "num_clients * samples_per_client = 60012 exceeds the 60000 examples"),
     (["--dataset", "medical-synth", "--partition", "dirichlet", "--dirichlet-alpha", "1"],
      "split by hospital"),
     (["--dropout", "0.5"], "--dropout applies to the medical MLP"),
