@@ -252,11 +252,8 @@ def _shard_indices(num_clients, samples_per_client, shards_per_client, pools, rn
   """Each client's examples: ``shards_per_client`` shards of the label-sorted
   examples (``pools``: class by class, each class shuffled), dealt at random."""
   size = samples_per_client // shards_per_client
-  available = len(pools) // size
-  need = num_clients * shards_per_client
-  if available < need:
-    raise ValueError(f"shards: {num_clients} clients x {shards_per_client} shards of {size} "
-                     f"need {need} shards; the data's {len(pools)} examples give {available}")
+  # N K shards of s examples fit whenever N K s examples do (checked before).
+  available, need = len(pools) // size, num_clients * shards_per_client
   # A random choice without replacement comes in random order: dealing it
   # out in order assigns the shards to clients at random.
   chosen = rng.choice(available, size=need, replace=False)

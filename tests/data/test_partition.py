@@ -164,7 +164,8 @@ def test_shards_are_class_pure_and_equal_sized():
 
 def test_shards_with_one_shard_per_client_give_single_class_clients():
   y = _balanced_labels()
-  idx = partition_indices(y, 300, 30, seed=0, method="shards", shards_per_client=1)
+  # Shards of 20 divide the 2,000 of each class: none spans two classes.
+  idx = partition_indices(y, 300, 20, seed=0, method="shards", shards_per_client=1)
   assert label_summary(y[idx])["classes_per_client_max"] == 1
 
 
@@ -176,11 +177,12 @@ def test_shards_are_cut_from_the_label_sorted_examples():
   boundaries, 39 is not: the shard [35, 40) holds 4 of class 1, 1 of class 2)."""
   y = np.random.default_rng(3).permutation(np.repeat([0, 1, 2], [25, 14, 9]))
   idx = partition_indices(y, 4, 10, seed=1, method="shards", shards_per_client=2)
-  shards = np.sort(y[idx].reshape(8, 5), axis=1)
   sorted_y = np.sort(y)
-  cuts = {tuple(sorted_y[5 * i:5 * i + 5]) for i in range(9)}
-  assert {tuple(row) for row in shards} <= cuts  # every shard a cut of the sorted labels
-  assert len({tuple(r) for r in shards}) >= 3 and (1, 1, 1, 1, 2) in cuts
+  cuts = [np.bincount(sorted_y[5 * i:5 * i + 5], minlength=3) for i in range(9)]
+  assert any((c > 0).sum() == 2 for c in cuts)  # [35, 40): 4 of class 1, 1 of class 2
+  for row in idx:  # each client's labels: two of the cuts
+    have = np.bincount(y[row], minlength=3)
+    assert any((cuts[i] + cuts[j] == have).all() for i in range(9) for j in range(i)), have
   assert len(np.unique(idx)) == 40  # no example twice
 
 
@@ -320,9 +322,9 @@ def _y(n=20):
      "^shards_per_client must be an integer >= 1, got 2.0$"),
     ((_y(), 2, 5), {"method": "shards", "shards_per_client": 2},
      r"^shards: samples_per_client \(5\) must be a multiple of shards_per_client \(2\)$"),
-    # 20 examples, shards of 3: 6 shards.
+    # 20 examples: 3 clients x 9 of them do not fit (nor their 9 shards of 3).
     ((_y(), 3, 9), {"method": "shards", "shards_per_client": 3},
-     "^shards: 3 clients x 3 shards of 3 need 9 shards; the data's 20 examples give 6$"),
+     r"^num_clients \* samples_per_client = 27 exceeds the 20 examples$"),
     ((_y(), 0, 5), {}, "^num_clients must be >= 1, got 0$"),
     ((_y(), 2, 0), {"method": "dirichlet", "alpha": 1.0},
      "^samples_per_client must be >= 1, got 0$"),
@@ -335,19 +337,22 @@ def test_partition_indices_rejects_invalid_requests(args, kwargs, match):
     partition_indices(*args, **kwargs)
 
 
-def test_the_shard_shortage_error_names_the_counts():
-  # 59,999 examples: 11,999 shards of 5 (4 left over), one short of 12,000.
+def test_shards_fit_whenever_their_examples_do():
+  # 59,999 examples: 11,999 shards of 5 (4 left over), one short of 12,000,
+  # as the examples are: the count of examples says so first.
   y = np.repeat(np.arange(10), [6000] * 9 + [5999])
-  with pytest.raises(ValueError, match="^shards: 6000 clients x 2 shards of 5 need 12000 "
-                                       "shards; the data's 59999 examples give 11999$"):
+  with pytest.raises(ValueError, match=r"^num_clients \* samples_per_client = 60000 exceeds "
+                                       "the 59999 examples$"):
     partition_indices(y, 6000, 10, method="shards", shards_per_client=2)
+  assert partition_indices(y[:-4], 5999, 10, method="shards", shards_per_client=2).shape == (
+      5999, 10)
 
 
 def test_exactly_as_many_shards_as_the_data_allows_is_valid():
-  # 5 examples of each of 4 classes, shards of 2: 8 shards, all of them dealt.
+  # 5 examples of each of 4 classes, shards of 2: 10 shards, all of them dealt.
   y = _y()
-  idx = partition_indices(y, 2, 8, method="shards", shards_per_client=4)
-  np.testing.assert_array_equal(np.bincount(y[idx].ravel()), [4, 4, 4, 4])
+  idx = partition_indices(y, 5, 4, method="shards", shards_per_client=2)
+  np.testing.assert_array_equal(np.bincount(y[idx].ravel()), [5, 5, 5, 5])
 
 
 def test_partition_checks_the_method_parameters_too():
