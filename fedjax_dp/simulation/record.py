@@ -137,25 +137,37 @@ def _warn(name: str, comm, counters, history: list[dict]) -> list[int]:
   return broken
 
 
+def best_entry(history: list[dict], metric: str) -> dict:
+  """The best evaluation by ``metric`` (the earliest of ties) among those whose
+  model was finite: a NaN model predicts one class, which can beat a
+  diverging run's earlier rounds (all of them if none was finite)."""
+  return max([h for h in history if not h.get("nonfinite")] or history,
+             key=lambda h: (h[metric], -h["round"]))
+
+
+def _upstream_bits(plan: Plan, coded_sizes: list) -> tuple[float, dict]:
+  """Bits per upstream value and the coded streams' summary: measured coded
+  bits replace the nominal figure, but not under secure aggregation, where a
+  masked value is uniform mod 2^b and sent as b bits."""
+  comm = plan.comm
+  if plan.scheme.traits.measured_streams == 0:
+    return comm.upstream_bits, {}
+  coded = universal_coding.summarize(coded_sizes)
+  if coded_sizes and comm.secure_bits is None:
+    return coded["coded_bits_per_value"], coded
+  return comm.upstream_bits, coded
+
+
 def make_record(model: FlatModel, plan: Plan, trained: Any, seconds: float) -> Record:
   """The run's record (UAI Table 1's columns and the run's details)."""
   scheme, cfg, comm, counters = plan.scheme, plan.config, plan.comm, trained.counters
   train, priv = cfg.training, cfg.privacy
   dp, n, k = scheme.traits.dp, model.num_params, plan.num_kept
   history = trained.history
-  # The best round among those whose model was finite (a NaN model predicts
-  # one class, which can beat a diverging run's earlier rounds).
-  best = max([h for h in history if not h.get("nonfinite")] or history,
-             key=lambda h: (h[train.selection_metric], -h["round"]))
+  best = best_entry(history, train.selection_metric)
   broken = _warn(scheme.name, comm, counters, history)
   privacy = privacy_report(plan, [best["round"], train.rounds])
-  upstream_bits, coded = comm.upstream_bits, {}
-  if scheme.traits.measured_streams > 0:
-    coded = universal_coding.summarize(trained.coded_sizes)
-    # Measured coded bits replace the nominal 32 a value; under secure
-    # aggregation a masked value is uniform mod 2^b and sent as b bits.
-    if trained.coded_sizes and comm.secure_bits is None:
-      upstream_bits = coded["coded_bits_per_value"]
+  upstream_bits, coded = _upstream_bits(plan, trained.coded_sizes)
   down_values = scheme.num_downstream(n, cfg.ratio)
   parts = counters.participations
   client_level = plan.mechanism.kind != "none" and plan.mechanism.level == "client"
