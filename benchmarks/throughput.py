@@ -274,7 +274,6 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
   if mesh is not None:
     state, data, run_key = sharding.replicate((state, data, run_key), mesh)
 
-  # Whole round: first call compiles.
   rounds_fn = simulation.make_rounds_fn(model, plan, rounds_per_call)
   t_next = [1]
 
@@ -284,14 +283,13 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
     jax.block_until_ready(state)
     t_next[0] += rounds_per_call
 
-  first = _best(call_round, 1)
-
-  training_s, privacy_s, decode_s = _stage_seconds(
-      model, plan, state, data, run_key, t_next[0], repeats) if split else (None, None, None)
-  server_noise_s = _server_noise_seconds(plan, state, run_key, t_next[0], repeats)
-  eval_s, eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats) if evaluate \
-      else (None, None)
-  example_flops = None if eval_flops is None else eval_flops / test_x.shape[0]
+  first = _best(call_round, 1)  # the whole round's first call compiles
+  stages = _stage_seconds(model, plan, state, data, run_key, t_next[0], repeats) if split \
+      else (None, None, None)
+  seconds = dict(zip(("local_training", "privacy_sum", "server_decode"), stages))
+  seconds["server_noise"] = _server_noise_seconds(plan, state, run_key, t_next[0], repeats)
+  seconds["evaluation"], eval_flops = _evaluation(model, mesh, state.weights, test_x, repeats) \
+      if evaluate else (None, None)
   rss_jax_mb = _peak_rss_mb()
 
   # The whole round and PyTorch (the loop, each torch.func chunk), alternating.
@@ -308,13 +306,25 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
     # The module that ran, by which trace_summary.py reads a CPU trace's ops.
     compiled = rounds_fn.lower(state, data, run_key, jnp.int32(t_next[0])).compile()
     pathlib.Path(profile, "round.hlo.txt").write_text(compiled.as_text(), encoding="utf-8")
-  load_after = os.getloadavg()
+  seconds.update(round=min(round_times), first_call=first)
+  return {
+      **_round_record(model, plan, noise_case, seconds, ratio=ratio, clients=clients,
+                      rounds_per_call=rounds_per_call, anchor=anchor),
+      **_flops_record(plan, seconds, eval_flops, test_x.shape[0] if evaluate else None,
+                      clients),
+      "peak_rss_mb": rss_jax_mb,
+      "device_peak_mb": _device_peak_mb(),
+      "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
+      "machine": machine(),
+      "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+  }
 
-  per_round = min(round_times)
-  # Forward + backward: 3 x the forward pass, for every example of every step.
-  train_flops = None if example_flops is None else \
-      3 * example_flops * plan.local.steps * plan.local.batch_size * clients
-  compile_s = max(first - per_round * rounds_per_call, 0.0)
+
+def _round_record(model, plan: simulation.Plan, noise_case: NoiseCase, seconds: dict, *,
+                  ratio: float, clients: int, rounds_per_call: int,
+                  anchor: _TorchAnchor | None) -> dict:
+  """The record's round, rates, PyTorch and seconds fields."""
+  per_round, training_s = seconds["round"], seconds["local_training"]
   torch_rec = anchor.record(clients / per_round, None if training_s is None else
                             clients / training_s) if anchor is not None else _NO_TORCH
   torch_cps = torch_rec["torch_loop_clients_per_sec"]
@@ -333,32 +343,39 @@ def measure(model, scheme_name: str, data, test_x, public, *, clients: int, rati
       "seconds": {
           "round": per_round,
           "local_training": training_s,  # with the encoder C(.)
-          "privacy_sum": privacy_s,  # privatize (clip + noise) and the sum
-          "server_decode": decode_s,
+          "privacy_sum": seconds["privacy_sum"],  # privatize (clip + noise) and the sum
+          "server_decode": seconds["server_decode"],
           # The round's inputs and the features' total hooks on the sum alone:
           # correlated noise's z_t, its stream and its addition; with
           # independent noise (whose shares are in privacy_sum) the inputs only.
-          "server_noise": server_noise_s,
-          "evaluation": eval_s,
-          "compile": compile_s,
-          "first_call": first,
+          "server_noise": seconds["server_noise"],
+          "evaluation": seconds["evaluation"],
+          "compile": max(seconds["first_call"] - per_round * rounds_per_call, 0.0),
+          "first_call": seconds["first_call"],
           "torch_loop": None if torch_cps is None else
                         torch_rec["torch_loop_clients"] / torch_cps,
       },
-      "evaluation_gflops_per_sec": None if eval_flops is None else eval_flops / eval_s / 1e9,
+      "clip_norm": plan.clip_norm,
+      "devices": sharding.mesh_size(plan.mesh),
+  }
+
+
+def _flops_record(plan: simulation.Plan, seconds: dict, eval_flops: float | None,
+                  images: int | None, clients: int) -> dict:
+  """The record's FLOP rates (None where the evaluation was not timed)."""
+  example_flops = None if eval_flops is None else eval_flops / images
+  # Forward + backward: 3 x the forward pass, for every example of every step.
+  train_flops = None if example_flops is None else \
+      3 * example_flops * plan.local.steps * plan.local.batch_size * clients
+  return {
+      "evaluation_gflops_per_sec": None if eval_flops is None else
+                                   eval_flops / seconds["evaluation"] / 1e9,
       # The whole round's time, so a lower bound on the training's rate.
       "round_training_gflops_per_sec": None if train_flops is None else
-                                       train_flops / per_round / 1e9,
+                                       train_flops / seconds["round"] / 1e9,
       "forward_flops_per_example": example_flops,
-      "evaluation_images": int(test_x.shape[0]) if evaluate else None,
-      "matmul_gflops_per_sec": matmul_gflops(mesh),
-      "clip_norm": plan.clip_norm,
-      "peak_rss_mb": rss_jax_mb,
-      "device_peak_mb": _device_peak_mb(),
-      "recompiled": rounds_fn._cache_size() != 1,  # pylint: disable=protected-access
-      "devices": sharding.mesh_size(mesh),
-      "machine": machine(),
-      "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
+      "evaluation_images": images,
+      "matmul_gflops_per_sec": matmul_gflops(plan.mesh),
   }
 
 
