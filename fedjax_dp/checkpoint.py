@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.atomic import atomic_file
+from fedjax_dp.compression import universal_coding
 
 #: Bump when the saved content changes meaning (2: the state holds the round
 #: features' states, the counters lost the dropouts').
@@ -40,7 +41,8 @@ class Saved(NamedTuple):
     state: The server state after it (weights and scheme state).
     history: The evaluations so far.
     counters: The train loop's counters (a tuple of ints).
-    coded_sizes: Measured coded stream sizes so far.
+    coded_sizes: Measured coded stream sizes so far
+      (``universal_coding.CodedSize``, CDP-LQ's).
     seconds: Wall seconds spent training up to ``round``, over every process
       that trained this run, less the spans a process was stopped
       (``fedjax_dp.running_clock``; 0 in checkpoints written before it was
@@ -185,5 +187,7 @@ def load(path: str | os.PathLike, key: str, like_state: Any, *,
       for a, b in zip(like, leaves)):
     raise Mismatch(path, "of another version of fedjax_dp (its state's structure differs)")
   state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
-  return Saved(meta["round"], state, meta["history"], tuple(meta["counters"]),
-               meta["coded_sizes"], float(meta.get("seconds", 0.0)))
+  # JSON kept each CodedSize as a list: the tuples again, as the record reads them.
+  coded = [universal_coding.CodedSize(*size) for size in meta["coded_sizes"]]
+  return Saved(meta["round"], state, meta["history"], tuple(meta["counters"]), coded,
+               float(meta.get("seconds", 0.0)))
