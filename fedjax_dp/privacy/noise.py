@@ -150,9 +150,10 @@ def masked_sum(values: jax.Array, slot_mask: jax.Array) -> jax.Array:
   as a (capacity,) x (capacity, m) product at full float32 precision:
   XLA:CPU reduces the leading axis of such arrays far slower than it
   multiplies them by a vector (docs/performance.md, "What makes the round
-  fast"). Their padding rows must be finite (they are
-  the updates of real, unsampled clients). Shorter rows keep the masked
-  reduction (and its rounding).
+  fast"). A row left out that is not finite (a padding slot's or a dropped
+  client's diverged update) would make the product NaN (0 x inf): where the
+  product is not finite, the masked reduction gives the sum instead (the
+  same rounding as for shorter rows, which always take it).
 
   Args:
     values: (capacity, m) float rows.
@@ -165,10 +166,14 @@ def masked_sum(values: jax.Array, slot_mask: jax.Array) -> jax.Array:
   >>> masked_sum(values, jnp.array([True, False, True])).tolist()
   [6.0, 8.0]
   """
-  if values.shape[-1] < MATVEC_SUM_MIN:
+  def reduced():
     return jnp.sum(jnp.where(slot_mask[:, None], values, 0.0), axis=0)
+
+  if values.shape[-1] < MATVEC_SUM_MIN:
+    return reduced()
   weights = slot_mask.astype(values.dtype)
-  return jnp.matmul(weights, values, precision=jax.lax.Precision.HIGHEST)
+  total = jnp.matmul(weights, values, precision=jax.lax.Precision.HIGHEST)
+  return jax.lax.cond(jnp.all(jnp.isfinite(total)), lambda: total, reduced)
 
 
 def noisy_sum(updates: jax.Array, slot_mask: jax.Array, noise_keys: jax.Array,

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from fedjax_dp import keys
-from fedjax_dp.privacy import clip_by_l2_norm, noise_share_std, noisy_sum
+from fedjax_dp.privacy import clip_by_l2_norm, noise, noise_share_std, noisy_sum
 
 
 def test_clipping_bounds_the_norm_and_leaves_short_vectors_alone():
@@ -107,3 +107,17 @@ def test_round_and_client_keys_are_never_reused():
   a, _ = keys.client_keys(keys.round_key(root, 1), jnp.array([3, 7]))
   b, _ = keys.client_keys(keys.round_key(root, 1), jnp.array([7, 3]))
   np.testing.assert_array_equal(a[0], b[1])
+
+
+@pytest.mark.parametrize("m", [5, noise.MATVEC_SUM_MIN])
+def test_a_row_left_out_of_the_sum_never_reaches_it_even_when_not_finite(m):
+  """A padding slot's or dropped client's diverged update (inf, NaN) is not
+  in the sum, at either length (short rows: the masked reduction; long ones:
+  the product, 0 x inf = NaN there); one in the sum makes it non-finite."""
+  values = jnp.ones((3, m)).at[1, 0].set(jnp.inf).at[1, 1].set(jnp.nan)
+  total = jax.jit(noise.masked_sum)(values, jnp.array([True, False, True]))
+  np.testing.assert_array_equal(total[:3], [2.0, 2.0, 2.0])
+  assert bool(jnp.all(total == 2.0))
+  included = noise.masked_sum(values, jnp.array([True, True, False]))
+  assert float(included[0]) == np.inf and np.isnan(float(included[1]))
+  assert bool(jnp.all(included[2:] == 2.0))
