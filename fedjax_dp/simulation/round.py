@@ -54,7 +54,8 @@ class RoundInfo(NamedTuple):
 
   Attributes:
     num_sampled: Clients the sampler selected.
-    num_clipped: Real clients whose message was longer than S.
+    num_clipped: Sampled clients whose message was longer than S (a client
+      that then failed included: it clipped before its message was lost).
     secure_overflow: Coordinates whose secure sum overflowed the modulus.
     features: Each feature's ``info`` (a dict of counts).
     num_silent: Sampled clients of the cohort whose message never arrived
