@@ -311,8 +311,7 @@ def _per_client(raw, others: dict, folds_batch: bool):
 
 
 @functools.lru_cache(maxsize=None)
-def _conv_op(spec: ConvSpec, in_spatial: tuple[int, ...], window: tuple[int, ...],
-             input_grad: bool):
+def _conv_op(spec: ConvSpec, in_spatial: tuple[int, ...], window: tuple[int, ...]):
   """The custom-VJP, custom-batched convolution for one static setting."""
   fwd = _per_client(lambda x, w: _conv_raw(x, w, spec), {
       "product": lambda x, w: _conv_product(x, w, spec),
@@ -330,20 +329,26 @@ def _conv_op(spec: ConvSpec, in_spatial: tuple[int, ...], window: tuple[int, ...
     return fwd(x, w)
 
   def op_fwd(x, w):
-    return fwd(x, w), (x, w)
+    # ``perturbed``: whether the operand's gradient is asked for (a model's
+    # input layer trains with x unperturbed: data). dx needs w, dw needs x;
+    # the residual of a gradient not asked for is None, and so is that
+    # gradient (zero, never computed).
+    return fwd(x.value, w.value), (x.value if w.perturbed else None,
+                                   w.value if x.perturbed else None)
 
   def op_bwd(res, g):
     x, w = res
-    gx = dx(g, w) if input_grad else jnp.zeros_like(x)
-    return gx, dw(x, g)
+    if isinstance(g, jax.custom_derivatives.SymbolicZero):  # the output is not used
+      return None, None
+    return None if w is None else dx(g, w), None if x is None else dw(x, g)
 
-  op.defvjp(op_fwd, op_bwd)
+  op.defvjp(op_fwd, op_bwd, symbolic_zeros=True)
   return op
 
 
 def conv(x: jax.Array, w: jax.Array, strides: Sequence[int], padding: Padding,
          lhs_dilation: Sequence[int] | None = None, rhs_dilation: Sequence[int] | None = None,
-         precision=None, input_grad: bool = True) -> jax.Array:
+         precision=None) -> jax.Array:
   """``lax.conv_general_dilated`` in NHWC / HWIO / NHWC with cohort batching.
 
   Args:
@@ -354,16 +359,15 @@ def conv(x: jax.Array, w: jax.Array, strides: Sequence[int], padding: Padding,
     lhs_dilation: Input dilation (transposed convolution); default 1.
     rhs_dilation: Kernel dilation; default 1.
     precision: As for ``lax.conv_general_dilated``.
-    input_grad: False where x does not depend on anything differentiated
-      (a model's input layer): its gradient is zero and never computed.
 
   Returns:
-    (batch, *out_spatial, out).
+    (batch, *out_spatial, out). Its VJP computes only the gradients asked
+    for: a model's input layer, whose x is data, skips the input gradient.
   """
   nd = x.ndim - 2
   spec = ConvSpec(strides, padding, lhs_dilation or (1,) * nd, rhs_dilation or (1,) * nd,
                   precision)
-  return _conv_op(spec, tuple(x.shape[1:-1]), tuple(w.shape[:nd]), input_grad)(x, w)
+  return _conv_op(spec, tuple(x.shape[1:-1]), tuple(w.shape[:nd]))(x, w)
 
 
 def _windows(x: jax.Array, window: tuple[int, ...]) -> jax.Array:

@@ -5,9 +5,9 @@ shape) and :func:`evaluate` runs it again equation by equation, binding
 every primitive as it is except:
 
 * convolutions (``conv_general_dilated`` without groups) run through
-  :func:`fedjax_dp.models.cohort_ops.conv`, in the canonical layout; one
-  whose input does not depend on the parameters (a model's first layer)
-  skips its input gradient;
+  :func:`fedjax_dp.models.cohort_ops.conv`, in the canonical layout; its
+  backward pass computes the gradients asked for only (a model's first
+  layer, whose input is data, skips its input gradient);
 * max pooling over tiling windows (``reduce_window_max``, as ``nn.max_pool``
   with stride = window) runs through :func:`cohort_ops.max_pool`;
 * loops (``scan``, e.g. ``nn.RNN``) run through
@@ -54,12 +54,10 @@ class Traced:
     jaxpr: The closed jaxpr of ``apply_fn(params, x)``; its inputs are the
       parameters in ``names`` order, then x.
     names: Parameter names, in the model's flat order.
-    dependent: The top-level variables computed from the parameters.
   """
 
   jaxpr: Any
   names: tuple[str, ...]
-  dependent: frozenset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +105,7 @@ def trace(apply_fn: Callable, shapes: Sequence[tuple[str, tuple[int, ...]]],
   body, consts = jxi.open_jaxpr(jaxpr)
   if len(body.outvars) != 1:
     raise ValueError("the model's apply_fn must return one array of logits")
-  dependent = _depends_on_params(body, [True] * len(names) + [False])
-  traced = Traced(jaxpr, names, frozenset(dependent))
+  traced = Traced(jaxpr, names)
   if not any(jxi.is_tracer(c) for c in consts):
     _TRACES[key] = traced
   return traced
@@ -153,15 +150,6 @@ def dense_sites(traced: Traced) -> tuple[DenseSite, ...]:
   return tuple(sites)
 
 
-def _depends_on_params(jaxpr, inputs: Sequence[bool]) -> set:
-  """The top-level variables computed from the inputs flagged in ``inputs``."""
-  dependent = {v for v, flag in zip(jaxpr.invars, inputs) if flag}
-  for eqn in jaxpr.eqns:
-    if any(jxi.is_var(v) and v in dependent for v in eqn.invars):
-      dependent.update(eqn.outvars)
-  return dependent
-
-
 def evaluate(traced: Traced, params: Mapping[str, jax.Array], x: jax.Array,
              dense: Mapping[int, Callable[[jax.Array], jax.Array]] | None = None) -> jax.Array:
   """``apply_fn(params, x)`` through the cohort ops (module docstring).
@@ -182,10 +170,10 @@ def evaluate(traced: Traced, params: Mapping[str, jax.Array], x: jax.Array,
   """
   jaxpr, consts = jxi.open_jaxpr(traced.jaxpr)
   args = [params[name] if name in params else None for name in traced.names] + [x]
-  return _eval(jaxpr, consts, args, traced.dependent, dense or {})[0]
+  return _eval(jaxpr, consts, args, dense or {})[0]
 
 
-def _conv(eqn, lhs, rhs, input_grad: bool):
+def _conv(eqn, lhs, rhs):
   """A conv_general_dilated equation through :func:`cohort_ops.conv`, or None."""
   p = jxi.conv(eqn)
   if (p.feature_group_count != 1 or p.batch_group_count != 1 or
@@ -198,7 +186,7 @@ def _conv(eqn, lhs, rhs, input_grad: bool):
   to_hwio = tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0])
   out = cohort_ops.conv(_transpose(lhs, to_nhwc), _transpose(rhs, to_hwio),
                         p.window_strides, p.padding, p.lhs_dilation, p.rhs_dilation,
-                        p.precision, input_grad)
+                        p.precision)
   # out is NHWC; out_spec names where N, C, spatial go
   from_nhwc = np.argsort((out_spec[0],) + tuple(out_spec[2:]) + (out_spec[1],))
   return _transpose(out, tuple(int(i) for i in from_nhwc))
@@ -208,7 +196,7 @@ def _transpose(a, perm):
   return a if tuple(perm) == tuple(range(a.ndim)) else a.transpose(perm)
 
 
-def _eval(jaxpr, consts, args, dependent, dense) -> list:
+def _eval(jaxpr, consts, args, dense) -> list:
   env: dict[Any, Any] = {}
 
   def read(v):
@@ -218,7 +206,7 @@ def _eval(jaxpr, consts, args, dependent, dense) -> list:
   env.update(zip(jaxpr.invars, args))
   for i, eqn in enumerate(jaxpr.eqns):
     try:
-      out = _fast_eqn(i, eqn, read, dependent, dense)
+      out = _fast_eqn(i, eqn, read, dense)
     except jxi.Unsupported as e:  # a layout this JAX changed: the plain primitive
       jxi.warn_fallback(e, "binding it unchanged")
       out = None
@@ -228,15 +216,14 @@ def _eval(jaxpr, consts, args, dependent, dense) -> list:
   return [read(v) for v in jaxpr.outvars]
 
 
-def _fast_eqn(i, eqn, read, dependent, dense) -> list | None:
+def _fast_eqn(i, eqn, read, dense) -> list | None:
   """One equation through the cohort ops, or None to bind it as it is."""
   name = jxi.primitive_name(eqn)
   if i in dense:
     return [dense[i](read(eqn.invars[0]))]
   if name == "conv_general_dilated":
     lhs, rhs = (read(v) for v in eqn.invars)
-    grad_in = jxi.is_var(eqn.invars[0]) and eqn.invars[0] in dependent
-    conv = _conv(eqn, lhs, rhs, grad_in)
+    conv = _conv(eqn, lhs, rhs)
     return None if conv is None else [conv]
   if name == "reduce_window_max":
     (operand,) = (read(v) for v in eqn.invars)
@@ -251,9 +238,7 @@ def _fast_eqn(i, eqn, read, dependent, dense) -> list | None:
   body = jxi.call_body(eqn)
   if body is not None:
     inner, inner_consts = body
-    flags = [jxi.is_var(v) and v in dependent for v in eqn.invars]
-    return _eval(inner, inner_consts, [read(v) for v in eqn.invars],
-                 _depends_on_params(inner, flags), {})
+    return _eval(inner, inner_consts, [read(v) for v in eqn.invars], {})
   return None
 
 

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp.models import cohort_ops, fast_apply, from_flax
+from fedjax_dp.models import cohort_ops, fast_apply, from_flax, paper_cnn
+from fedjax_dp.models.flat import cross_entropy
 
 # (input spatial, window, strides, padding, lhs dilation, rhs dilation)
 CONVS = [
@@ -190,14 +191,37 @@ def test_paper_cnn_cohort_training_equal_batched_as_products(paper_cnn_cohort, m
   np.testing.assert_allclose(got, want, atol=1e-4 * scale)
 
 
-def test_conv_without_input_gradient_skips_it():
-  x, w = jnp.ones((2, 6, 6, 3)), jnp.ones((3, 3, 3, 4))
-  dx, dw = jax.grad(lambda x, w: jnp.sum(cohort_ops.conv(
-      x, w, (1, 1), ((1, 1), (1, 1)), input_grad=False)), (0, 1))(x, w)
-  np.testing.assert_array_equal(dx, 0.0)
-  want = jax.grad(lambda w: jnp.sum(_lax_conv(x, w, (1, 1), ((1, 1), (1, 1)), (1, 1),
-                                              (1, 1))))(w)
-  np.testing.assert_allclose(dw, want, rtol=1e-6)
+def test_conv_computes_the_gradients_asked_for_and_only_those():
+  """x's gradient where x is differentiated (a saliency map, an attack on the
+  inputs), none where x is data (a model's input layer in training): that
+  backward pass has one convolution fewer."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 6, 6, 3))
+  w = jax.random.normal(jax.random.PRNGKey(1), (3, 3, 3, 4))
+  pad = ((1, 1), (1, 1))
+  ours = lambda x, w: jnp.sum(jnp.sin(cohort_ops.conv(x, w, (1, 1), pad)))
+  ref = lambda x, w: jnp.sum(jnp.sin(_lax_conv(x, w, (1, 1), pad, (1, 1), (1, 1))))
+  convs = {}
+  for argnums in (0, 1, (0, 1)):
+    got, want = jax.grad(ours, argnums)(x, w), jax.grad(ref, argnums)(x, w)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    convs[argnums] = str(jax.make_jaxpr(jax.grad(ours, argnums))(x, w)).count(
+        "conv_general_dilated")
+  assert convs == {0: 2, 1: 2, (0, 1): 3}  # forward, then dx and/or dw
+
+
+def test_a_fast_models_input_gradient_is_the_plain_forward_passes():
+  """Through a fast model's ``loss`` (the paper CNN's, a flax model's) the
+  gradient with respect to the input is the model's own, not zero."""
+  x = jax.random.uniform(jax.random.PRNGKey(0), (4, 28, 28, 1))
+  y = jnp.array([1, 2, 3, 4])
+  for model in (paper_cnn(), from_flax(_Small(), x[:1])):
+    w = model.init(jax.random.PRNGKey(1))
+    plain = lambda x: cross_entropy(model.eval_logits(w, x), y, model.loss_name)
+    got = jax.grad(lambda x: model.loss(w, x, y))(x)
+    want = jax.grad(plain)(x)
+    assert float(jnp.abs(want).max()) > 1e-4
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * float(jnp.abs(want).max()))
 
 
 def test_max_pool_and_its_gradient_equal_reduce_window_with_ties():
