@@ -54,6 +54,22 @@ def _sites(body, invariant: set) -> list[int]:
   return sites
 
 
+def _sole_reads(body, sites: list[int], invariant: set) -> list[int]:
+  """The sites whose kernel no other step of the loop reads, nor the body
+  returns. The loop reads the kernels' values with their gradients stopped
+  (taken after the loop, from the sites alone); another read in the loop
+  (``h @ W.T``, ``W[i]``) would lose its share of W's gradient, so a kernel
+  read there leaves its sites bound as they are. Loop-invariant equations
+  (computed once, before the stop) keep theirs."""
+  kernels = {body.eqns[i].invars[1] for i in sites}
+  elsewhere = {v for v in body.outvars if jxi.is_var(v) and v in kernels}
+  for i, eqn in enumerate(body.eqns):
+    hoisted = bool(eqn.outvars) and all(v in invariant for v in eqn.outvars)
+    if i not in sites and not hoisted:
+      elsewhere.update(v for v in eqn.invars if jxi.is_var(v) and v in kernels)
+  return [i for i in sites if body.eqns[i].invars[1] not in elsewhere]
+
+
 def _invariant(body, num_consts: int) -> set:
   """Body variables computed from the loop's constants alone."""
   invariant = set(body.constvars) | set(body.invars[:num_consts])
@@ -159,7 +175,7 @@ def scan(eqn, invals: list, bind: Bind) -> list | None:
   """
   layout = jxi.scan_layout(eqn)
   invariant = _invariant(layout.body, layout.num_consts)
-  sites = _sites(layout.body, invariant)
+  sites = _sole_reads(layout.body, _sites(layout.body, invariant), invariant)
   if not sites or layout.split_transpose:
     return None
   return _hoisted_gradients(_Loop(layout, bind, sites, invariant), invals)

@@ -328,6 +328,36 @@ def test_scan_weight_gradients_hoisted_equal_autodiff():
   assert np.abs(want[1]).min() >= 0 and np.abs(want[1]).max() > 1e-3
 
 
+class _TiedRecurrent(nn.Module):
+  """A loop whose kernel W is both a product's (``h @ W``) and read another
+  way in the same step (``W @ h.T``)."""
+
+  @nn.compact
+  def __call__(self, x):
+    w = self.param("W", nn.initializers.normal(0.3), (8, 8))
+    u = self.param("U", nn.initializers.normal(0.3), (x.shape[-1], 8))
+
+    def cell(h, x_t):
+      h = jnp.tanh(x_t @ u + h @ w + 0.1 * (w @ h.T).T)
+      return h, h
+
+    h, _ = jax.lax.scan(cell, jnp.zeros((x.shape[0], 8)), x.swapaxes(0, 1))
+    return nn.Dense(4)(h)
+
+
+def test_a_kernel_read_elsewhere_in_the_loop_keeps_its_whole_gradient():
+  """W's gradient through ``W @ h.T`` is not lost (the loop leaves W's
+  product bound as it is; U's still takes its gradient after the loop)."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (3, 5, 3))
+  model = from_flax(_TiedRecurrent(), x[:1])
+  ws = jnp.stack([model.init(jax.random.PRNGKey(1)), model.init(jax.random.PRNGKey(2))])
+  loss = lambda fn: lambda w: jnp.sum(jnp.sin(fn(w, x)))
+  want = jax.jit(jax.vmap(jax.value_and_grad(loss(model.eval_logits))))(ws)
+  got = jax.jit(jax.vmap(jax.value_and_grad(loss(model.logits))))(ws)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 class _Small(nn.Module):
   @nn.compact
   def __call__(self, x):
