@@ -108,6 +108,16 @@ def test_clipped_gradient_sum_matches_a_loop(tiny):
   assert int(got[1]) == int(want[1])
 
 
+def test_the_clipped_gradients_are_summed_at_full_float32_precision(tiny):
+  """The sum of the clipped per-example gradients asks for HIGHEST precision:
+  at a GPU's default (TF32) the sum could be longer than S allows."""
+  model, w, x, y = tiny
+  indices, mask = jnp.arange(4), jnp.ones(4, bool)
+  jaxpr = str(jax.make_jaxpr(lambda w: per_sample.clipped_gradient_sum(
+      model.loss, w, x, y, indices, mask, 1.0, 2))(w))
+  assert "precision=(Precision.HIGHEST, Precision.HIGHEST)" in jaxpr
+
+
 def test_padding_rows_add_nothing_to_the_clipped_sum(tiny):
   """Record-level DP on padded clients: a sampled padding row (label -1)
   has a zero gradient, so the clipped sum is that of the real rows alone and
