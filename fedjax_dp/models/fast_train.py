@@ -189,7 +189,8 @@ def _checked(model, grad_mask, grad_indices, only_indices, momentum, dense_form)
   beta = None if momentum is None or (not isinstance(momentum, jax.Array)
                                       and momentum == 0) else momentum
   if beta is not None and grad_mask is not None:
-    raise ValueError("momentum is supported without grad_mask only")
+    raise ValueError("the fast path trains momentum without a grad_mask only; the plain "
+                     "path (from_flax(..., fast=False)) trains both")
   if only_indices and grad_indices is None:
     raise ValueError("only_indices needs grad_indices")
   if dense_form not in DENSE_FORMS:

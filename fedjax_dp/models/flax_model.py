@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,17 @@ def _nest(params: Params) -> dict[str, Any]:
   return tree
 
 
+def _shapes_of(name: str, fn, *args):
+  """``jax.eval_shape(fn, *args)``; a module drawing random numbers refused in one line."""
+  try:
+    return jax.eval_shape(fn, *args)
+  except flax.errors.InvalidRngError as e:
+    raise ValueError(
+        f"{name} draws random numbers as it runs (dropout?): from_flax needs a "
+        "deterministic module; build a FlatModel with a train_apply_fn for "
+        "training-mode randomness (as models.zoo.all_cnn_c does)") from e
+
+
 def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_ce",
               name: str | None = None, *, fast: bool = True) -> FlatModel:
   """Wraps a stateless flax module as a :class:`FlatModel`.
@@ -48,7 +60,8 @@ def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_c
   ``"Dense_0/kernel"``. ``init`` is ``module.init(key, sample_input)["params"]``
   and the logits are ``module.apply({"params": params}, x)``; evaluation runs
   the module as it is, training its forward pass rewritten for the cohort
-  (``fedjax_dp.models.fast_apply``).
+  (``fedjax_dp.models.fast_apply``). Parameters of any float dtype
+  (bfloat16 included) are held and trained as float32 weights.
 
   Example::
 
@@ -81,13 +94,14 @@ def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_c
 
   Raises:
     ValueError: Unknown loss, a module with state besides its parameters, no
-      parameters, or an output that does not fit the loss.
+      parameters, a parameter that is not a float, a module that draws
+      random numbers (dropout) as it runs, or an output that is not one
+      array of logits that fit the loss.
   """
   if loss not in LOSSES:
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
   name = name or type(module).__name__
-  key = jax.random.PRNGKey(0)
-  variables = jax.eval_shape(module.init, key, sample_input)
+  variables = _shapes_of(name, module.init, jax.random.PRNGKey(0), sample_input)
   extra = sorted(set(variables) - {"params"})
   if extra:
     raise ValueError(f"{name} has variable collections {extra} besides 'params'; "
@@ -95,7 +109,13 @@ def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_c
   layout = _flat_names(variables.get("params", {}))
   if not layout:
     raise ValueError(f"{name} has no parameters")
-  out = jax.eval_shape(module.apply, variables, sample_input)
+  ints = [n for n, leaf in layout if not jnp.issubdtype(leaf.dtype, jnp.floating)]
+  if ints:
+    raise ValueError(f"{name} has parameters that are not floats ({', '.join(ints)}); "
+                     "every parameter is trained as a float32 weight")
+  out = _shapes_of(name, module.apply, variables, sample_input)
+  if not isinstance(out, jax.ShapeDtypeStruct):
+    raise ValueError(f"{name} returns {type(out).__name__}, not one array of logits")
   fits = out.ndim == 2 and (out.shape[1] == 1 if loss == "sigmoid_ce" else out.shape[1] >= 2)
   if not fits:
     need = "(batch, 1)" if loss == "sigmoid_ce" else "(batch, classes >= 2)"

@@ -222,6 +222,9 @@ def test_a_fast_models_input_gradient_is_the_plain_forward_passes():
     want = jax.grad(plain)(x)
     assert float(jnp.abs(want).max()) > 1e-4
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * float(jnp.abs(want).max()))
+    # Forward mode goes through the module's own pass (docs/api.md).
+    _, tangent = jax.jvp(lambda x: model.eval_logits(w, x), (x,), (jnp.ones_like(x),))
+    assert tangent.shape == (4, model.eval_logits(w, x).shape[1])
 
 
 def test_max_pool_and_its_gradient_equal_reduce_window_with_ties():

@@ -165,9 +165,33 @@ class _WithBatchNorm(nn.Module):
     return nn.BatchNorm(use_running_average=False)(nn.Dense(3)(x))
 
 
+class _WithDropout(nn.Module):
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3)(nn.Dropout(0.5, deterministic=False)(x))
+
+
+class _TwoOutputs(nn.Module):
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3)(x), nn.Dense(2)(x)
+
+
+class _IntegerParam(nn.Module):
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3)(x) + self.param("count", lambda k: jnp.zeros((), jnp.int32))
+
+
 @pytest.mark.parametrize("module, loss, match", [
     (_UserMLP(), "mse", "loss must be one of"),
     (_WithBatchNorm(), "softmax_ce", "only stateless modules are supported"),
+    (_WithDropout(), "softmax_ce", r"^_WithDropout draws random numbers as it runs \(dropout\?\)"),
+    (_TwoOutputs(), "softmax_ce", "^_TwoOutputs returns tuple, not one array of logits$"),
+    (_IntegerParam(), "softmax_ce", r"^_IntegerParam has parameters that are not floats \(count\)"),
     (_UserMLP(), "sigmoid_ce", r"needs logits of shape \(batch, 1\)"),
     (_UserMLP(classes=1), "softmax_ce", r"needs logits of shape \(batch, classes >= 2\)"),
 ])
