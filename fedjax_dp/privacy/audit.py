@@ -20,8 +20,9 @@ inserted) canaries. This module holds the pure pieces of that audit:
   (:func:`bootstrap_epsilon`, with the vectorized :func:`gaussian_epsilons`),
   and jax-privacy's ``CanaryScoreAuditor`` on the same statistics
   (:func:`jax_privacy_figures`). :func:`audit_figures` labels every figure a
-  lower bound or an estimate (:data:`FIGURE_KINDS`); only bounds decide a
-  violation (:func:`decision_lower_bound`, jointly valid over all of them).
+  lower bound, an approximate bound or an estimate (:data:`FIGURE_KINDS`);
+  only bounds decide a violation (:func:`decision_lower_bound`, jointly
+  valid over all of them).
 """
 
 from __future__ import annotations
@@ -707,11 +708,14 @@ def jax_privacy_figures(inserted: np.ndarray, held_out: np.ndarray, delta: float
 
 
 # What each figure of :func:`audit_figures` is: a lower bound on epsilon (at
-# the stated confidence; it can prove a violation) or an estimate (it cannot).
+# the stated confidence; it can prove a violation), an approximate bound (a
+# lower bound only if the canaries were independent trials, which the
+# canaries of one run, sharing its noise, are not: it cannot prove one) or
+# an estimate (it cannot).
 FIGURE_KINDS = {
     "empirical_epsilon": "estimate",
     "epsilon_lower_bound": "bound",
-    "jax_privacy_clopper_pearson": "bound",
+    "jax_privacy_clopper_pearson": "approximate bound",
     "jax_privacy_one_run": "bound",
     "jax_privacy_one_run_fdp": "bound",
     "jax_privacy_gaussian_dp": "estimate",
@@ -757,14 +761,16 @@ def lower_bounds(statistics: np.ndarray, inserted: np.ndarray, delta: float,
 def audit_figures(statistics: np.ndarray, inserted: np.ndarray, delta: float,
                   confidence: float = 0.95, *, bootstrap_samples: int = BOOTSTRAP_SAMPLES,
                   seed: int = 0) -> dict:
-  """Every figure of one canary statistic, each labelled a bound or an estimate.
+  """Every figure of one canary statistic, each labelled by its kind (:data:`FIGURE_KINDS`).
 
   ``empirical_epsilon`` (Andrew et al., ICLR 2024) with its bootstrap
   intervals (:func:`bootstrap_epsilon`); the one-run lower bound of Steinke,
   Nasr and Jagielski (NeurIPS 2023, :func:`one_run_lower_bound`); and the
   figures of jax-privacy's ``CanaryScoreAuditor`` (:func:`jax_privacy_figures`).
   Only a figure of kind "bound" can prove that a mechanism is less private
-  than claimed; an "estimate" can exceed the true epsilon of a correct one.
+  than claimed; an "estimate" can exceed the true epsilon of a correct one,
+  and so can an "approximate bound" in a run (Clopper-Pearson's, whose
+  canaries are not independent trials there).
 
   Args:
     statistics: (m,) statistic per candidate, higher meaning "more inserted".
@@ -775,8 +781,8 @@ def audit_figures(statistics: np.ndarray, inserted: np.ndarray, delta: float,
     seed: Seed of the bootstrap.
 
   Returns:
-    ``{name: {"value", "kind": "bound" | "estimate", "method", "confidence"}}``
-    for the names of :data:`FIGURE_KINDS`; ``empirical_epsilon`` also has
+    ``{name: {"value", "kind", "method", "confidence"}}`` for the names of
+    :data:`FIGURE_KINDS` (their kinds); ``empirical_epsilon`` also has
     ``interval``, ``percentile_interval``, ``bootstrap_mean`` and
     ``bootstrap_samples``, ``epsilon_lower_bound`` the ``guesses`` and
     ``correct`` guesses behind it. Values are

@@ -244,8 +244,8 @@ def report(state: AuditState, delta: float, confidence: float,
     given), each threat model with ``empirical_epsilon``,
     ``empirical_epsilon_interval``, ``epsilon_lower_bound``, the guesses
     behind it, the two samples' means and standard deviations, and
-    ``figures``: ``{name: {"value", "kind": "bound" | "estimate", "method",
-    "confidence", ...}}``.
+    ``figures``: ``{name: {"value", "kind", "method", "confidence", ...}}``
+    (kinds: ``privacy.audit.FIGURE_KINDS``).
   """
   inserted = np.asarray(state.inserted)
   out = {"canaries": int(inserted.size), "inserted": int(inserted.sum()),
