@@ -804,7 +804,16 @@ def _correlated_report(mechanism: Mechanism, rounds_list, delta: float, accounta
 
 def participation(sampling: Sampling, rounds: int) -> monte_carlo.Participation:
   """The run's participation as Monte Carlo accounting sees it (Poisson is
-  b-min-sep with b = 1)."""
+  b-min-sep with b = 1).
+
+  Raises:
+    ValueError: A sampling it does not cover: cyclic Poisson (b > 1 groups)
+      or a truncated cohort, which the draws would take for plain Poisson.
+  """
+  if sampling.cycle_length > 1 or sampling.max_cohort is not None:
+    what = (f"cyclic Poisson sampling (b = {sampling.cycle_length})"
+            if sampling.cycle_length > 1 else f"truncated cohorts (max {sampling.max_cohort})")
+    raise ValueError(f"monte-carlo accounting does not cover {what}; use rdp or pld")
   if sampling.sampler == "poisson":
     return monte_carlo.Participation("b-min-sep", rounds, 1, sampling.rate)
   if sampling.sampler not in monte_carlo.PARTICIPATIONS:

@@ -60,7 +60,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from fedjax_dp import atomic, sampling
 from fedjax_dp.privacy import bisection
@@ -265,7 +265,10 @@ def _bins_losses(key: jax.Array, gram: jax.Array, chol: jax.Array, sigma: jax.Ar
   """
   bins = gram.shape[0]
   k_bin, k_noise = jax.random.split(key)
-  w = sigma * (chol @ jax.random.normal(k_noise, (bins, num)))
+  # Full float32: a GPU's default (TF32) would round g's every draw to 10 bits.
+  g = jnp.matmul(chol, jax.random.normal(k_noise, (bins, num)),
+                 precision=jax.lax.Precision.HIGHEST)
+  w = sigma * g
   if positive:
     w = w + gram[:, jax.random.randint(k_bin, (num,), 0, bins)]
   return _bins_loss(w, gram, sigma)
@@ -368,15 +371,15 @@ def mean_bound(mean: float, num: int, beta: float, upper: bool = True) -> float:
   True
   """
   level = math.log(1.0 / beta) / num
+  # Each bound is the end of the final bracket on its safe side (the KL
+  # divergence at or past the level), never a root finder's nearby point.
   if upper:
     if mean >= 1.0 or _kl(mean, 1.0) <= level:
       return 1.0
-    return optimize.brentq(lambda mu: _kl(mean, mu) - level, mean, 1.0, xtol=1e-15,
-                           rtol=1e-12)
+    return bisection.bisect(lambda mu: _kl(mean, mu) >= level, mean, 1.0, 1e-12)[1]
   if mean <= 0.0 or _kl(mean, 0.0 + 1e-300) <= level:
     return 0.0
-  return optimize.brentq(lambda mu: _kl(mean, mu) - level, 1e-300, mean, xtol=1e-18,
-                         rtol=1e-12)
+  return bisection.bisect(lambda mu: _kl(mean, mu) <= level, 1e-300, mean, 1e-12)[0]
 
 
 class _Tail(NamedTuple):
@@ -405,7 +408,9 @@ def _epsilon_at(tails: list[_Tail], delta: float, bound) -> float:
   top = max((float(t.losses[-1]) for t in tails if t.losses.size), default=0.0) + 1.0
   if worst(top) > delta:
     return math.inf
-  return optimize.brentq(lambda e: worst(e) - delta, 0.0, top, xtol=1e-6)
+  # The bracket's upper end: where the bound holds (a root finder's point
+  # may sit just below it).
+  return bisection.bisect(lambda e: worst(e) <= delta, 0.0, top, 1e-7, floor=1.0)[1]
 
 
 class Estimate(NamedTuple):

@@ -85,6 +85,42 @@ def test_bins_loss_matches_jax_privacy():
   np.testing.assert_allclose(ours, theirs, atol=1e-4)
 
 
+def test_bins_draws_are_correlated_at_full_float32_precision():
+  """The draws g ~ N(0, G) are a product with G's Cholesky factor at
+  HIGHEST precision (a GPU's default, TF32, would round each to 10 bits)."""
+  gram = jnp.eye(3) + 0.5
+  jaxpr = str(jax.make_jaxpr(lambda k: mc._bins_losses(
+      k, gram, jnp.linalg.cholesky(gram), jnp.float32(1.0), num=4, positive=True))(
+          jax.random.PRNGKey(0)))
+  assert "precision=(Precision.HIGHEST, Precision.HIGHEST)" in jaxpr
+
+
+def test_the_epsilon_found_is_where_the_bound_holds_and_just_below_it_does_not():
+  """The epsilon is the safe end of the final bracket: the bound on delta
+  holds there and fails a hair below (a root finder's point can miss by its
+  tolerance on either side)."""
+  rng = np.random.default_rng(0)
+  tails = [mc._Tail.of(rng.normal(1.0, 1.5, 20_000)), mc._Tail.of(rng.normal(0.8, 1.4, 20_000))]
+  delta = 1e-3
+  for bound in (lambda t, e: t.delta(e),
+                lambda t, e: mc.mean_bound(t.delta(e), t.num, 0.025)):
+    eps = mc._epsilon_at(tails, delta, bound)
+    assert 0 < eps < np.inf
+    assert max(bound(t, eps) for t in tails) <= delta
+    assert max(bound(t, eps * (1 - 1e-6)) for t in tails) > delta
+
+
+def test_the_kl_bounds_are_on_their_safe_sides():
+  """The upper bound's KL divergence from the mean is at least the level, the
+  lower bound's too (each end of its final bracket on the safe side)."""
+  for mean, num, beta in [(0.01, 1000, 0.05), (0.3, 10**6, 0.01), (1e-6, 10**7, 0.025)]:
+    level = np.log(1 / beta) / num
+    hi, lo = mc.mean_bound(mean, num, beta), mc.mean_bound(mean, num, beta, upper=False)
+    assert lo < mean < hi
+    assert mc._kl(mean, hi) >= level and mc._kl(mean, lo) >= level
+    assert mc._kl(mean, hi * (1 - 1e-9)) < level
+
+
 def test_joins_follow_b_min_sep():
   """The positive draws' participations: never closer than b, and the
   stationary rate p / (1 + (b - 1) p) from the first round on (accepted);
@@ -174,3 +210,17 @@ def test_participation_is_checked():
     mc.min_sep_prob(0.3, 4)
   assert mc.Participation("b-min-sep", 10, 4, mc.min_sep_prob(1 / 60, 4)).rate() == \
       pytest.approx(1 / 60)
+
+
+@pytest.mark.parametrize("changes,says", [
+    ({"cycle_length": 4}, r"cyclic Poisson sampling \(b = 4\)"),
+    ({"max_cohort": 80}, r"truncated cohorts \(max 80\)")])
+def test_monte_carlo_accounting_refuses_the_samplings_it_does_not_cover(changes, says):
+  """Cyclic Poisson and truncated cohorts are not Poisson: the draws would
+  account them as Poisson (cyclic at q is less private than Poisson at q)."""
+  sampling = accounting.Sampling(rate=0.05, sampler="poisson", num_clients=1000,
+                                 capacity=100, **changes)
+  with pytest.raises(ValueError, match=f"^monte-carlo accounting does not cover {says}"):
+    accounting.participation(sampling, 50)
+  assert accounting.participation(sampling._replace(cycle_length=1, max_cohort=None), 50) == \
+      mc.Participation("b-min-sep", 50, 1, 0.05)
