@@ -136,16 +136,15 @@ def test_auto_method_and_shapes_for_the_paper_cnn():
 
 
 def test_every_compressed_direction_is_reachable_at_r_1():
-  """Chunks of 500 and 501 weights (n = 3,005, P = 6; r n / P = 500.8): mc
-  is at most 500, so C (m x n) has full row rank and no compressed direction
-  is out of the
-  weights' reach (with 501 coefficients a chunk of 500 weights has one, where
-  FL-CS-DP's noise would pile up in the error feedback e, the mechanism of
-  issue 14)."""
-  op = dct_cs.make_operator(KEY, 3005, 1.0, 6, "matmul")
-  c = np.asarray(jax.vmap(op.encode)(jnp.eye(3005))).T  # (m, n)
-  assert c.shape == (6 * 500, 3005)
-  assert np.linalg.matrix_rank(c) == 6 * 500
+  """Chunks of 50 and 51 weights (n = 305, P = 6; r n / P = 50.8): mc is at
+  most 50, so C (m x n) has full row rank and no compressed direction is out
+  of the weights' reach (with 51 coefficients a chunk of 50 weights has one,
+  where FL-CS-DP's noise would pile up in the error feedback e, the
+  mechanism of issue 14)."""
+  op = dct_cs.make_operator(KEY, 305, 1.0, 6, "matmul")
+  c = np.asarray(jax.vmap(op.encode)(jnp.eye(305))).T  # (m, n)
+  assert c.shape == (6 * 50, 305)
+  assert np.linalg.matrix_rank(c) == 6 * 50
 
 
 def test_permutation_is_shared_through_the_seed():
