@@ -30,8 +30,9 @@ agent; ours, this process's, its peak reset before the case), the machine
 (``common.machine()``) and the load average before and after. Each pfl
 record carries ``ratio_ours_over_pfl``: our clients/s over pfl's at the same
 cohort, for FL-STD-DP (against pfl with DP) or FL-STD (without), and
-FL-TOP-DP (against pfl with DP: the same local training and DP, its upload
-top-r). ``--passes N`` runs the cases N times in turn at each cohort (each
+FL-TOP-DP (against pfl with DP: the same clients, steps, batch, lr, S and
+sigma, but another algorithm, which trains and privatizes the r n kept
+weights only; FL-STD(-DP)'s ratios are the like-for-like ones). ``--passes N`` runs the cases N times in turn at each cohort (each
 record says its ``pass``); a pfl record's ratios are against our rounds of
 the same pass, and the table ends with each ratio in every pass and their
 median: on a shared machine either side's round moves by up to 20% between
@@ -544,7 +545,7 @@ def _ratios(rec: dict, done: dict) -> dict:
     ours = done.get((scheme, rec["clients_per_round"]))
     if ours is None:
       continue
-    check_same_work(ours, rec)  # FL-TOP-DP: the same training and DP, its upload top-r
+    check_same_work(ours, rec)  # FL-TOP-DP: the same settings; its own algorithm (top-r)
     out[scheme] = ours["clients_per_sec"] / rec["clients_per_sec"]
   return out
 

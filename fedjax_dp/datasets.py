@@ -167,8 +167,9 @@ def load(name: str | Dataset, num_clients: int, samples_per_client: int, seed: i
       sets that always hold their public set out hold ``holdout`` examples
       if given, else ``public_size``.
     test_size: Examples evaluated: medical-synth's generated test set size;
-      fashion-mnist, mnist, svhn, cifar10, imdb: the first ``test_size``
-      examples of the official test set (default all); shakespeare: a
+      fashion-mnist, mnist, svhn, cifar10, imdb: ``test_size`` examples of
+      the official test set drawn uniformly from the seed, not the first
+      ones (default all); shakespeare: a
       seeded draw of the clients' test windows (default
       :data:`SHAKESPEARE_TEST_SIZE`, or all if fewer); femnist: a seeded
       draw of the test examples of the clients' writers (default all).
@@ -300,7 +301,8 @@ OPTIONS = (
         "test_size", options.positive_int, None,
         "test examples evaluated: medical-synth: patients in the generated test set "
         f"(default {MedicalSynthConfig().test_size}); fashion-mnist, mnist, svhn, cifar10, "
-        "imdb: the first N of the official test set (default all of it), for quick runs; "
+        "imdb: N of the official test set, drawn uniformly from --seed (not the first N; "
+        "default all of it), for quick runs; "
         "shakespeare: a seeded uniform draw of the clients' test windows (default "
         f"{SHAKESPEARE_TEST_SIZE}); femnist: a seeded draw of the test examples of the "
         "clients' writers (default all)"),

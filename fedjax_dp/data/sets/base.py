@@ -138,8 +138,8 @@ class Dataset:
       drawn from another data set.
     num_classes: Classes of the labels (for the split's label summary).
     class_names: Each class's name, in label order, for the backdoor
-      attacks' ``--source-class``/``--target-class`` (``Sandal``); empty:
-      the data set has no backdoor classes.
+      attacks' ``--backdoor SRC:DST`` (``Sandal:Sneaker``); empty: the data
+      set has no backdoor classes.
     class_aliases: Other names of classes, lower case, by label
       (fashion-mnist: ``t-shirt`` for 0).
     option_defaults: The data set's values of scheme options where its
