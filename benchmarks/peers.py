@@ -623,13 +623,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   return args
 
 
-def _cores() -> int:
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:
-    return os.cpu_count() or 1
-
-
 def _emit(rec: dict, args: argparse.Namespace) -> None:
   print(json.dumps(rec) if args.json else _row(rec), flush=True)
   if args.out:
@@ -667,7 +660,7 @@ def _measure(args: argparse.Namespace, env: dict | None, data) -> int:
                                           None, rounds=2)
   device = "cuda" if env and jax.default_backend() == "gpu" and env["probe"].get(
       "torch_cuda") else "cpu"
-  processes = args.pfl_processes or (4 if device == "cuda" else _cores())
+  processes = args.pfl_processes or (4 if device == "cuda" else host_devices.usable_cores())
   if not args.json:
     print(f"{PROG} on {machine()}; pfl {PFL_VERSION} in {args.pfl_env} "
           f"({args.pfl_torch} torch)" if env else f"{PROG} on {machine()}")

@@ -545,7 +545,7 @@ def torch_settings() -> dict:
   torch.backends.cuda.matmul.allow_tf32 = on_gpu
   torch.backends.cudnn.allow_tf32 = on_gpu
   if not on_gpu:
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(host_devices.usable_cores())  # as many as JAX's devices see
   return {"version": torch.__version__, "device": "cuda" if on_gpu else "cpu",
           "device_name": torch.cuda.get_device_name() if on_gpu else "cpu",
           "tf32": on_gpu}

@@ -19,13 +19,18 @@ OPTION = "--cpu-devices"
 DEFAULT_MAX = 8
 
 
+def usable_cores() -> int:
+  """The cores this process may run on (its affinity; all of them where the
+  system does not say)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    return os.cpu_count() or 1
+
+
 def default_count() -> int:
   """One device per core this process may use, at most ``DEFAULT_MAX``."""
-  try:
-    cores = len(os.sched_getaffinity(0))
-  except AttributeError:  # not Linux
-    cores = os.cpu_count() or 1
-  return max(1, min(cores, DEFAULT_MAX))
+  return max(1, min(usable_cores(), DEFAULT_MAX))
 
 
 def count_from_argv(argv: list[str]) -> int | None:
