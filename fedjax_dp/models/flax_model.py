@@ -51,6 +51,17 @@ def _shapes_of(name: str, fn, *args):
         "training-mode randomness (as models.zoo.all_cnn_c does)") from e
 
 
+def _check_logits(name: str, out, loss: str) -> None:
+  """Raises ValueError unless ``out`` (the output's shapes) is one array of
+  logits that fits ``loss``."""
+  if not isinstance(out, jax.ShapeDtypeStruct):
+    raise ValueError(f"{name} returns {type(out).__name__}, not one array of logits")
+  fits = out.ndim == 2 and (out.shape[1] == 1 if loss == "sigmoid_ce" else out.shape[1] >= 2)
+  if not fits:
+    need = "(batch, 1)" if loss == "sigmoid_ce" else "(batch, classes >= 2)"
+    raise ValueError(f"{name} outputs shape {out.shape}, but {loss} needs logits of shape {need}")
+
+
 def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_ce",
               name: str | None = None, *, fast: bool = True) -> FlatModel:
   """Wraps a stateless flax module as a :class:`FlatModel`.
@@ -113,13 +124,7 @@ def from_flax(module: nn.Module, sample_input: jax.Array, loss: str = "softmax_c
   if ints:
     raise ValueError(f"{name} has parameters that are not floats ({', '.join(ints)}); "
                      "every parameter is trained as a float32 weight")
-  out = _shapes_of(name, module.apply, variables, sample_input)
-  if not isinstance(out, jax.ShapeDtypeStruct):
-    raise ValueError(f"{name} returns {type(out).__name__}, not one array of logits")
-  fits = out.ndim == 2 and (out.shape[1] == 1 if loss == "sigmoid_ce" else out.shape[1] >= 2)
-  if not fits:
-    need = "(batch, 1)" if loss == "sigmoid_ce" else "(batch, classes >= 2)"
-    raise ValueError(f"{name} outputs shape {out.shape}, but {loss} needs logits of shape {need}")
+  _check_logits(name, _shapes_of(name, module.apply, variables, sample_input), loss)
 
   def init_fn(key: jax.Array) -> Params:
     return dict(_flat_names(module.init(key, sample_input)["params"]))
