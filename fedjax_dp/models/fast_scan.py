@@ -54,6 +54,11 @@ def _sites(body, invariant: set) -> list[int]:
   return sites
 
 
+def _runs_once(eqn, invariant: set) -> bool:
+  """Whether a body equation is loop-invariant: computed once, before the loop."""
+  return bool(eqn.outvars) and all(v in invariant for v in eqn.outvars)
+
+
 def _sole_reads(body, sites: list[int], invariant: set) -> list[int]:
   """The sites whose kernel no other step of the loop reads, nor the body
   returns. The loop reads the kernels' values with their gradients stopped
@@ -64,8 +69,7 @@ def _sole_reads(body, sites: list[int], invariant: set) -> list[int]:
   kernels = {body.eqns[i].invars[1] for i in sites}
   elsewhere = {v for v in body.outvars if jxi.is_var(v) and v in kernels}
   for i, eqn in enumerate(body.eqns):
-    hoisted = bool(eqn.outvars) and all(v in invariant for v in eqn.outvars)
-    if i not in sites and not hoisted:
+    if i not in sites and not _runs_once(eqn, invariant):
       elsewhere.update(v for v in eqn.invars if jxi.is_var(v) and v in kernels)
   return [i for i in sites if body.eqns[i].invars[1] not in elsewhere]
 
@@ -96,7 +100,7 @@ class _Loop:
     self.layout, self.bind, self.sites = layout, bind, sites
     self.body = layout.body
     self.num_consts, self.num_carry = layout.num_consts, layout.num_carry
-    once = [bool(e.outvars) and all(v in invariant for v in e.outvars) for e in self.body.eqns]
+    once = [_runs_once(e, invariant) for e in self.body.eqns]
     self.hoisted = [e for e, o in zip(self.body.eqns, once) if o]
     self.looped = [(i, e) for i, (e, o) in enumerate(zip(self.body.eqns, once)) if not o]
     self.probe_shapes = [(layout.length,) + tuple(self.body.eqns[i].outvars[0].aval.shape)
