@@ -188,21 +188,26 @@ def dither(key: jax.Array, lattice: Lattice, n: int) -> jax.Array:
   Scalar: U[-Delta/2, Delta/2) per coordinate. Hexagonal: a uniform point of
   the fundamental parallelogram ``{s b1 + t b2 : s, t in [0, 1)}`` reduced
   modulo A2 (minus its nearest lattice point), which is uniform over the
-  hexagonal cell because the parallelogram tiles the plane under A2.
+  hexagonal cell because the parallelogram tiles the plane under A2. For an
+  odd n this is the first n values of the padded vector's dither, which
+  :func:`quantize` adds to the padded vector whole.
 
   The draw depends on the key and the length only, never on the quantized
   vector (Zamir-Feder's condition for an input-independent error); the
   server regenerates it from the shared key.
   """
-  size = lattice.padded_size(n)
+  return _padded_dither(key, lattice, lattice.padded_size(n))[:n]
+
+
+def _padded_dither(key: jax.Array, lattice: Lattice, size: int) -> jax.Array:
+  """:func:`dither` of a vector of whole lattice vectors (``size`` values)."""
   if lattice.kind == "scalar":
-    u = jax.random.uniform(key, (size,), jnp.float32, -0.5, 0.5)
-    return (lattice.step * u)[:n]
+    return lattice.step * jax.random.uniform(key, (size,), jnp.float32, -0.5, 0.5)
   st = jax.random.uniform(key, (size // 2, 2), jnp.float32)
   p = jnp.stack([st[:, 0] + 0.5 * st[:, 1], (SQRT3 / 2.0) * st[:, 1]], axis=-1)
   c = _hexagonal_nearest(p).astype(jnp.float32)
   q = jnp.stack([c[:, 0] + 0.5 * c[:, 1], (SQRT3 / 2.0) * c[:, 1]], axis=-1)
-  return (lattice.step * (p - q)).reshape(-1)[:n]
+  return (lattice.step * (p - q)).reshape(-1)
 
 
 @functools.partial(jax.jit, static_argnames=("lattice",))
@@ -217,10 +222,16 @@ def quantize(x: jax.Array, key: jax.Array, lattice: Lattice) -> jax.Array:
   Returns:
     (padded_size(n),) int32 lattice coordinates, the transmitted stream.
   """
-  return nearest_coordinates(x + dither(key, lattice, x.shape[0]), lattice)
+  # The zeros that pad x to whole lattice vectors are dithered too: an odd
+  # hexagonal vector's last pair is then (x_n, 0) + u, whose error is uniform
+  # over the cell (with the pad undithered, x_n's error depended on x_n).
+  size = lattice.padded_size(x.shape[0])
+  padded = jnp.pad(x, (0, size - x.shape[0]))
+  return nearest_coordinates(padded + _padded_dither(key, lattice, size), lattice)
 
 
 @functools.partial(jax.jit, static_argnames=("lattice", "n"))
 def dequantize(coords: jax.Array, key: jax.Array, lattice: Lattice, n: int) -> jax.Array:
   """Decoder: ``Q(x + u) - u``, i.e. x plus an error uniform over the cell."""
-  return decode(coords, lattice, n) - dither(key, lattice, n)
+  size = lattice.padded_size(n)
+  return (decode(coords, lattice, size) - _padded_dither(key, lattice, size))[:n]

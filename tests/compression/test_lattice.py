@@ -100,6 +100,24 @@ def test_quantization_error_is_independent_of_the_input():
   assert np.ptp(fixed) == 0 and fixed[0] == pytest.approx(-0.185)
 
 
+def test_an_odd_hexagonal_vectors_last_value_has_the_same_error_whatever_it_is():
+  """Its pair is (x_n, pad 0): both dithered, x_n's error has A2's per-value
+  variance and one law whatever x_n (with the pad undithered it had 7/72
+  Delta^2 at x_n = Delta / 2, 5/72 at 0)."""
+  keys = jax.random.split(jax.random.PRNGKey(13), 40_000)
+
+  def last_errors(value):
+    x = jnp.full((3,), value * HEX.step)
+    e = jax.vmap(lambda k: lat_lib.dequantize(lat_lib.quantize(x, k, HEX), k, HEX, 3) - x)(keys)
+    return np.asarray(e[:, -1], np.float64)
+
+  at0, at_half = last_errors(0.0), last_errors(0.5)
+  assert stats.ks_2samp(at0, at_half).pvalue > 1e-3
+  for e in (at0, at_half):
+    assert abs(_z(e ** 2, HEX.error_variance)) < Z
+  assert abs(_z(at_half ** 2, 7 / 5 * HEX.error_variance)) > Z
+
+
 def _z(samples, claimed):
   return (np.mean(samples) - claimed) / (np.std(samples) / math.sqrt(samples.size))
 
