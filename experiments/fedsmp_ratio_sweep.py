@@ -7,9 +7,10 @@ sparsification, a large r spreads the Gaussian noise over many coordinates
 (its norm grows as sqrt(k) while the clipped signal stays at S).
 
 For every scheme and ratio the noise multiplier is calibrated to the target:
-the smallest sigma whose epsilon after the run's rounds is at most
-``--epsilon`` (``fedjax_dp.privacy.accounting.noise_multiplier_for_epsilon``,
-for the scheme's sampling rate q = |K|/N). Under this accounting sigma does
+the smallest sigma whose epsilon after the run's rounds, as its record
+computes it (``fedjax_dp.simulation.record.calibrated_sigma``: the run's
+accountant, sampler, ``--cycle-length`` and ``--max-cohort``), is at most
+``--epsilon``. Under this accounting sigma does
 not depend on r (the sparse update is clipped to S whatever k: sensitivity S,
 Sec. 5.1), so each scheme gets one sigma for all its ratios; the script still
 calibrates per ratio and runs each distinct sigma separately. The accountant
@@ -57,7 +58,7 @@ from fedjax_dp.atomic import atomic_file  # noqa: E402
 from fedjax_dp import interrupts  # noqa: E402
 from fedjax_dp.cli import types  # noqa: E402
 from fedjax_dp.data import DataError, holdout_indices, load_dataset  # noqa: E402
-from fedjax_dp.privacy import accounting  # noqa: E402
+from fedjax_dp.simulation import record  # noqa: E402
 from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
 
 RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
@@ -140,37 +141,42 @@ def held_out_public(request: experiment.Request) -> tuple:
   return images[held].astype("float32") / 255.0, labels[held].astype("int32")
 
 
+def _prepared(forward: list[str], name: str, ratio: float, data=None, **config):
+  """The Plan of one scheme's run at one ratio, as sweep.py prepares it (same
+  w0 and keys), ``config`` replaced; and its clients' data (loaded once:
+  pass it back as ``data``)."""
+  request = sweep_request(forward, name, ratio=[ratio])
+  run = request.runs[0]
+  fed = data or experiment.load_data(request, [run]).of(run)
+  # Fashion-MNIST and MNIST serve the other one's images to the schemes without
+  # a hold-out; the other data sets serve one public set to every scheme (the
+  # public hospital, windows or images held out of the clients' data).
+  other = request.dataset.public_source in datasets.DATASETS
+  public = held_out_public(request) if other else fed.public
+  _, plan = simulation.prepare(request.model, run.scheme, fed.data, public,
+                               run.config.replace(**config))
+  return plan, fed
+
+
 def calibrate_clip(forward: list[str], name: str, ratio: float) -> float:
   """S of one scheme at one ratio by ``simulation.run``'s rule (same w0 and keys).
 
   Every scheme calibrates on the public set held out for top_k: at r = 1 all
   give the same S.
   """
-  request = sweep_request(forward, name, ratio=[ratio])
-  run = request.runs[0]
-  fed = experiment.load_data(request, [run]).of(run)
-  config = run.config.replace(clip_norm=None)
-  # Fashion-MNIST and MNIST serve the other one's images to the schemes without
-  # a hold-out; the other data sets serve one public set to every scheme (the
-  # public hospital, windows or images held out of the clients' data).
-  other = request.dataset.public_source in datasets.DATASETS
-  public = held_out_public(request) if other else fed.public
-  _, plan = simulation.prepare(request.model, run.scheme, fed.data, public, config)
-  return plan.clip_norm
+  return _prepared(forward, name, ratio, clip_norm=None)[0].clip_norm
 
 
 def calibrate(args, forward: list[str], name: str) -> list[tuple[float, float]]:
-  """(ratio, sigma) for each ratio of one scheme, sigma meeting --epsilon."""
-  run = sweep_request(forward, name).runs[0]
-  setting, privacy = run.setting, run.config.privacy
-  rate = setting["clients_per_round"] / setting["num_clients"]
-  pairs = []
+  """(ratio, sigma) for each ratio of one scheme: the smallest sigma whose
+  epsilon, as the run's record computes it (its accountant, sampler, cycle
+  length and cohort cap: ``simulation.record.calibrated_sigma``), meets
+  --epsilon. S is left out (sigma multiplies whatever S), so none is
+  calibrated here."""
+  pairs, fed = [], None
   for ratio in args.ratios:
-    sigma = accounting.noise_multiplier_for_epsilon(
-        args.epsilon, rate, setting["rounds"], privacy.delta, privacy.accountant,
-        privacy.sampler, num_clients=setting["num_clients"],
-        truncated_cohort=privacy.max_cohort)
-    pairs.append((ratio, sigma))
+    plan, fed = _prepared(forward, name, ratio, fed, clip_norm=1.0)
+    pairs.append((ratio, record.calibrated_sigma(plan, args.epsilon)))
   return pairs
 
 

@@ -65,6 +65,22 @@ def test_ratio_sweep_calibrates_sigma_to_the_target_epsilon(tmp_path, capsys, mo
   assert accounting.epsilon(sigma - 1e-3, 20 / 300, 2, 1e-5, "rdp") > 2.0  # smallest sigma
 
 
+def test_ratio_sweep_calibrates_sigma_for_the_sampler_that_runs(tmp_path, capsys, monkeypatch):
+  """Cyclic Poisson (2 groups: 1 step in 2 at twice the rate) is accounted
+  otherwise than Poisson: sigma meets --epsilon as the run's own record
+  computes it (the Poisson sigma gave it epsilon 2.6 for a target of 2)."""
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
+  out = tmp_path / "sweep"
+  code = _ratio_sweep().main([
+      "--epsilon", "2", "--ratios", "0.1", "--schemes", "fed-smp-randk",
+      "--rounds", "4", "--num-clients", "300", "--clients-per-round", "20",
+      "--local-steps", "1", "--eval-every", "4", "--out", str(out), "--quiet",
+      "--cycle-length", "2"])
+  assert code == 0, capsys.readouterr().err
+  run, = json.loads((out / "table.json").read_text())["runs"]
+  assert 1.9 < run["epsilon_final"] <= 2.0, run["epsilon_final"]
+
+
 def test_ratio_sweep_checks_out_before_any_run_and_is_held(tmp_path, capsys, monkeypatch):
   """An unwritable --out stops the script before any calibration run (it
   used to fail with a traceback after every sweep); an --out another run
