@@ -66,8 +66,20 @@ def test_planned_capacity_never_truncates():
 
 
 def test_overflow_keeps_a_uniform_subset_and_reports_it():
-  c = sampling.sample_cohort(jax.random.PRNGKey(3), 100, 0.5, 10)
-  assert int(c.num_sampled) > 10 and bool(c.mask.all())
+  """A Poisson draw above the capacity keeps ``capacity`` of its clients, each
+  client as often as any other (the truncated-Poisson accountant assumes a
+  uniform subset): per-id counts over 4,000 rounds accepted as uniform;
+  a lowest-ids-first truncation of the same kind of draw rejected."""
+  n, rate, cap, rounds = 100, 0.5, 10, 4000
+  c = sampling.sample_cohort(jax.random.PRNGKey(3), n, rate, cap)
+  assert int(c.num_sampled) > cap and bool(c.mask.all())
+  kept = jax.vmap(lambda k: sampling.sample_cohort(k, n, rate, cap).indices)(
+      jax.random.split(jax.random.PRNGKey(4), rounds))
+  counts = np.bincount(np.asarray(kept).ravel(), minlength=n)
+  assert stats.chisquare(counts).pvalue > 1e-3
+  draws = np.random.default_rng(5).random((rounds, n)) < rate
+  lowest = np.concatenate([np.flatnonzero(d)[:cap] for d in draws])
+  assert stats.chisquare(np.bincount(lowest, minlength=n)).pvalue < 1e-6
 
 
 def test_unknown_sampler_is_rejected():
