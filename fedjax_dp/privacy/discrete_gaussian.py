@@ -54,9 +54,13 @@ rounded. The arithmetic is float32 and uint32 (no ``jax_enable_x64``):
   relative ~1e-5 of the exact DG pmf: a multiplicative error, the kind DP
   analyses tolerate (a pmf ratio error 1 + r moves epsilon by about 2r).
 * Cut-off: the geometric V is read from one word; an all-zero word
-  (probability 2^-32) rejects the proposal, so proposals with V >= 22
-  (|y| >= 22 t) are never made. The DG mass lost is below e^-200.
-* Valid for 0 < xi <= 2^22 and |mu| < 2^30 (sampled integers are int32).
+  (probability 2^-32) rejects the proposal, so proposals with V >= 23
+  (|y| >= 23 t) are never made. The DG mass lost is below e^-200.
+* Valid for 0 < xi <= 2^22 and |mu| < 2^30 (sampled integers are int32). A
+  scale outside (0, 2^22] is refused when it is a concrete value; a traced
+  one (under ``jit``) cannot be checked and is clipped into
+  [``_MIN_SCALE``, 2^22], so a caller that traces the scale bounds it first
+  (FL-SIGN-DP's tables do: they are refused above about 6e5).
 
 Throughput on this project's 2-core CPU: see ``benchmarks/discrete_gaussian.py``.
 """
@@ -73,6 +77,10 @@ import numpy as np
 _LN2 = math.log(2.0)
 _TAIL = 9 * _LN2  # E > _TAIL when a uniform starts with nine zero bits
 _MAX_SCALE = float(2 ** 22)
+# The smallest scale sampled: below it DG is the point mass at the nearest
+# integer to within float32, and 1 / (2 xi^2) must stay finite (a scale of
+# 1e-20 made every acceptance exponent NaN, and the sampler never ended).
+_MIN_SCALE = 1e-15
 _MIN_BUFFER = 64  # the last buffer size (see _schedule)
 # Random 32-bit words per proposal: U, V, and the acceptance test (+ sign).
 _WORDS = 3
@@ -120,11 +128,11 @@ def _exponential(word: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _geometric(word: jax.Array) -> tuple[jax.Array, jax.Array]:
   """V with ``P(V >= k) = exp(-k)`` as ``floor(-ln W)`` from one word.
 
-  The bits after the leading one of ``word`` form the mantissa (at least 17
+  The bits after the leading one of ``word`` form the mantissa (at least 16
   bits for V <= 10, where the discrete Laplace proposal can still be
-  accepted). A zero word (probability 2^-32, V >= 22) is reported invalid and
-  the proposal rejected: proposals beyond 22 t are never made, a cut-off of
-  DG mass below e^-200.
+  accepted). A zero word (probability 2^-32, V >= 23) is reported invalid and
+  the proposal rejected: proposals of 23 t and beyond are never made, a
+  cut-off of DG mass below e^-200.
 
   Returns:
     ``(V, valid)``, V int32.
@@ -302,14 +310,19 @@ def sample_discrete_gaussian(key: jax.Array, mean: jax.Array | float,
     key: PRNG key, used for nothing else.
     mean: Real mean(s) mu, broadcastable to ``shape``; |mu| < 2^30.
     sigma: Scale(s) xi, broadcastable to ``shape``; 0 < xi <= 2^22 (the
-      variance of DG is close to xi^2 for xi >= 1, smaller below).
+      variance of DG is close to xi^2 for xi >= 1, smaller below). A traced
+      scale is clipped into that range (the module docstring).
     shape: Output shape; default the broadcast shape of mean and sigma.
     max_levels: Compile fewer of the buffer levels (:func:`_schedule`): the
       same distribution, about 2.5x less to compile with 2, some more passes.
 
   Returns:
     int32 samples of the given shape.
+
+  Raises:
+    ValueError: A concrete sigma outside (0, 2^22] (one line).
   """
+  _check_scale(sigma)
   mean = jnp.asarray(mean, jnp.float32)
   sigma = jnp.asarray(sigma, jnp.float32)
   if shape is None:
@@ -322,8 +335,20 @@ def sample_discrete_gaussian(key: jax.Array, mean: jax.Array | float,
   sigma = jnp.broadcast_to(sigma, shape).reshape(-1)
   base = jnp.floor(mean)
   frac = mean - base  # exact in float32
-  y = _sample_fraction(key, frac, jnp.clip(sigma, 1e-30, _MAX_SCALE), max_levels)
+  y = _sample_fraction(key, frac, jnp.clip(sigma, _MIN_SCALE, _MAX_SCALE), max_levels)
   return (base.astype(jnp.int32) + y).reshape(shape)
+
+
+def _check_scale(sigma) -> None:
+  """Refuses a concrete scale outside (0, 2^22]: clipped, it would sample
+  another distribution (above, one of less noise than asked for)."""
+  try:
+    values = np.asarray(sigma, np.float64)
+  except jax.errors.TracerArrayConversionError:
+    return  # traced: clipped (module docstring)
+  if values.size and not (np.all(values > 0) and np.all(values <= _MAX_SCALE)):
+    bad = values[~((values > 0) & (values <= _MAX_SCALE))].flat[0]
+    raise ValueError(f"discrete Gaussian sigma must be in (0, 2^22], got {bad:g}")
 
 
 def discrete_gaussian_pmf(support: np.ndarray, mean: float, sigma: float) -> np.ndarray:

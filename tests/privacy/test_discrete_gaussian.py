@@ -112,3 +112,20 @@ def test_vmap_over_keys_and_parameters_and_tiny_shapes():
   np.testing.assert_array_equal(x, np.asarray(fn(keys, means, sigmas)))
   other = np.asarray(fn(jax.random.split(jax.random.PRNGKey(4), means.size), means, sigmas))
   assert np.mean(x[10_000:] == other[10_000:]) < 0.1
+
+
+@pytest.mark.parametrize("sigma", [0.0, -1.0, float("nan"), 2.0 ** 22 * 1.01, 1e8])
+def test_a_concrete_scale_outside_its_range_is_refused(sigma):
+  """Clipped, 1e8 sampled a std of 4.2e6 (24x less noise than asked for)."""
+  with pytest.raises(ValueError, match=r"sigma must be in \(0, 2\^22\]"):
+    sample_discrete_gaussian(jax.random.PRNGKey(0), 0.0, sigma, (4,))
+
+
+def test_a_traced_vanishing_scale_is_the_point_mass_at_the_nearest_integer():
+  """A traced scale of 0 or 1e-20 (no check possible under jit) used to make
+  every acceptance exponent NaN, and the sampler never ended."""
+  draw = jax.jit(lambda mean, sigma: sample_discrete_gaussian(
+      jax.random.PRNGKey(1), mean, sigma, (64,)))
+  for sigma in (0.0, 1e-20):
+    for mean, nearest in ((0.3, 0), (-2.7, -3), (5.0, 5)):
+      assert np.all(np.asarray(draw(mean, sigma)) == nearest)
