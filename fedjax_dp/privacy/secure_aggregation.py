@@ -257,9 +257,10 @@ class SecureState(NamedTuple):
   Attributes:
     masked: Sum of the received masked vectors mod 2^b.
     removed: Sum of the masks to remove (pairs with a dropped client).
-    hi: Simulation only: exact sum of the encodings' high 16 bits (signed).
-    lo: Simulation only: exact sum of their low 16 bits.
-    bad: Simulation only: a contribution could not be encoded.
+    hi: Simulation only: the encodings' exact sum over 2^16 (signed, floor).
+    lo: Simulation only: that sum mod 2^16 (``hi * 2^16 + lo`` is the sum).
+    bad: Simulation only: a contribution could not be encoded, or the sum
+      ran beyond 2^46 in magnitude (counted as overflowed).
   """
 
   masked: jax.Array
@@ -311,13 +312,18 @@ def secure_accumulate(state: SecureState, contributions: jax.Array, slots: jax.A
                                   neighbours, dropped)
     sent = present[slot]
     y = (q.astype(jnp.uint32) + mask) & mod
-    # Exact integer sum in two limbs: |q >> 16| < 2^15, q & 0xffff < 2^16.
+    # Exact integer sum in two limbs: |q >> 16| < 2^15, q & 0xffff < 2^16. The
+    # low limb carries into the high one at every client (it wrapped past
+    # 32,767 clients); a high limb beyond 2^30 (partial sums beyond 2^46:
+    # more than 2^14 clients of extreme values) is counted as an overflow,
+    # never wrapped into range.
+    lo = st.lo + jnp.where(sent, q & 0xFFFF, 0)
+    hi = st.hi + jnp.where(sent, jax.lax.shift_right_arithmetic(q, jnp.int32(16)), 0) + (lo >> 16)
     return SecureState(
         masked=(st.masked + jnp.where(sent, y, jnp.uint32(0))) & mod,
         removed=(st.removed + jnp.where(sent, unmatched, jnp.uint32(0))) & mod,
-        hi=st.hi + jnp.where(sent, jax.lax.shift_right_arithmetic(q, jnp.int32(16)), 0),
-        lo=st.lo + jnp.where(sent, q & 0xFFFF, 0),
-        bad=st.bad | (sent & q_bad)), None
+        hi=hi, lo=lo & 0xFFFF,
+        bad=st.bad | (sent & q_bad) | (jnp.abs(hi) > (1 << 30))), None
 
   state, _ = jax.lax.scan(body, state, (contributions, slots))
   return state

@@ -297,3 +297,19 @@ def test_default_bit_width_of_a_gaussian_scheme():
   plain = simulation.communication(traits, cfg.replace(secure_aggregation=False),
                                    124, 0.5)
   assert plain.secure_bits is None and plain.upstream_bits == 32
+
+
+@pytest.mark.parametrize("value,overflows", [(-1, False), (2, True)])
+def test_overflow_count_is_exact_past_32767_clients(value, overflows):
+  """40,000 clients: the exact sum's low limb wrapped past 32,767 clients of
+  negative values, and a sum in range (-40,000 in 17 bits) was counted as
+  overflowed; 80,000 is not in range."""
+  clients = 40_000
+  every = jnp.ones((clients,), bool)
+  x = jnp.full((clients, 1), value, jnp.int32)
+  bits = sa.bit_width(0.0, 1.0, clients)
+  result = jax.jit(lambda x: sa.secure_sum(x, every, every, jnp.arange(clients), KEY, bits,
+                                           1.0))(x)
+  assert bits == 17 and int(result.overflow) == int(overflows)
+  if not overflows:
+    assert float(result.total[0]) == value * clients
