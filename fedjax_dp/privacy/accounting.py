@@ -417,6 +417,12 @@ def discrete_gaussian_kappa(scale: float) -> float:
   return 2.0 * math.exp(-a) / -math.expm1(-3.0 * a)
 
 
+class SigmaTooSmall(ValueError):
+  """A noise multiplier below what thesis Theorem 3 needs
+  (:func:`discrete_gaussian_nu`): the theorem gives it no epsilon, which a
+  calibration reads as not private enough."""
+
+
 def discrete_gaussian_nu(noise_multiplier: float, num_params: int,
                          cohort_size: int) -> float:
   """The smallest nu of thesis Theorem 3 for the given noise.
@@ -435,11 +441,11 @@ def discrete_gaussian_nu(noise_multiplier: float, num_params: int,
     nu in (0, 1) (0.0 when it underflows).
 
   Raises:
-    ValueError: If no nu < 1 satisfies the condition (sigma too small).
+    SigmaTooSmall: If no nu < 1 satisfies the condition (a ValueError).
   """
   x = 2.0 * num_params * math.pi ** 2 * float(noise_multiplier) ** 2 / cohort_size
   if not x > math.log(4.0):
-    raise ValueError(
+    raise SigmaTooSmall(
         f"sigma = {noise_multiplier} is too small for Theorem 3 with n = {num_params}"
         f" and |K| = {cohort_size} (needs 2 n pi^2 sigma^2 / |K| > ln 4).")
   # 2 / (e^x - 2) in log space: no overflow for large x.

@@ -115,7 +115,10 @@ def calibrated_sigma(plan: Plan, target: float, tolerance: float = 1e-4) -> floa
 
   def eps(sigma: float) -> float:
     trial = dataclasses.replace(plan, mechanism=plan.mechanism._replace(noise_multiplier=sigma))
-    return privacy_report(trial, [rounds]).epsilons[0]
+    try:
+      return privacy_report(trial, [rounds]).epsilons[0]
+    except accounting.SigmaTooSmall:  # FL-SIGN-DP's Theorem 3 says nothing there
+      return math.inf
 
   hi = bisection.smallest(lambda s: eps(s) <= target, tolerance, top=1e4)
   if hi is None:

@@ -111,3 +111,18 @@ def test_target_epsilon_calibrates_sigma_under_every_accountant(small_federation
   less = dataclasses.replace(
       plan, mechanism=plan.mechanism._replace(noise_multiplier=sigma - 2 * step))
   assert simulation.privacy_report(less, [6]).epsilons[0] > 2.0
+
+
+def test_target_epsilon_for_fl_sign_dp_searches_past_theorem_3s_floor(small_federation):
+  """A loose target puts FL-SIGN-DP's sigma near Theorem 3's least sigma
+  (0.012 for n = 7,850, |K| = 16); the search probes below it, where the
+  theorem gives no epsilon (that stopped the calibration with its error),
+  and reads it as not private enough."""
+  data, _, public = small_federation
+  cfg = _CFG.replace(rounds=6, target_epsilon=30_000.0)
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-SIGN-DP"), data, public, cfg)
+  sigma = plan.noise_multiplier
+  assert 0.012 < sigma < 0.0156
+  assert simulation.privacy_report(plan, [6]).epsilons[0] <= 30_000.0
+  less = dataclasses.replace(plan, mechanism=plan.mechanism._replace(noise_multiplier=sigma - 2e-4))
+  assert simulation.privacy_report(less, [6]).epsilons[0] > 30_000.0
