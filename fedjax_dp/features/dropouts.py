@@ -6,7 +6,9 @@ the round's ``keys.DROPOUT`` key). DP noise shares are sized for |K| - l
 clients (``noise``), so the aggregate noise is at least S*sigma while at most
 l = ``max_dropouts`` clients fail; the feature counts the failed clients and
 the rounds that lost more than l (``observe``), which the record reports and
-warns of. Every run has this feature (``fedjax_dp.features.build``): with no
+warns of (only where clients add the noise in shares: not CDP-LQ's
+record-level noise, nor the server's correlated noise, which a failure does
+not reduce). Every run has this feature (``fedjax_dp.features.build``): with no
 failures it changes nothing, and the record always states its fields.
 
 The aggregate noise's variance, S^2 sigma^2 (|K| - d) / (|K| - l), depends on
@@ -40,9 +42,20 @@ class Dropouts(Feature):
   key_purposes = ()  # the round's keys.DROPOUT key is the core's (keys.RoundKeys)
 
   @property
+  def shared_noise(self) -> bool:
+    """The clients add the noise in shares (thesis 5.2.5), so a failed
+    client's share is missing from the sum. Not so for CDP-LQ, whose clients
+    each add their own records' whole noise (record-level DP), nor under
+    correlated noise, which the server adds whole: there a failure takes no
+    noise away."""
+    run = self.run
+    return (run.traits.dp and run.mechanism.level == "client"
+            and "correlated_noise" not in run.kinds)
+
+  @property
   def tolerated(self) -> int:
-    """l: the failures the noise shares are sized for (DP schemes only)."""
-    return self.config.max_dropouts if self.run.traits.dp else 0
+    """l: the failures the noise shares are sized for (0 without shares)."""
+    return self.config.max_dropouts if self.shared_noise else 0
 
   def init(self):
     return Counts(jnp.int32(0), jnp.int32(0)), 0
@@ -77,8 +90,7 @@ class Dropouts(Feature):
 
   def record(self, state: Counts, best: dict) -> dict:
     del best
-    dp = self.run.traits.dp
-    under_noised = int(state.under_noised) if dp else 0
+    under_noised = int(state.under_noised) if self.shared_noise else 0
     if under_noised:
       warnings.warn(f"{self.run.scheme_name}: {under_noised} rounds lost more than "
                     f"--max-dropouts {self.config.max_dropouts} clients; their aggregate "

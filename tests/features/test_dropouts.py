@@ -1,0 +1,44 @@
+"""Client failures: which runs lose noise when a client fails."""
+
+import warnings
+
+import pytest
+
+from fedjax_dp import features, simulation
+from fedjax_dp.schemes import get_scheme
+from tiny_model import tiny_linear
+
+
+def _run(small_federation, scheme, **settings):
+  data, test, public = small_federation
+  cfg = simulation.RunConfig.of(rounds=2, clients_per_round=10, eval_every=2, clip_norm=1.0,
+                                noise_multiplier=1.0, dropout_rate=0.5, **settings)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    record = simulation.run(tiny_linear(), get_scheme(scheme), data,
+                            (test[0][:200], test[1][:200]), public, cfg)
+  return record, [str(w.message) for w in caught if "max-dropouts" in str(w.message)]
+
+
+@pytest.mark.parametrize("scheme,settings", [
+    ("CDP-LQ", {}),
+    ("FL-STD-DP", dict(correlated_noise=features.CorrelatedNoiseConfig("banded", bands=2),
+                       cycle_length=2)),
+], ids=["cdp-lq", "correlated"])
+def test_failures_without_noise_shares_under_noise_no_round(small_federation, scheme,
+                                                            settings):
+  """CDP-LQ's clients each add their own records' whole noise and correlated
+  noise is the server's: half the clients failing takes no noise away (both
+  were counted as under-noised rounds, with the warning that their epsilon
+  is not valid)."""
+  record, warned = _run(small_federation, scheme, max_dropouts=1, **settings)
+  assert record["dropped_clients"] > 2
+  assert record["under_noised_rounds"] == 0 and record["max_dropouts"] == 0 and not warned
+
+
+def test_failures_beyond_l_under_noise_shared_noise(small_federation):
+  """FL-STD-DP's shares are sized for |K| - l: half of 10 failing is beyond
+  l = 1 in both rounds, each counted and warned of once."""
+  record, warned = _run(small_federation, "FL-STD-DP", max_dropouts=1)
+  assert record["max_dropouts"] == 1 and record["under_noised_rounds"] == 2
+  assert len(warned) == 1
