@@ -36,6 +36,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_dp import options
 from fedjax_dp.errors import ConfigError
@@ -137,7 +138,11 @@ def trimmed_mean(x: jax.Array, mask: jax.Array, trim: float) -> jax.Array:
   [2.0]
   """
   ordered, count = _sorted_present(x, mask)
-  cut = jnp.floor(trim * count).astype(count.dtype)
+  # floor(trim * count) for every count, on the host: in float32 the product
+  # can land just below a whole number (0.21 * 300 gave 62, leaving one more
+  # extreme value in), and a fraction given in decimal (0.29) is meant exactly.
+  cuts = np.floor(np.arange(x.shape[0] + 1) * float(trim) + 1e-9).astype(np.int32)
+  cut = jnp.asarray(cuts)[count].astype(count.dtype)
   rank = jnp.arange(x.shape[0])[:, None]
   keep = (rank >= cut) & (rank < count - cut)
   total = jnp.sum(jnp.where(keep, ordered, 0), axis=0)

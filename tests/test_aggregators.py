@@ -33,6 +33,18 @@ def test_trimmed_mean_matches_numpy(present, trim):
   np.testing.assert_allclose(got, kept.mean(axis=0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("present,trim,cut", [(300, 0.21, 63), (100, 0.29, 29)])
+def test_trimmed_mean_cuts_the_whole_floor_of_trim_times_count(present, trim, cut):
+  """0.21 * 300 is 62.99... in float32 and 0.29 * 100 is 28.99... in float64:
+  63 and 29 values are cut at each end, so ``cut`` attackers' extreme values
+  all go (one of them stayed: a mean of 5.7 here)."""
+  x = np.zeros((present, 1), np.float32)
+  x[:cut] = 1000.0
+  got = aggregators.aggregate(AggregatorConfig("trimmed-mean", trim=trim),
+                              jnp.asarray(x), jnp.ones(present, bool))
+  assert float(got[0]) == 0.0
+
+
 def test_norm_bound_scales_only_long_updates():
   x, mask = _data(4, n=3)
   x[0] *= 100.0  # one long update
