@@ -51,6 +51,11 @@ TRAIN, NOISE = 0, 1
 SETUP_SUBSET, SETUP_CALIBRATION, SETUP_PERMUTATION, SETUP_SERVER = 0, 1, 2, 2
 # Sub-keys of a CDP-LQ client's train key: its DP-SGD steps and its dither.
 LQ_TRAIN, LQ_DITHER = 0, 1
+# Sub-key of a local step's key for the loss's own draws (dropout). The step's
+# batch comes from the step key itself, which jax.random.permutation splits
+# (its sort keys are split(k)[1] = fold_in(k, 1), then split(split(k)[0])[1],
+# ...): 1 drew the dropout from the batch's sort key; 2 is no such child.
+STEP_LOSS = 2
 
 
 def run_key(seed: int) -> jax.Array:
@@ -59,7 +64,12 @@ def run_key(seed: int) -> jax.Array:
   >>> key = run_key(0)
   >>> key.shape, str(key.dtype)
   ((2,), 'uint32')
+
+  Raises:
+    ValueError: A seed outside [0, 2**63) (one line; JAX would overflow).
   """
+  if not 0 <= seed < 2 ** 63:
+    raise ValueError(f"seed must be in [0, 2**63), got {seed}")
   return jax.random.PRNGKey(seed)
 
 

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_dp import keys
+
 LossFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
 
@@ -105,6 +107,12 @@ def sample_batch(key: jax.Array, num: int, batch_size: int,
   return perm[:min(batch_size, num)]
 
 
+def loss_key(step_key: jax.Array) -> jax.Array:
+  """The key of a local step's loss (its dropout), independent of the step's
+  batch, which :func:`sample_batch` draws from ``step_key`` itself."""
+  return keys.purpose(step_key, keys.STEP_LOSS)
+
+
 def num_examples(y: jax.Array) -> jax.Array:
   """A client's number of real (non-padding, label >= 0) examples."""
   return jnp.sum(y >= 0)
@@ -132,8 +140,8 @@ def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
     grad_mask: Optional (n,) bool; coordinates outside it stay exactly at
       ``w_start`` (UAI Algorithm 2).
     loss_takes_key: ``loss_fn(w, xb, yb, key)`` draws randomness (dropout):
-      each step passes ``fold_in(step_key, 1)``, the batch still coming
-      from ``step_key``.
+      each step passes :func:`loss_key` of its key, the batch still coming
+      from the step's key.
     gradients_at_start: Every step's gradient is taken at ``w_start``, not
       at the weights the steps reached (the thesis' gradient ascent, l.1632:
       ``w_l = w_{l-1} + eta grad f(D; w)`` at the received model w).
@@ -148,7 +156,7 @@ def local_train(loss_fn: LossFn, w_start: jax.Array, x: jax.Array, y: jax.Array,
   def step(carry, step_key):
     w, opt_state = carry
     batch = sample_batch(step_key, num, batch_size, count)
-    extra = (jax.random.fold_in(step_key, 1),) if loss_takes_key else ()
+    extra = (loss_key(step_key),) if loss_takes_key else ()
     g = jax.grad(loss_fn)(w_start if gradients_at_start else w, x[batch], y[batch], *extra)
     updates, opt_state = optimizer.update(g, opt_state, w)
     return (optax.apply_updates(w, updates), opt_state), None
