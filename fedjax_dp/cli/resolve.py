@@ -337,6 +337,7 @@ def _plan_run(values: Mapping[str, Any], dataset: datasets.Dataset, scheme: Sche
   clip, source = clip_for(values, scheme, ratio)
   try:
     config = run_config(values, scheme, ratio, setting, clip, dataset)
+    config.training.validate(setting["num_clients"])  # the seed, before its key is made
     plan = simulation.setup.validate(config, scheme, model, setting["num_clients"],
                                      setting["samples_per_client"],
                                      keys.run_key(config.training.seed))

@@ -24,6 +24,7 @@ and error messages are built from them. A run is resolved once, by
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from fedjax_dp import aggregators, local_training, options, sampling
@@ -36,9 +37,30 @@ from fedjax_dp.schemes.base import LocalTraining
 
 _UAI = data_settings.FASHION_MNIST
 
+# Seeds are PRNGKey's: a non-negative int64.
+SEED_LIMIT = 2 ** 63
+
 # Metrics that can pick a run's best round: accuracy (UAI Table 1) or, for
 # a binary task, balanced accuracy (thesis Sec. 8.4.2-8.4.3).
 SELECTION_METRICS = ("accuracy", "balanced_accuracy")
+
+
+
+def _check_bins(num_clients: int, clients_per_round: int, bins: int) -> None:
+  """Balls-in-bins takes one of B bins a round, N / B clients on average: the
+  DP mean divides by C N, which that is only when B = N / (C N) is whole
+  (600 clients at 250 a round made 2 bins of 300)."""
+  if abs(num_clients / clients_per_round - bins) <= 1e-9:
+    return
+  whole = {c for d in range(1, math.isqrt(num_clients) + 1) if num_clients % d == 0
+           for c in (d, num_clients // d)}  # the cohorts of whole bins: N's divisors
+  near = [max((c for c in whole if c < clients_per_round), default=None),
+          min((c for c in whole if c > clients_per_round), default=None)]
+  raise ConfigError("clients_per_round", f"balls-in-bins takes one of N / |K| bins a round: "
+                    f"{num_clients} / {clients_per_round} = "
+                    f"{num_clients / clients_per_round:.4g} is not a whole number of bins "
+                    f"(try --clients-per-round "
+                    f"{' or '.join(str(c) for c in near if c is not None)})")
 
 
 def _check(checks: list[tuple[bool, str, str]]) -> None:
@@ -107,7 +129,7 @@ class Training:
         (self.lr > 0, "lr", f"must be > 0, got {self.lr}"),
         _one_of("local_optimizer", self.local_optimizer, local_training.OPTIMIZERS),
         (self.init_steps >= 1, "init_steps", f"must be >= 1, got {self.init_steps}"),
-        (self.seed >= 0, "seed", f"must be >= 0, got {self.seed}"),
+        (0 <= self.seed < SEED_LIMIT, "seed", f"must be in [0, 2**63), got {self.seed}"),
         (self.eval_every >= 1, "eval_every", f"must be >= 1, got {self.eval_every}"),
         _one_of("selection_metric", self.selection_metric, SELECTION_METRICS),
     ])
@@ -212,6 +234,9 @@ class Privacy:
         (self.clip_ratio is None or self.clip_norm is None, "clip_ratio",
          "applies to a calibrated S; clip_norm is given"),
         (0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}"),
+        # Calibration draws from mc_seed + 1 (record.calibrated_sigma).
+        (0 <= self.mc_seed < SEED_LIMIT - 1, "mc_seed",
+         f"must be in [0, 2**63 - 1), got {self.mc_seed}"),
         _one_of("accountant", self.accountant, accounting.RUN_ACCOUNTANTS),
         _one_of("sampler", self.sampler, sampling.SAMPLERS),
         (self.max_cohort is None or self.max_cohort >= 1, "max_cohort",
@@ -454,6 +479,8 @@ class RunConfig:
                         f"one group, at rate min(1, B q)): at most {most}, where each round "
                         "takes one whole group")
     bins = sampling.bins_for(self.rate(num_clients))
+    if priv.sampler == "balls-in-bins":
+      _check_bins(num_clients, self.training.clients_per_round, bins)
     if priv.sampler == "balls-in-bins" and (priv.min_separation or 1) > bins:
       raise ConfigError("min_separation", f"{priv.min_separation} rounds between a client's "
                         f"participations are not what the sampler guarantees: balls-in-bins "

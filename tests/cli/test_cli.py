@@ -109,7 +109,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
     (["--schemes", "FL-TOP", "--delta", "1e-6"], "--delta applies to DP schemes"),
     (["--rounds", "100000000000000000000"], "--rounds must be at most 2147483647"),
     (["--num-clients", "3000000000"], "--num-clients must be at most 2147483647"),
-    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--seed", "-1"], "--seed must be in [0, 2**63), got -1"),
+    (["--seed", str(2 ** 64)], f"--seed must be in [0, 2**63), got {2 ** 64}"),
 ])
 def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
   out = tmp_path / "out"

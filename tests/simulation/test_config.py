@@ -74,6 +74,8 @@ BAD = [
      "61 makes groups of 9.83607 clients, fewer than the 10 a round asks (a round samples "
      "one group, at rate min(1, B q)): at most 60, where each round takes one whole group"),
     (dict(target_epsilon=0.0), "target_epsilon", "must be > 0, got 0.0"),
+    (dict(seed=2 ** 63), "seed", f"must be in [0, 2**63), got {2 ** 63}"),
+    (dict(mc_seed=-1), "mc_seed", "must be in [0, 2**63 - 1), got -1"),
     (dict(mc_confidence=1.0), "mc_confidence", "must be in (0, 1), got 1.0"),
     (dict(MC, mc_samples=FEWEST - 1, delta=1e-5, mc_confidence=0.99), "mc_samples",
      f"{FEWEST - 1} draws cannot bound delta 1e-05 with probability 0.99: at least "
@@ -85,6 +87,10 @@ BAD = [
     (dict(MC, sampler="balls-in-bins", clients_per_round=10, min_separation=61),
      "min_separation", "61 rounds between a client's participations are not what the "
      "sampler guarantees: balls-in-bins keeps them 60 apart"),
+    # Balls-in-bins' cohorts average N / B, the DP mean's C N only for whole B.
+    (dict(MC, sampler="balls-in-bins", clients_per_round=250), "clients_per_round",
+     "balls-in-bins takes one of N / |K| bins a round: 600 / 250 = 2.4 is not a whole "
+     "number of bins (try --clients-per-round 200 or 300)"),
     (dict(MC, sampler="b-min-sep", clients_per_round=10, min_separation=61),
      "min_separation", "b = 61 of b-min-sep cannot keep 10 of 600 clients a round "
      "(b is at most N / |K| = 60)"),
