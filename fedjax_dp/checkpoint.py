@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import warnings
+import zipfile
 from typing import Any, NamedTuple
 
 import jax
@@ -73,6 +74,11 @@ class Mismatch(ValueError):
     self.reason = reason
 
 
+# What np.load raises for a file that is not a checkpoint: garbage (ValueError),
+# a truncated zip (BadZipFile), an empty file (EOFError), a missing member.
+_UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+
 def fingerprint(*parts: Any) -> str:
   """A short hash of JSON-able parts (the run's settings) identifying a run."""
   text = json.dumps([VERSION, *parts], sort_keys=True, default=str)
@@ -98,7 +104,7 @@ def peek(path: str | os.PathLike) -> dict | None:
   try:
     with np.load(path) as f:
       return json.loads(str(f["meta"]))
-  except (OSError, ValueError, KeyError):
+  except _UNREADABLE:
     return None
 
 
@@ -110,7 +116,7 @@ def _read(path: pathlib.Path, content: bytes | None,
     with np.load(path if content is None else io.BytesIO(content)) as f:
       meta = json.loads(str(f["meta"]))
       leaves = [f[f"leaf{i}"] for i in range(len(f.files) - 1)] if arrays else []
-  except (OSError, ValueError, KeyError) as e:
+  except _UNREADABLE as e:
     warnings.warn(f"ignoring unreadable checkpoint {path}: {e}")
     return None
   if not isinstance(meta, dict):

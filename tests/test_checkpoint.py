@@ -84,8 +84,11 @@ def test_a_checkpoint_of_another_run_or_version_is_refused_not_overwritten(
   with pytest.raises(checkpoint.Mismatch, match=r"of another version of fedjax_dp "
                                                 r"\(format 1; this version reads format 2\)"):
     simulation.run(model, scheme, data, test, public, cfg, checkpoint=path)
-  path.write_bytes(b"not a checkpoint")
-  with pytest.warns(UserWarning, match="unreadable checkpoint"):
-    assert checkpoint.load(path, "key", None) is None
-  with pytest.warns(UserWarning, match="unreadable checkpoint"):
-    assert checkpoint.verify(path, "key") is None
+  # Garbage, a truncated zip (a copy cut short), an empty file: each ignored.
+  for content in (b"not a checkpoint", saved[:100], b""):
+    path.write_bytes(content)
+    with pytest.warns(UserWarning, match="unreadable checkpoint"):
+      assert checkpoint.load(path, "key", None) is None
+    with pytest.warns(UserWarning, match="unreadable checkpoint"):
+      assert checkpoint.verify(path, "key") is None
+    assert checkpoint.peek(path) is None
