@@ -172,7 +172,10 @@ def calibrate(args, forward: list[str], name: str) -> list[tuple[float, float]]:
   epsilon, as the run's record computes it (its accountant, sampler, cycle
   length and cohort cap: ``simulation.record.calibrated_sigma``), meets
   --epsilon. S is left out (sigma multiplies whatever S), so none is
-  calibrated here."""
+  calibrated here. A non-private baseline (FedAvg-randk, FedAvg-topk) gets
+  none (None)."""
+  if not get_scheme(name).dp:
+    return [(ratio, None) for ratio in args.ratios]
   pairs, fed = [], None
   for ratio in args.ratios:
     plan, fed = _prepared(forward, name, ratio, fed, clip_norm=1.0)
@@ -236,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
       sigmas = sorted({s for _, s in pairs})
       for i, sigma in enumerate(sigmas):
         sub = out / (scheme if len(sigmas) == 1 else f"{scheme}-sigma{i}")
-        overrides = {"ratio": [r for r, s in pairs if s == sigma],
-                     "noise_multiplier": sigma, "out": str(sub), "overwrite": args.overwrite}
+        overrides = {"ratio": [r for r, s in pairs if s == sigma], "out": str(sub),
+                     "overwrite": args.overwrite}
+        if sigma is not None:
+          overrides["noise_multiplier"] = sigma
         if scheme in clips:
           overrides["clip"] = clips[scheme]
         sweeps.append(sweep_request(forward, scheme, **overrides))

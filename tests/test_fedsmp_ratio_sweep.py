@@ -81,6 +81,21 @@ def test_ratio_sweep_calibrates_sigma_for_the_sampler_that_runs(tmp_path, capsys
   assert 1.9 < run["epsilon_final"] <= 2.0, run["epsilon_final"]
 
 
+def test_ratio_sweep_runs_the_non_private_baseline(tmp_path, capsys, monkeypatch):
+  """FedAvg-randk, the documented non-private baseline, beside Fed-SMP: no
+  sigma is calibrated for it (the calibration read its epsilon, None)."""
+  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
+  out = tmp_path / "sweep"
+  code = _ratio_sweep().main([
+      "--epsilon", "2", "--ratios", "0.1", "--schemes", "FedAvg-randk", "Fed-SMP-randk",
+      "--rounds", "2", "--num-clients", "300", "--clients-per-round", "20",
+      "--local-steps", "1", "--eval-every", "2", "--out", str(out), "--quiet"])
+  assert code == 0, capsys.readouterr().err
+  runs = {r["scheme"]: r for r in json.loads((out / "table.json").read_text())["runs"]}
+  assert runs["FedAvg-randk"]["epsilon_final"] is None
+  assert 1.9 < runs["Fed-SMP-randk"]["epsilon_final"] <= 2.0
+
+
 def test_ratio_sweep_checks_out_before_any_run_and_is_held(tmp_path, capsys, monkeypatch):
   """An unwritable --out stops the script before any calibration run (it
   used to fail with a traceback after every sweep); an --out another run
