@@ -474,6 +474,8 @@ def claim_out(out: str) -> contextlib.ExitStack:
   stack = contextlib.ExitStack()
   if distributed.is_main():
     path = pathlib.Path(out)
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    stack.callback(_remove_if_empty, made)  # made here: removed if left empty
     path.mkdir(parents=True, exist_ok=True)
     try:
       stack.enter_context(runlock.hold(path / runlock.NAME))
@@ -481,6 +483,16 @@ def claim_out(out: str) -> contextlib.ExitStack:
       raise ValueError(f"--out {out} is in use by another sweep (process {e.pid}): "
                        "wait for it to end, or choose another --out") from None
   return stack
+
+
+def _remove_if_empty(made: list[pathlib.Path]) -> None:
+  """Removes the folders a sweep made for ``--out`` (innermost first) that
+  end empty: a run refused before its first record or checkpoint."""
+  for folder in made:
+    try:
+      folder.rmdir()
+    except OSError:  # not empty (or gone): neither are its parents
+      return
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -573,6 +585,9 @@ def _run_all(request: Request, data: Data) -> int:
       if writer:
         write(request, records)
         written, wrote = len(records), True
+  except simulation.record.TargetUnreachable as e:  # found once the run's data is there
+    bar.close()
+    return _error(f"--target-epsilon: {e} for {run_label(running)}")
   except KeyboardInterrupt as e:
     bar.close()
     if running is not None and not isinstance(e, Interrupted):  # between execute's steps

@@ -95,6 +95,11 @@ def privacy_report(plan: Plan, rounds_list) -> accounting.PrivacyReport:
                           monte_carlo=(priv.mc_samples, priv.mc_confidence, priv.mc_seed)))
 
 
+class TargetUnreachable(ValueError):
+  """No noise multiplier up to 1e4 meets the target epsilon
+  (:func:`calibrated_sigma`)."""
+
+
 def calibrated_sigma(plan: Plan, target: float, tolerance: float = 1e-4) -> float:
   """The smallest sigma (to ``tolerance``, rounded up) whose epsilon after
   the run's last round, as :func:`privacy_report` computes it for this plan,
@@ -105,7 +110,8 @@ def calibrated_sigma(plan: Plan, target: float, tolerance: float = 1e-4) -> floa
   own draws, and to 1e-3 (each evaluation costs up to a minute; cached).
 
   Raises:
-    ValueError: One line: no sigma up to 1e4 reaches the target.
+    TargetUnreachable: One line (a ValueError): no sigma up to 1e4 reaches
+      the target.
   """
   rounds = plan.config.training.rounds
   priv = plan.config.privacy
@@ -122,7 +128,7 @@ def calibrated_sigma(plan: Plan, target: float, tolerance: float = 1e-4) -> floa
 
   hi = bisection.smallest(lambda s: eps(s) <= target, tolerance, top=1e4)
   if hi is None:
-    raise ValueError(f"no noise multiplier up to 1e4 reaches epsilon {target:g}")
+    raise TargetUnreachable(f"no noise multiplier up to 1e4 reaches epsilon {target:g}")
   return math.ceil(round(hi / tolerance, 6)) * tolerance
 
 

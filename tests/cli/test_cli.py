@@ -121,6 +121,23 @@ def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys)
   assert not out.exists()
 
 
+def test_an_unreachable_target_epsilon_is_one_line_and_leaves_no_folder(tmp_path, capsys):
+  """No sigma up to 1e4 reaches epsilon 1e-9: found once the run's data is
+  there (after --out is claimed), said in one line naming the flag, and the
+  folders this command made for --out are removed (it was a traceback and an
+  empty folder)."""
+  out = tmp_path / "made" / "out"
+  code = sweep.main(["--dataset", "medical-synth", "--rounds", "2", "--num-clients", "20",
+                     "--clients-per-round", "5", "--local-steps", "1", "--test-size", "200",
+                     "--quiet", "--schemes", "FL-STD-DP", "--target-epsilon", "1e-9",
+                     "--out", str(out)])
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, lines
+  assert lines[0] == ("sweep.py: error: --target-epsilon: no noise multiplier up to 1e4 "
+                      "reaches epsilon 1e-09 for FL-STD-DP r=1")
+  assert not (tmp_path / "made").exists()
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--dataset", "cifar"], "invalid choice: 'cifar'"),
     (["--partition", "dirichlet", "--dirichlet-alpha", "0"], "--dirichlet-alpha must be > 0"),
