@@ -996,9 +996,10 @@ def test_the_committed_gpu_queue_runs_issue_41s_list_first():
       break
   assert wanted <= seen, sorted(wanted - seen)[:5]
   # The off rows' set is the records': each is off at seed 0 alone, but for
-  # the rows whose records were withdrawn (Table 6.3's NaN attack, 2026-11-30),
-  # which have none until they run again (then this says to look at them).
-  withdrawn = {("thesis-6.3", "FL-SIGN_alpha0.4")}
+  # the rows whose records were withdrawn, which have none until they run
+  # again (then this says to look at them). Table 6.3's FL-SIGN 40%, withdrawn
+  # for the NaN attack, ran again on 2026-11-30: still off (0.112 for 0.79).
+  withdrawn = set()
   for name, slugs in _ISSUE41_OFF_ROWS.items():
     table = paper_tables.get_table(name)
     kept = paper_runner.kept_records(ROOT / "experiments" / "reference" / "reproduction", table)
@@ -1007,7 +1008,13 @@ def test_the_committed_gpu_queue_runs_issue_41s_list_first():
         assert slug not in kept, f"{name} {slug} ran again: is it still off at seed 0?"
         continue
       s = paper_stats.summarize(table.select([slug])[0], kept[slug])
-      assert not s.within and s.numeric and 0 in s.seeds, (name, slug)
+      # Off at seed 0, in the paper's setting or (Table 6.3's, rerun on a CPU)
+      # the documented reduced one, which is never "within".
+      assert 0 in s.seeds, (name, slug)
+      if s.reduced:
+        assert abs(s.difference) > paper_stats.TOLERANCE, (name, slug)
+      else:
+        assert not s.within and s.numeric, (name, slug)
 
 
 def test_issue_41s_new_rows_state_the_papers_figures_and_settings():
