@@ -60,6 +60,8 @@ from fedjax_dp import interrupts  # noqa: E402
 from fedjax_dp.cli import sweep as experiment  # noqa: E402
 
 DEFAULT_OUT = "experiments/reference/reproduction"
+# argparse's help words, which print help and exit 0 wherever they are parsed.
+_HELP = {"-h", "--help"}
 DEFAULT_REPORT = "docs/REPRODUCTION.md"
 
 
@@ -173,6 +175,21 @@ def _no_row_flags(args: argparse.Namespace) -> None:
                      f"not to {args.target}")
 
 
+def _check_report(out: str, report: str) -> None:
+  """Refuses, before anything is written, a ``report`` that cannot be one
+  (its ``<stem>_plots/`` folder was written first, and left behind) and an
+  ``out`` that holds no records (a mistyped one wrote an empty report over
+  the real one)."""
+  path = pathlib.Path(report)
+  if not report or report.endswith(os.sep) or path.is_dir():
+    raise ValueError(f"--report {report!r} must name a file, not a folder")
+  if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+    raise ValueError(f"--report {report}: its folder {str(path.parent)!r} does not exist "
+                     "or cannot be written")
+  if not pathlib.Path(out).is_dir() or not any(pathlib.Path(out).glob("*/*.json")):
+    raise ValueError(f"--out {out} holds no records (a table's folder of .json records)")
+
+
 def _job(args: argparse.Namespace) -> Job:
   """Checks a table's command line before any run: every row's flags parse.
 
@@ -184,7 +201,12 @@ def _job(args: argparse.Namespace) -> Job:
   rows = table.select(args.rows)
   if args.seeds is not None and any(s < 0 for s in args.seeds):
     raise ValueError("--seeds must be >= 0")
-  extra = tuple(shlex.split(args.sweep_flags))
+  try:
+    extra = tuple(shlex.split(args.sweep_flags))
+  except ValueError as e:  # an unclosed quote
+    raise ValueError(f"--sweep-flags {args.sweep_flags!r}: {e}") from None
+  if _HELP & set(extra):
+    raise ValueError("--sweep-flags cannot ask for help: run experiments/sweep.py --help")
   owned = {"--out": "--out", "--seed": "--seeds"}  # the row's own flags come after extra
   for word in extra:
     if word.split("=")[0] in owned:
@@ -223,6 +245,8 @@ def _queue(path: str, out: str) -> list[Job]:
         continue
       if any(w.split("=")[0] in ("--out", "--report") for w in words):
         raise ValueError("--out and --report belong to the queue's command, not its lines")
+      if _HELP & set(words):
+        raise ValueError("a queue line runs a table; --help belongs to the command line")
       args = build_parser().parse_args([*words, "--out", out])
       if args.target in ("list", "report", "queue", "plan"):
         raise ValueError(f"a queue line runs a table, not {args.target!r}")
@@ -435,12 +459,15 @@ def _main(argv: list[str]) -> int:
   """:func:`main` with SIGTERM raised as an interruption."""
   try:
     args = build_parser().parse_args(argv)
+    if args.target != "report" and args.report != DEFAULT_REPORT:
+      raise ValueError(f"--report belongs to 'report', not to {args.target}")
     if args.target == "list":
+      _no_row_flags(args)
       return _list(args.table, args.out)
     if args.target == "report":
       _no_second_argument(args)
       _no_row_flags(args)
-      experiment.check_out(args.out)
+      _check_report(args.out, args.report)
       try:
         path = paper_report.write_report(
             args.out, args.report, "python experiments/reproduce.py report"

@@ -417,6 +417,15 @@ def test_list_read_by_a_pipe_that_closes_early_ends_without_a_traceback():
      "--sweep-flags cannot set --seed: give reproduce.py's --seeds instead"),
     (["report", "--rows", "FL-STD"], "--rows belongs to a table's command line"),
     (["report", "--report", "/proc/nowhere/R.md"], "--report /proc/nowhere/R.md: "),
+    (["report", "--report", ""], "--report '' must name a file, not a folder"),
+    # A mistyped --out wrote an empty report over the real one.
+    (["report", "--report", "/tmp/R.md"], "holds no records"),
+    (["list", "--rows", "FL-STD"], "--rows belongs to a table's command line"),
+    (["list", "--report", "R.md"], "--report belongs to 'report', not to list"),
+    (["thesis-5.3", "--sweep-flags", "'unclosed"],
+     "--sweep-flags \"'unclosed\": No closing quotation"),
+    # argparse's help printed sweep.py's help and exited 0, running nothing.
+    (["thesis-5.3", "--sweep-flags=--help"], "--sweep-flags cannot ask for help"),
 ])
 def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys):
   assert _script_main()([*args, "--out", str(tmp_path / "out")]) == 2
@@ -424,6 +433,25 @@ def test_bad_input_is_one_line_exit_2_in_process(args, needle, tmp_path, capsys)
   lines = err.strip().splitlines()
   assert len(lines) == 1 and needle in lines[0], err
   assert not (tmp_path / "out").exists()
+
+
+def test_a_report_that_names_a_folder_writes_nothing(tmp_path, capsys):
+  """--report naming a folder was refused only after the report's plots
+  were written beside it (``<stem>_plots/``, 58 images left behind)."""
+  folder = tmp_path / "rep"
+  folder.mkdir()
+  assert _script_main()(["report", "--report", str(folder)]) == 2
+  assert "must name a file" in capsys.readouterr().err
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"] and not any(folder.iterdir())
+
+
+def test_a_queue_line_asking_for_help_is_refused(tmp_path, capsys):
+  """A queue line with --help printed the help and exited 0, running nothing."""
+  queue = tmp_path / "q.txt"
+  queue.write_text("thesis-4.1 --help\n")
+  assert _script_main()(["queue", str(queue), "--out", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and f"{queue}:1: a queue line runs a table; --help" in err[0], err
 
 
 def test_a_quick_row_runs_end_to_end_and_resumes_from_its_record(tmp_path, capsys):
