@@ -21,6 +21,7 @@ import pathlib
 import re
 import shlex
 import time
+import warnings
 from typing import Callable, NamedTuple
 
 from fedjax_dp import checkpoint, runlock
@@ -59,11 +60,19 @@ def work_dir(out: str | os.PathLike, table: Table, row: Row, seed: int,
 
 
 def load_record(path: pathlib.Path) -> dict | None:
-  """A kept (row, seed) record, or None if absent or unreadable."""
+  """A kept (row, seed) record, or None if absent or (with a warning naming
+  the file: the report's figures change without it) unreadable."""
   try:
-    return json.loads(path.read_text())
-  except (OSError, ValueError):
+    record = json.loads(path.read_text())
+  except FileNotFoundError:
     return None
+  except (OSError, ValueError) as e:
+    warnings.warn(f"ignoring unreadable record {path}: {e}")
+    return None
+  if not isinstance(record, dict):
+    warnings.warn(f"ignoring unreadable record {path}: not a JSON object")
+    return None
+  return record
 
 
 def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,

@@ -1628,3 +1628,20 @@ def test_a_studys_section_gives_the_trained_model_by_seed(tmp_path):
   assert "| row | best | last quarter of the rounds | after the last round |" in \
       report.read_text()
   assert (tmp_path / "R_plots" / "amplified-noise-trained.png").stat().st_size > 1000
+
+
+def test_an_unreadable_record_is_left_out_with_a_warning_naming_it(tmp_path):
+  """A record cut short (or not a JSON object) was left out of the report in
+  silence, changing a row's figures; it is left out with a warning."""
+  table = paper_tables.get_table("uai-table1")
+  folder = tmp_path / "uai-table1"
+  folder.mkdir()
+  broken, listed = folder / "FL-STD.seed0.json", folder / "FL-STD.seed1.json"
+  broken.write_text('{"broken')
+  listed.write_text("[1, 2]")
+  for path in (broken, listed):
+    with pytest.warns(UserWarning, match=f"ignoring unreadable record {path}"):
+      assert paper_runner.load_record(path) is None
+  assert paper_runner.load_record(folder / "FL-STD.seed2.json") is None  # absent: no warning
+  with pytest.warns(UserWarning, match="ignoring unreadable record"):
+    assert "FL-STD" not in paper_runner.kept_records(tmp_path, table)
