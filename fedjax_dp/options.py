@@ -23,6 +23,10 @@ PRESET_SOURCES = {"scheme": "the scheme's preset, else the data set's setting",
                   "dataset": "the data set's setting"}
 
 
+# The largest float32: a hyper-parameter beyond it is inf on the device.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def number(text: str) -> float:
   """A finite number: ``nan``, ``inf``, ``-inf``, ``infinity`` refused (a
   non-finite hyper-parameter would train a non-finite model).
@@ -33,6 +37,8 @@ def number(text: str) -> float:
   Traceback (most recent call last):
   ...
   ValueError: must be a finite number, got inf
+
+  Beyond float32's range (the device's: 1e308 became inf there) is refused too.
   """
   try:
     value = float(text)
@@ -40,6 +46,8 @@ def number(text: str) -> float:
     raise ValueError(f"takes a number, got {text!r}") from None
   if not math.isfinite(value):
     raise ValueError(f"must be a finite number, got {text}")
+  if abs(value) > FLOAT32_MAX:
+    raise ValueError(f"must be at most {FLOAT32_MAX:.4g} in magnitude (float32), got {text}")
   return value
 
 

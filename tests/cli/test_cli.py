@@ -185,6 +185,8 @@ def test_bad_data_flags_are_one_line_exit_2_in_process(args, needle, tmp_path, c
     (["--partition", "dirichlet", "--dirichlet-alpha", "inf"],
      "--dirichlet-alpha must be a finite number, got inf"),
     (["--gamma", "inf"], "--gamma must be a finite number, got inf"),  # a family's flag
+    # Finite here, inf in float32 on the device (it trained a NaN model).
+    (["--lr", "1e308"], "--lr must be at most 3.403e+38 in magnitude (float32), got 1e308"),
 ])
 def test_non_finite_floats_are_refused(args, message, tmp_path, capsys):
   out = tmp_path / "out"
