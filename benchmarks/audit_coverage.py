@@ -32,7 +32,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from common import OneLineParser, machine  # benchmarks/common.py
+from common import OneLineParser, check_out, machine  # benchmarks/common.py
 from fedjax_dp.atomic import atomic_file
 from fedjax_dp.privacy import analytic_gaussian, audit
 
@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
   for name in ("draws", "samples"):
     if getattr(args, name) < 1:
       p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+  check_out(p, args.out)  # its folder missing, a folder itself, read-only: before measuring
   if args.out and os.path.exists(args.out) and not args.overwrite:
     p.error(f"--out {args.out} exists (another run's record): choose another --out, or "
             "add --overwrite to replace it")

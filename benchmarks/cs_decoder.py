@@ -16,7 +16,9 @@ of lambda (0 at the exact BPDN solution).
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -29,9 +31,33 @@ from fedjax_dp import host_devices
 from common import OneLineParser  # benchmarks/common.py
 from fedjax_dp.compression import dct_cs, fista
 
+PROG = "cs_decoder.py"
+SEEDS = 2 ** 63  # --seed in [0, 2**63): JAX's PRNGKey overflows above
+MAX_PARAMS = 2 ** 31 - 1  # the permutation's and the chunks' int32 indices
+
+
+def _check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+  """Refuses, in one line naming the flag, a numeric flag out of its range."""
+  for name in ("num_params", "chunks", "iters", "repeats"):
+    if getattr(args, name) < 1:
+      p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+  if args.num_params > MAX_PARAMS:
+    p.error(f"--num-params must be <= 2**31 - 1, got {args.num_params}")
+  if args.chunks > args.num_params:
+    p.error(f"--chunks {args.chunks} exceeds --num-params {args.num_params}")
+  if not 0 < args.ratio <= 1:
+    p.error(f"--ratio must be in (0, 1], got {args.ratio}")
+  for name in ("tol", "lam"):
+    if not 0 <= getattr(args, name) < math.inf:
+      p.error(f"--{name} must be finite and >= 0, got {getattr(args, name)}")
+  if not 0 < args.spikes <= 1:
+    p.error(f"--spikes must be in (0, 1] (nonzeros per kept coefficient), got {args.spikes}")
+  if not 0 <= args.seed < SEEDS:
+    p.error(f"--seed must be in [0, 2**63), got {args.seed}")
+
 
 def main(argv: list[str] | None = None) -> int:
-  p = OneLineParser(description=__doc__.splitlines()[0])
+  p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
   p.add_argument("--num-params", type=int, default=1_663_370, help="n (paper CNN)")
   p.add_argument("--ratio", type=float, default=0.05, help="r")
   p.add_argument("--chunks", type=int, default=200, help="P")
@@ -47,12 +73,13 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--json", action="store_true", help="one JSON line only")
   args = p.parse_args(argv)
+  _check_ranges(p, args)
   try:
     fista.check_params(args.lam, args.iters, args.tol, args.solver)
     op = dct_cs.make_operator(jax.random.PRNGKey(args.seed), args.num_params, args.ratio,
                               args.chunks, args.method)
   except ValueError as e:
-    print(f"cs_decoder.py: error: {e}", file=sys.stderr)
+    print(f"{PROG}: error: {e}", file=sys.stderr)
     return 2
 
   rng = np.random.default_rng(args.seed)

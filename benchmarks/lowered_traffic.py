@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from jax._src.lib.mlir import ir
 
 # benchmarks/common.py
-from common import OneLineParser  # noqa: E402
+from common import OneLineParser, check_out  # noqa: E402
 from fedjax_dp.models import cohort_ops, paper_cnn  # noqa: E402
 
 PRODUCTS = ("stablehlo.dot_general", "stablehlo.convolution")
@@ -331,7 +331,11 @@ def parse_args(argv=None):
   p.add_argument("--top", type=int, default=0,
                  help="also list the N largest sources of data movement per batching")
   p.add_argument("--out", help="append one JSON line per batching to this file")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  if args.top < 0:
+    p.error(f"--top must be >= 0, got {args.top}")
+  check_out(p, args.out)  # before anything is lowered
+  return args
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -37,6 +38,11 @@ from fedjax_dp.privacy import accounting, correlated, monte_carlo
 # which --calibrate brackets its search: the study's (epsilon 1 at the defaults).
 DEFAULT_SIGMA = {"independent": 1.2246, "banded": 2.075, "blt": 4.02}
 CASES = ("independent", "banded", "blt")
+DEFAULT_EPSILON = 1.0  # --calibrate's target without --epsilon
+
+
+class OutOfReach(ValueError):
+  """No sigma up to 1e4 reaches --epsilon in a case (one line)."""
 
 
 def cases(rounds: int, rate: float, bands: tuple[int, ...], blt_bins: int,
@@ -73,10 +79,14 @@ def measure(args) -> list[dict]:
     calibrated = None
     if args.calibrate:
       started = time.perf_counter()
-      sigma = monte_carlo.sigma_for_epsilon(part, column, args.epsilon, args.delta,
-                                            samples=args.samples, seed=1,
-                                            tolerance=args.tolerance,
-                                            bracket=(0.9 * sigma, 1.05 * sigma))
+      try:
+        sigma = monte_carlo.sigma_for_epsilon(part, column, args.epsilon, args.delta,
+                                              samples=args.samples, seed=1,
+                                              tolerance=args.tolerance,
+                                              bracket=(0.9 * sigma, 1.05 * sigma))
+      except ValueError as e:  # no sigma up to 1e4 reaches the target
+        raise OutOfReach(f"--epsilon {args.epsilon:g} is out of reach in case {name!r}: "
+                         f"{e}") from e
       calibrated = round(time.perf_counter() - started, 1)
     found = monte_carlo.estimate(part, column, sigma, args.delta, samples=args.samples,
                                  seed=0, cache=False)
@@ -131,7 +141,8 @@ def main(argv=None) -> int:
                  help="one sigma for every case (default: each case's, DEFAULT_SIGMA)")
   p.add_argument("--calibrate", action="store_true",
                  help="calibrate each case's sigma to --epsilon first (seed 1's draws)")
-  p.add_argument("--epsilon", type=float, default=1.0, help="--calibrate's target")
+  p.add_argument("--epsilon", type=float, default=None,
+                 help=f"--calibrate's target (default {DEFAULT_EPSILON:g}; needs --calibrate)")
   p.add_argument("--tolerance", type=float, default=5e-3,
                  help="--calibrate's resolution of sigma (default %(default)s)")
   p.add_argument("--json", action="store_true", help="one JSON line per case")
@@ -145,15 +156,24 @@ def main(argv=None) -> int:
   if args.samples < monte_carlo.fewest_samples(args.delta, monte_carlo.DEFAULT_CONFIDENCE):
     p.error(f"--samples {args.samples} cannot bound delta {args.delta:g}: at least "
             f"{monte_carlo.fewest_samples(args.delta, monte_carlo.DEFAULT_CONFIDENCE)}")
-  if args.sigma is not None and not args.sigma > 0:
-    p.error(f"--sigma must be > 0, got {args.sigma}")
+  if args.sigma is not None and not 0 < args.sigma < math.inf:
+    p.error(f"--sigma must be finite and > 0, got {args.sigma}")
+  if args.epsilon is not None and not args.calibrate:
+    p.error("--epsilon needs --calibrate (it is the target sigma is calibrated to)")
+  if args.epsilon is None:
+    args.epsilon = DEFAULT_EPSILON
+  if not 0 < args.epsilon < math.inf:
+    p.error(f"--epsilon must be finite and > 0, got {args.epsilon}")
   if args.blt_bins < 1:
     p.error(f"--blt-bins must be >= 1, got {args.blt_bins}")
   if not args.tolerance > 0:
     p.error(f"--tolerance must be > 0, got {args.tolerance}")
   if any(b * args.rate > 1 + 1e-9 for b in args.bands):
     p.error(f"--bands must be at most 1/rate = {1 / args.rate:g}")
-  rows = measure(args)
+  try:
+    rows = measure(args)
+  except OutOfReach as e:
+    p.error(str(e))
   where = host_devices.machine()
   for r in rows:
     r["machine"], r["load"] = where, round(os.getloadavg()[0], 2)

@@ -616,6 +616,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   p.add_argument("--out", default=None, help="also append the JSON lines to this file")
   args = p.parse_args(argv)
+  if not 0 < args.ratio <= 1:  # FL-TOP-DP's config would refuse it after the data loaded
+    p.error(f"--ratio must be in (0, 1], got {args.ratio}")
   check_out(p, args.out)
   if args.pfl_env is None:
     args.pfl_env = cache_dir() / f"pfl-env-{args.pfl_torch}"

@@ -158,9 +158,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-  args = _parser().parse_args()
+  p = _parser()
+  args = p.parse_args()
   if args.worker:
     return _worker(args)
+  if args.timeout < 1:  # each layout's processes are given this long
+    p.error(f"--timeout must be >= 1 (seconds), got {args.timeout}")
   if args.devices < 2 or min(args.repeats, args.alternations, args.clients_per_round) < 1:
     print(f"{PROG}: error: --devices must be >= 2 and --repeats, --alternations, "
           "--clients-per-round >= 1", file=sys.stderr)

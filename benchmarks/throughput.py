@@ -870,9 +870,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="1: a fixed cohort (default); b > 1: every case samples its cohorts "
                       "by cyclic Poisson sampling over b groups (expected cohort "
                       "--clients-per-round), which banded noise with b bands needs")
-  p.add_argument("--rounds-per-call", type=int, default=1,
+  p.add_argument("--rounds-per-call", type=_positive, default=1,
                  help="rounds per compiled call (rounds between evaluations)")
-  p.add_argument("--repeats", type=int, default=3, help="timed repeats (best is kept)")
+  p.add_argument("--repeats", type=_positive, default=3, help="timed repeats (best is kept)")
   p.add_argument("--split-max-clients", type=int, default=1000,
                  help="time the round's stages on their own only up to this cohort (they "
                       "hold every client's update at once)")

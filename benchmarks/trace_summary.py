@@ -54,7 +54,7 @@ import re
 import sys
 from typing import NamedTuple
 
-from common import OneLineParser  # benchmarks/common.py
+from common import OneLineParser, check_out  # benchmarks/common.py
 
 # Kernel names of matrix products and convolutions: cuBLAS (sm90_xmma_gemm_*,
 # *_cublas), CUTLASS, cuDNN (cudnn::*, *_fprop_*, implicit_convolve_sgemm,
@@ -96,7 +96,38 @@ def load(path: str | pathlib.Path) -> dict:
     trace = {"traceEvents": trace}
   if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
     raise TraceError(f"{path}: not a Chrome trace (no traceEvents)")
+  for i, event in enumerate(trace["traceEvents"]):
+    problem = _malformed(event)
+    if problem:
+      raise TraceError(f"{path}: not a Chrome trace (traceEvents[{i}] {problem})")
   return trace
+
+
+_NUMBER = (int, float)
+_SCALAR = (int, float, str, type(None))
+
+
+def _malformed(event) -> str | None:
+  """What in one trace event the summaries could not read, or None.
+
+  An event is a JSON object; its fields the summaries read have their
+  format's types where present (``ph`` and ``name`` strings, ``pid`` and
+  ``tid`` scalars, ``ts`` and ``dur`` numbers, ``args`` an object); a
+  complete event (``ph`` "X") with a duration also has a name and a start.
+  """
+  if not isinstance(event, dict):
+    return f"is {type(event).__name__}, not an object"
+  for key, types, what in (("ph", str, "a string"), ("name", str, "a string"),
+                           ("pid", _SCALAR, "a scalar"), ("tid", _SCALAR, "a scalar"),
+                           ("ts", _NUMBER, "a number"), ("dur", _NUMBER, "a number"),
+                           ("args", dict, "an object")):
+    if key in event and not isinstance(event[key], types):
+      return f"has {key} {event[key]!r}, not {what}"
+  if event.get("ph") == "X" and "dur" in event:
+    missing = [key for key in ("name", "ts") if key not in event]
+    if missing:
+      return f"is a complete event without {' or '.join(missing)}"
+  return None
 
 
 def kind(name: str) -> str:
@@ -449,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     p.error("--matmul-gflops must be > 0")
   if args.cores is not None and args.cores < 1:
     p.error("--cores must be >= 1")
+  check_out(p, args.out)
   try:
     path = find_trace(args.trace)
     trace = load(path)

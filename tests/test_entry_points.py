@@ -36,20 +36,24 @@ def test_example_defines_registers_and_runs_a_new_scheme():
   assert out["best_accuracy"] > 0.6  # three blobs: learnt in 3 rounds
 
 
-def test_example_refuses_bad_levels_in_one_line(capsys, monkeypatch):
+@pytest.mark.parametrize("levels", ["0", "-1", "100000000000"])
+def test_example_refuses_bad_levels_in_one_line(levels, capsys, monkeypatch):
   """The example's main in this process (a fresh interpreter costs about 4 s);
-  the scheme it registers is taken out of the registry again."""
+  the scheme it registers is taken out of the registry again. --levels is
+  checked before the scheme is registered (its traits' log2(2 levels + 1) was
+  a math domain error at -1) and bounded (10**11 overflowed in the round)."""
   spec = importlib.util.spec_from_file_location(
       "new_scheme_example", ROOT / "experiments" / "examples" / "new_scheme.py")
   module = importlib.util.module_from_spec(spec)
   monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look it up
   spec.loader.exec_module(module)
   try:
-    code, err = _exit_in_process(module.main, capsys, ["--levels", "0"])
+    code, err = _exit_in_process(module.main, capsys, ["--levels", levels, "--rounds", "1"])
   finally:
     for registry in (schemes.SCHEMES, schemes.USER_FAMILY.schemes):
       registry.pop("FedAvg-QSGD", None)
-  assert code == 2 and err.strip().count("\n") == 0 and "levels must be >= 1" in err
+  assert code == 2 and err.strip().count("\n") == 0, err
+  assert f"--levels must be >= 1 and <= 2**24, got {levels}" in err
   assert "Traceback" not in err
 
 
@@ -348,7 +352,11 @@ def test_throughput_flops_are_counted_before_the_backend_compiles(cnn):
     (["--min-separation", "2", "--cycle-length", "2"], "--min-separation needs --noise"),
     (["--noise", "blt", "--min-separation", "3", "--cycle-length", "2"],
      "set --cycle-length 3"),
-    (["--cycle-length", "0"], "expected a positive integer")])
+    (["--cycle-length", "0"], "expected a positive integer"),
+    # At parse time, naming the flag (was "min() arg is an empty sequence" after
+    # the data loaded and the round compiled).
+    (["--repeats", "0"], "argument --repeats: expected a positive integer: '0'"),
+    (["--rounds-per-call", "0"], "argument --rounds-per-call: expected a positive integer")])
 def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
   with pytest.raises(SystemExit) as exit_:
     benchmark_modules.load("throughput").main(args)
@@ -366,6 +374,8 @@ def test_throughput_bad_flags_exit_2_in_one_line(args, says, capsys):
     ("monte_carlo", ["--rate", "nan"], "--rate must be in (0, 1], got nan"),
     ("monte_carlo", ["--rounds", "x"], "argument --rounds: invalid int value: 'x'"),
     ("processes", ["--repeats", "x"], "argument --repeats: invalid int value: 'x'"),
+    # Before the data and the workers (a layout timed out after 0 seconds, exit 1).
+    ("processes", ["--timeout", "0"], "--timeout must be >= 1 (seconds), got 0"),
     ("cs_decoder", ["--bogus"], "unrecognized arguments: --bogus"),
     ("discrete_gaussian", ["--bogus"], "unrecognized arguments: --bogus"),
     ("local_training", ["--bogus"], "unrecognized arguments: --bogus")])
@@ -439,6 +449,34 @@ def test_cs_decoder_benchmark_runs_small(capsys):
   assert rec["num_params"] == 5000 and rec["chunks"] == 10
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--repeats", "0"], "--repeats must be >= 1, got 0"),  # was a ZeroDivisionError
+    (["--iters", "0"], "--iters must be >= 1, got 0"),
+    (["--num-params", "0"], "--num-params must be >= 1, got 0"),
+    (["--num-params", str(2 ** 31)], "--num-params must be <= 2**31 - 1"),
+    (["--chunks", "0"], "--chunks must be >= 1, got 0"),
+    (["--chunks", "5001"], "--chunks 5001 exceeds --num-params 5000"),
+    (["--ratio", "nan"], "--ratio must be in (0, 1], got nan"),
+    (["--ratio", "1.5"], "--ratio must be in (0, 1], got 1.5"),
+    (["--tol", "inf"], "--tol must be finite and >= 0, got inf"),
+    (["--lam", "-1"], "--lam must be finite and >= 0, got -1.0"),
+    (["--spikes", "nan"], "--spikes must be in (0, 1]"),  # was a ValueError traceback
+    (["--spikes", "-1"], "--spikes must be in (0, 1]"),  # was accepted (one spike)
+    (["--spikes", "2"], "--spikes must be in (0, 1]"),
+    (["--seed", "-1"], "--seed must be in [0, 2**63), got -1"),  # was a ValueError traceback
+    (["--seed", str(2 ** 63)], "--seed must be in [0, 2**63)")])
+def test_cs_decoder_refuses_a_numeric_flag_out_of_range(argv, says, capsys, monkeypatch):
+  """Every numeric flag's range, up front in one line: the operator is never built."""
+  module = benchmark_modules.load("cs_decoder")
+  monkeypatch.setattr(module.dct_cs, "make_operator",
+                      lambda *a, **k: pytest.fail("the operator was built"))
+  code, err = _exit_in_process(module.main, capsys, ["--num-params", "5000", "--chunks", "10",
+                                                     *argv])
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1 and says in lines[0], err
+  assert lines[0].startswith("cs_decoder.py: error: ")
+
+
 def test_audit_coverage_benchmark_runs_small(capsys, tmp_path):
   module = benchmark_modules.load("audit_coverage")
   out = tmp_path / "coverage.json"
@@ -468,6 +506,28 @@ def test_audit_coverage_benchmark_runs_small(capsys, tmp_path):
   assert module.main(["--mus", "1", "--draws", "2", "--candidates", "200", "--samples", "50",
                       "--out", str(out), "--overwrite", "--json"]) == 0
   assert json.loads(out.read_text())["draws"] == 2
+
+
+@pytest.mark.parametrize("where, extra, says", [
+    ("nodir/coverage.json", [], "--out: folder '{tmp}/nodir' does not exist"),
+    ("folder", [], "--out {tmp}/folder is a folder; give a file"),
+    ("folder", ["--overwrite"], "--out {tmp}/folder is a folder; give a file")])
+def test_audit_coverage_refuses_an_unwritable_out_before_measuring(where, extra, says, tmp_path,
+                                                                   capsys, monkeypatch):
+  """A missing folder was a FileNotFoundError after the draws, a folder an
+  IsADirectoryError with --overwrite and "exists (another run's record)"
+  without; now one line before anything is drawn, nothing written."""
+  module = benchmark_modules.load("audit_coverage")
+  monkeypatch.setattr(module, "measure", lambda *a: pytest.fail("measured"))
+  (tmp_path / "folder").mkdir()
+  before = sorted(p.name for p in tmp_path.rglob("*"))
+  code, err = _exit_in_process(module.main, capsys, [
+      "--mus", "1", "--draws", "2", "--candidates", "10", "--samples", "10",
+      "--out", str(tmp_path / where), *extra])
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, err
+  assert lines[0] == "audit_coverage.py: error: " + says.format(tmp=tmp_path)
+  assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
 
 
 def test_local_training_benchmark_runs_small(capsys):
@@ -562,3 +622,44 @@ def test_monte_carlo_benchmark_calibrates_and_accounts_small(capsys):
   assert code == 2 and "--samples 10 cannot bound delta" in err and "Traceback" not in err
   code, err = _exit_in_process(module.main, capsys, ["--cases", "tree"])
   assert code == 2 and "--cases" in err and "Traceback" not in err
+
+
+MC_SMALL = ["--cases", "independent", "--rounds", "3", "--rate", "0.1", "--delta", "1e-2",
+            "--samples", "10000"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    # Each was a traceback from sigma_for_epsilon ("target_epsilon must be > 0")
+    # or, at inf, minutes of halving sigma towards 0.
+    (["--calibrate", "--epsilon", "nan"], "--epsilon must be finite and > 0, got nan"),
+    (["--calibrate", "--epsilon", "-1"], "--epsilon must be finite and > 0, got -1.0"),
+    (["--calibrate", "--epsilon", "0"], "--epsilon must be finite and > 0, got 0.0"),
+    (["--calibrate", "--epsilon", "inf"], "--epsilon must be finite and > 0, got inf"),
+    # The target without the calibration was silently ignored.
+    (["--epsilon", "2"], "--epsilon needs --calibrate"),
+    (["--sigma", "inf"], "--sigma must be finite and > 0, got inf")])
+def test_monte_carlo_refuses_a_bad_epsilon_before_accounting(argv, says, capsys, monkeypatch):
+  module = benchmark_modules.load("monte_carlo")
+  monkeypatch.setattr(module, "measure", lambda *a: pytest.fail("measured"))
+  code, err = _exit_in_process(module.main, capsys, [*MC_SMALL, *argv])
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1 and says in lines[0], err
+  assert "error: " in lines[0]
+
+
+def test_monte_carlo_epsilon_out_of_reach_is_one_line(capsys, monkeypatch):
+  """A target no sigma up to 1e4 reaches (--epsilon 1e-9 at the study's
+  setting: a ValueError traceback after the search) ends in one line naming
+  --epsilon and the case; the search itself is stood in for here."""
+  module = benchmark_modules.load("monte_carlo")
+
+  def unreachable(part, column, target, *args, **kwargs):
+    raise ValueError(f"no sigma up to 1e4 reaches epsilon {target}")
+
+  monkeypatch.setattr(module.monte_carlo, "sigma_for_epsilon", unreachable)
+  code, err = _exit_in_process(module.main, capsys, [*MC_SMALL, "--calibrate", "--epsilon",
+                                                     "1e-9"])
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, err
+  assert lines[0].endswith("error: --epsilon 1e-09 is out of reach in case 'independent, "
+                           "Poisson': no sigma up to 1e4 reaches epsilon 1e-09")

@@ -29,6 +29,10 @@ import numpy as np
 
 from fedjax_dp import local_training, data, models, schemes, simulation
 
+# The most levels: xi / levels is exact in float32 (a 24-bit significand) up to
+# 2**24 levels, and a value then costs 26 bits, near an unquantized float's 32.
+MAX_LEVELS = 2 ** 24
+
 
 @dataclasses.dataclass(frozen=True)
 class QSGDScheme(schemes.Scheme):
@@ -44,8 +48,8 @@ class QSGDScheme(schemes.Scheme):
     return schemes.Traits(dp=False, uses_ratio=False, upstream_bits=bits)
 
   def validate(self, num_params: int, ratio: float) -> None:
-    if self.levels < 1:
-      raise ValueError(f"levels must be >= 1, got {self.levels}")
+    if not 1 <= self.levels <= MAX_LEVELS:
+      raise ValueError(f"levels must be >= 1 and <= 2**24, got {self.levels}")
 
   def num_kept(self, num_params: int, ratio: float) -> int:
     return num_params
@@ -106,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--rounds", type=int, default=5)
   p.add_argument("--levels", type=int, default=4)
   args = p.parse_args(argv)
+  # Checked before the scheme is registered: registering reads its traits,
+  # whose bits (log2(2 levels + 1)) need levels >= 1.
+  if not 1 <= args.levels <= MAX_LEVELS:
+    p.error(f"--levels must be >= 1 and <= 2**24, got {args.levels}")
 
   scheme = schemes.register(QSGDScheme(levels=args.levels))  # the one registry line
   model = models.from_flax(UserMLP(), jnp.zeros((1, 20)), loss="softmax_ce")

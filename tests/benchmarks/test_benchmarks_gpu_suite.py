@@ -360,6 +360,42 @@ def test_trace_summary_command_line(tmp_path, capsys):
     assert says in err and "Traceback" not in err
 
 
+_GPU = {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}}
+
+
+@pytest.mark.parametrize("events, says", [
+    ([1, 2], "traceEvents[0] is int, not an object"),  # was an AttributeError
+    ([_GPU, {"ph": "X", "pid": 1, "tid": 1, "dur": 3, "name": "k"}],  # a KeyError
+     "traceEvents[1] is a complete event without ts"),
+    ([_GPU, {"ph": "X", "pid": 1, "tid": 1, "ts": "0", "dur": 3, "name": "k"}],  # a TypeError
+     "traceEvents[1] has ts '0', not a number"),
+    ([_GPU, {"ph": "X", "pid": [1], "tid": 1, "ts": 0, "dur": 3, "name": "k"}],  # unhashable
+     "traceEvents[1] has pid [1], not a scalar"),
+    ([dict(_GPU, args="GPU")], "traceEvents[0] has args 'GPU', not an object")])
+def test_trace_summary_refuses_a_malformed_trace_in_one_line(events, says, tmp_path, capsys):
+  """A trace whose events the summaries cannot read: one line naming the file,
+  exit 2, no --out line written."""
+  path = tmp_path / "bad.trace.json"
+  path.write_text(json.dumps({"traceEvents": events}))
+  main = benchmark_modules.load("trace_summary").main
+  code = main([str(path), "--out", str(tmp_path / "s.jsonl")])
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, lines
+  assert lines[0] == f"benchmarks/trace_summary.py: error: {path}: not a Chrome trace ({says})"
+  assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_trace_summary_refuses_an_unwritable_out_before_reading(tmp_path, capsys):
+  """Was a FileNotFoundError after the trace was read and summarized."""
+  main = benchmark_modules.load("trace_summary").main
+  with pytest.raises(SystemExit) as bad:
+    main([str(H200_TRACE), "--out", str(tmp_path / "nodir" / "s.jsonl")])
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert bad.value.code == 2 and len(lines) == 1, lines
+  assert "--out: folder" in lines[0] and "does not exist" in lines[0]
+  assert not (tmp_path / "nodir").exists()
+
+
 # A CPU module's HLO, as XLA:CPU prints it after optimisation: a fused
 # forward convolution, a weight gradient in the canonical form (its window
 # runs over the activations), an input gradient, a product, threefry's bits.

@@ -162,7 +162,11 @@ def test_passes_run_the_cases_in_turn_and_ratio_each_pass_on_its_own(peers, monk
     (["--repeats", "0"], "expected a positive integer"),
     (["--passes", "0"], "expected a positive integer"),
     (["--pfl-processes", "-2"], "expected a positive integer"),
-    (["--pfl-torch", "borrowed"], "invalid choice")])
+    (["--pfl-torch", "borrowed"], "invalid choice"),
+    # At parse time (FL-TOP-DP's config refused it in a ConfigError traceback
+    # after the data loaded).
+    (["--cases", "FL-STD-DP", "--ratio", "0"], "--ratio must be in (0, 1], got 0.0"),
+    (["--cases", "FL-STD-DP", "--ratio", "nan"], "--ratio must be in (0, 1], got nan")])
 def test_bad_flags_exit_2_in_one_line(peers, args, says, capsys):
   code, err = _exit(peers.main, capsys, args)
   lines = err.strip().splitlines()

@@ -407,3 +407,26 @@ def test_lowered_traffic_counts_each_batching(tmp_path, capsys):
   assert product["movement_gb"]["concatenate"] > 5 * grouped["movement_gb"]["concatenate"]
   assert product["patch_conv_gb"] == 0 < grouped["patch_conv_gb"]
   assert "| grouped |" in ok.out
+
+
+@pytest.mark.parametrize("where, argv, says", [
+    ("nodir/traffic.jsonl", [], "--out: folder '{tmp}/nodir' does not exist"),
+    ("folder", [], "--out {tmp}/folder is a folder; give a file"),
+    (None, ["--top", "-1"], "--top must be >= 0, got -1")])
+def test_lowered_traffic_refuses_bad_flags_before_lowering(where, argv, says, tmp_path, capsys,
+                                                           monkeypatch):
+  """An --out that cannot take the lines (a missing folder was a
+  FileNotFoundError after every batching was lowered and counted) and a
+  negative --top, refused in one line before anything is lowered; nothing
+  written."""
+  import benchmark_modules  # pylint: disable=import-outside-toplevel
+  module = benchmark_modules.load("lowered_traffic")
+  monkeypatch.setattr(module, "lower", lambda *a: pytest.fail("lowered"))
+  (tmp_path / "folder").mkdir()
+  out = [] if where is None else ["--out", str(tmp_path / where)]
+  with pytest.raises(SystemExit) as bad:
+    module.main(["--batching", "product", "--clients", "2", *out, *argv])
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert bad.value.code == 2 and len(lines) == 1, lines
+  assert lines[0].endswith("error: " + says.format(tmp=tmp_path))
+  assert sorted(p.name for p in tmp_path.rglob("*")) == ["folder"]  # nothing written
