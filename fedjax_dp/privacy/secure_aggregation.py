@@ -315,7 +315,7 @@ def secure_accumulate(state: SecureState, contributions: jax.Array, slots: jax.A
     # Exact integer sum in two limbs: |q >> 16| < 2^15, q & 0xffff < 2^16. The
     # low limb carries into the high one at every client (it wrapped past
     # 32,767 clients); a high limb beyond 2^30 (partial sums beyond 2^46:
-    # more than 2^14 clients of extreme values) is counted as an overflow,
+    # more than 2^15 clients of extreme values) is counted as an overflow,
     # never wrapped into range.
     lo = st.lo + jnp.where(sent, q & 0xFFFF, 0)
     hi = st.hi + jnp.where(sent, jax.lax.shift_right_arithmetic(q, jnp.int32(16)), 0) + (lo >> 16)
