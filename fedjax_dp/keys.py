@@ -56,6 +56,8 @@ LQ_TRAIN, LQ_DITHER = 0, 1
 # (its sort keys are split(k)[1] = fold_in(k, 1), then split(split(k)[0])[1],
 # ...): 1 drew the dropout from the batch's sort key; 2 is no such child.
 STEP_LOSS = 2
+# Seeds are PRNGKey's: a non-negative int64.
+SEED_LIMIT = 2 ** 63
 
 
 def run_key(seed: int) -> jax.Array:
@@ -68,7 +70,7 @@ def run_key(seed: int) -> jax.Array:
   Raises:
     ValueError: A seed outside [0, 2**63) (one line; JAX would overflow).
   """
-  if not 0 <= seed < 2 ** 63:
+  if not 0 <= seed < SEED_LIMIT:
     raise ValueError(f"seed must be in [0, 2**63), got {seed}")
   return jax.random.PRNGKey(seed)
 

@@ -27,7 +27,7 @@ import dataclasses
 import math
 from typing import Any
 
-from fedjax_dp import aggregators, local_training, options, sampling
+from fedjax_dp import aggregators, keys, local_training, options, sampling
 from fedjax_dp import features as features_lib
 from fedjax_dp.data import settings as data_settings
 from fedjax_dp.errors import ConfigError
@@ -37,13 +37,9 @@ from fedjax_dp.schemes.base import LocalTraining
 
 _UAI = data_settings.FASHION_MNIST
 
-# Seeds are PRNGKey's: a non-negative int64.
-SEED_LIMIT = 2 ** 63
-
 # Metrics that can pick a run's best round: accuracy (UAI Table 1) or, for
 # a binary task, balanced accuracy (thesis Sec. 8.4.2-8.4.3).
 SELECTION_METRICS = ("accuracy", "balanced_accuracy")
-
 
 
 def _check_bins(num_clients: int, clients_per_round: int, bins: int) -> None:
@@ -59,8 +55,8 @@ def _check_bins(num_clients: int, clients_per_round: int, bins: int) -> None:
   raise ConfigError("clients_per_round", f"balls-in-bins takes one of N / |K| bins a round: "
                     f"{num_clients} / {clients_per_round} = "
                     f"{num_clients / clients_per_round:.4g} is not a whole number of bins "
-                    f"(try --clients-per-round "
-                    f"{' or '.join(str(c) for c in near if c is not None)})")
+                    f"(try {' or '.join(str(c) for c in near if c is not None)} clients a "
+                    "round)")
 
 
 def _check(checks: list[tuple[bool, str, str]]) -> None:
@@ -129,7 +125,7 @@ class Training:
         (self.lr > 0, "lr", f"must be > 0, got {self.lr}"),
         _one_of("local_optimizer", self.local_optimizer, local_training.OPTIMIZERS),
         (self.init_steps >= 1, "init_steps", f"must be >= 1, got {self.init_steps}"),
-        (0 <= self.seed < SEED_LIMIT, "seed", f"must be in [0, 2**63), got {self.seed}"),
+        (0 <= self.seed < keys.SEED_LIMIT, "seed", f"must be in [0, 2**63), got {self.seed}"),
         (self.eval_every >= 1, "eval_every", f"must be >= 1, got {self.eval_every}"),
         _one_of("selection_metric", self.selection_metric, SELECTION_METRICS),
     ])
@@ -235,7 +231,7 @@ class Privacy:
          "applies to a calibrated S; clip_norm is given"),
         (0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}"),
         # Calibration draws from mc_seed + 1 (record.calibrated_sigma).
-        (0 <= self.mc_seed < SEED_LIMIT - 1, "mc_seed",
+        (0 <= self.mc_seed < keys.SEED_LIMIT - 1, "mc_seed",
          f"must be in [0, 2**63 - 1), got {self.mc_seed}"),
         _one_of("accountant", self.accountant, accounting.RUN_ACCOUNTANTS),
         _one_of("sampler", self.sampler, sampling.SAMPLERS),

@@ -90,7 +90,7 @@ BAD = [
     # Balls-in-bins' cohorts average N / B, the DP mean's C N only for whole B.
     (dict(MC, sampler="balls-in-bins", clients_per_round=250), "clients_per_round",
      "balls-in-bins takes one of N / |K| bins a round: 600 / 250 = 2.4 is not a whole "
-     "number of bins (try --clients-per-round 200 or 300)"),
+     "number of bins (try 200 or 300 clients a round)"),
     (dict(MC, sampler="b-min-sep", clients_per_round=10, min_separation=61),
      "min_separation", "b = 61 of b-min-sep cannot keep 10 of 600 clients a round "
      "(b is at most N / |K| = 60)"),
