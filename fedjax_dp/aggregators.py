@@ -88,11 +88,25 @@ class AggregatorConfig:
 TITLE = "aggregation (robust rules against malicious clients; fedjax_dp.aggregators)"
 
 
+# The rule that reads each of the rules' own settings.
+_READ_BY = {"trim": "trimmed-mean", "norm_bound": "norm-bound"}
+
+
 def from_options(values) -> AggregatorConfig | None:
   """The rule of the options' values (``values``: by option name, as
   ``options.declared(AggregatorConfig)`` names them); None for the mean (the
-  round's streamed sum)."""
-  if values["aggregator"] == "mean":
+  round's streamed sum).
+
+  Raises:
+    ConfigError: A rule's own setting given (not at its default) for
+      another rule, which would ignore it (one line, naming it).
+  """
+  name = values["aggregator"]
+  for option in options.declared(AggregatorConfig):
+    rule = _READ_BY.get(option.setting)
+    if rule not in (None, name) and values[option.name] != option.default:
+      raise ConfigError(option.name, f"needs --aggregator {rule}")
+  if name == "mean":
     return None
   return AggregatorConfig(**{o.setting: values[o.name]
                              for o in options.declared(AggregatorConfig)})

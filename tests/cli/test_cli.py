@@ -98,6 +98,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "--trim-fraction must be in [0, 0.5)"),
     (["--aggregator", "norm-bound", "--schemes", "FL-STD"],
      "--norm-bound must be > 0 for aggregator norm-bound"),
+    # A rule's own setting for another rule, which ignored it in silence.
+    (["--trim-fraction", "0.2", "--schemes", "FL-STD"],
+     "--trim-fraction needs --aggregator trimmed-mean"),
+    (["--aggregator", "median", "--norm-bound", "1", "--schemes", "FL-STD"],
+     "--norm-bound needs --aggregator norm-bound"),
     (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),
