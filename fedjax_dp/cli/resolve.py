@@ -37,6 +37,7 @@ from fedjax_dp.errors import ConfigError
 from fedjax_dp.models import DROPOUT_MODELS, FlatModel, get_model
 from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.paper import results as paper_results
+from fedjax_dp.privacy import accounting
 from fedjax_dp.schemes import Scheme, family_of, get_scheme
 
 __all__ = ["DATASET_FLAGS", "RUN_SETTINGS", "PlannedRun", "Request", "clip_for", "layered",
@@ -312,6 +313,21 @@ def _check_dp_flags(flags: Mapping[str, Any], schemes: list[Scheme]) -> None:
                      "e.g. --schemes FL-TOP-DP)")
 
 
+# Flags that only Monte Carlo accounting reads.
+_MONTE_CARLO_FLAGS = ("mc_samples", "mc_confidence", "mc_seed")
+
+
+def _check_monte_carlo_flags(values: Mapping[str, Any]) -> None:
+  """Refuses a Monte Carlo flag given (not at its default) with another
+  accountant, which would ignore it."""
+  if values["accountant"] == accounting.MONTE_CARLO:
+    return
+  defaults = {o.name: o.default for o in options.declared(simulation.config.Privacy)}
+  for name in _MONTE_CARLO_FLAGS:
+    if values[name] != defaults[name]:
+      raise ValueError(f"--{name.replace('_', '-')} needs --accountant monte-carlo")
+
+
 def _check_public(values: Mapping[str, Any], dataset: datasets.Dataset) -> None:
   size = values["public_size"]
   if size < 1:
@@ -366,6 +382,7 @@ def resolve(args: argparse.Namespace, num_params: int | None = None) -> Request:
       model, shapes=(("w", (num_params,)),))  # the model's name and loss, n weights
   schemes = [family_of(s).configure(s, values) for s in map(get_scheme, values["schemes"])]
   _check_dp_flags(vars(args), schemes)  # as typed: the data set's defaults are not given
+  _check_monte_carlo_flags(values)
   if not str(values["out"]).strip():
     raise ValueError("--out must name a folder, got ''")
   pairs = [(s, r) for r in values["ratio"] for s in schemes if s.uses_ratio]

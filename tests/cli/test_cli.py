@@ -103,6 +103,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "--trim-fraction needs --aggregator trimmed-mean"),
     (["--aggregator", "median", "--norm-bound", "1", "--schemes", "FL-STD"],
      "--norm-bound needs --aggregator norm-bound"),
+    (["--schemes", "FL-STD-DP", "--mc-samples", "10"],
+     "--mc-samples needs --accountant monte-carlo"),
     (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),
