@@ -42,13 +42,19 @@ def test_ratio_sweep_bad_input_exits_2(args, needle, tmp_path, capsys, monkeypat
   assert not (tmp_path / "o").exists()
 
 
-def test_ratio_sweep_calibrates_sigma_to_the_target_epsilon(tmp_path, capsys, monkeypatch):
+def _tiny_sweep(monkeypatch, out, *flags, rounds=2):
+  """The script's exit code on a tiny linear model: 300 clients, 20 a round,
+  one local step, evaluated once at the last round, epsilon 2."""
   monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
+  return _ratio_sweep().main([
+      "--epsilon", "2", "--rounds", str(rounds), "--num-clients", "300",
+      "--clients-per-round", "20", "--local-steps", "1", "--eval-every", str(rounds),
+      "--out", str(out), "--quiet", *flags])
+
+
+def test_ratio_sweep_calibrates_sigma_to_the_target_epsilon(tmp_path, capsys, monkeypatch):
   out = tmp_path / "sweep"
-  code = _ratio_sweep().main([
-      "--epsilon", "2", "--ratios", "0.1", "1.0", "--schemes", "fed-smp-randk",
-      "--rounds", "2", "--num-clients", "300", "--clients-per-round", "20",
-      "--local-steps", "1", "--eval-every", "2", "--out", str(out), "--quiet"])
+  code = _tiny_sweep(monkeypatch, out, "--ratios", "0.1", "1.0", "--schemes", "fed-smp-randk")
   assert code == 0
   table = (out / "table.md").read_text()
   assert "| 0.1 |" in table and "| 1 |" in table and "Command:" in table
@@ -69,13 +75,9 @@ def test_ratio_sweep_calibrates_sigma_for_the_sampler_that_runs(tmp_path, capsys
   """Cyclic Poisson (2 groups: 1 step in 2 at twice the rate) is accounted
   otherwise than Poisson: sigma meets --epsilon as the run's own record
   computes it (the Poisson sigma gave it epsilon 2.6 for a target of 2)."""
-  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "sweep"
-  code = _ratio_sweep().main([
-      "--epsilon", "2", "--ratios", "0.1", "--schemes", "fed-smp-randk",
-      "--rounds", "4", "--num-clients", "300", "--clients-per-round", "20",
-      "--local-steps", "1", "--eval-every", "4", "--out", str(out), "--quiet",
-      "--cycle-length", "2"])
+  code = _tiny_sweep(monkeypatch, out, "--ratios", "0.1", "--schemes", "fed-smp-randk",
+                     "--cycle-length", "2", rounds=4)
   assert code == 0, capsys.readouterr().err
   run, = json.loads((out / "table.json").read_text())["runs"]
   assert 1.9 < run["epsilon_final"] <= 2.0, run["epsilon_final"]
@@ -84,12 +86,9 @@ def test_ratio_sweep_calibrates_sigma_for_the_sampler_that_runs(tmp_path, capsys
 def test_ratio_sweep_runs_the_non_private_baseline(tmp_path, capsys, monkeypatch):
   """FedAvg-randk, the documented non-private baseline, beside Fed-SMP: no
   sigma is calibrated for it (the calibration read its epsilon, None)."""
-  monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: tiny_linear())
   out = tmp_path / "sweep"
-  code = _ratio_sweep().main([
-      "--epsilon", "2", "--ratios", "0.1", "--schemes", "FedAvg-randk", "Fed-SMP-randk",
-      "--rounds", "2", "--num-clients", "300", "--clients-per-round", "20",
-      "--local-steps", "1", "--eval-every", "2", "--out", str(out), "--quiet"])
+  code = _tiny_sweep(monkeypatch, out, "--ratios", "0.1", "--schemes", "FedAvg-randk",
+                     "Fed-SMP-randk")
   assert code == 0, capsys.readouterr().err
   runs = {r["scheme"]: r for r in json.loads((out / "table.json").read_text())["runs"]}
   assert runs["FedAvg-randk"]["epsilon_final"] is None

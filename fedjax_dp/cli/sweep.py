@@ -384,9 +384,7 @@ def check_out(out: str) -> None:
   except OSError as e:
     raise ValueError(f"--out {out} cannot be written: {e.strerror or e}") from None
   finally:
-    for folder in missing:  # deepest first
-      if folder.is_dir():
-        folder.rmdir()
+    _remove_if_empty(missing)
 
 
 def _error(e: Exception) -> int:
