@@ -157,6 +157,9 @@ class Option:
     preset: Where the value comes from when the option is not given (the
       option's default is then None): ``"scheme"`` (the scheme's preset,
       else the declared default), ``"dataset"`` (the data set's setting).
+    applies_to: For a scheme family's option, which of the family's schemes
+      read it (None: every one); a front end refuses an option given to a
+      run of none of them, which would ignore it.
   """
 
   name: str
@@ -167,6 +170,7 @@ class Option:
   field: str | None = None
   many: bool = False
   preset: str | None = None
+  applies_to: Callable[[Any], bool] | None = dataclasses.field(default=None, compare=False)
 
   @property
   def described(self) -> str:

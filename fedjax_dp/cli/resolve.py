@@ -38,7 +38,7 @@ from fedjax_dp.models import DROPOUT_MODELS, FlatModel, get_model
 from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.paper import results as paper_results
 from fedjax_dp.privacy import accounting
-from fedjax_dp.schemes import Scheme, family_of, get_scheme
+from fedjax_dp.schemes import FAMILIES, Scheme, family_of, get_scheme
 
 __all__ = ["DATASET_FLAGS", "RUN_SETTINGS", "PlannedRun", "Request", "clip_for", "layered",
            "processes", "resolve", "run_config", "scheme_setting", "setting_source",
@@ -313,19 +313,51 @@ def _check_dp_flags(flags: Mapping[str, Any], schemes: list[Scheme]) -> None:
                      "e.g. --schemes FL-TOP-DP)")
 
 
-# Flags that only Monte Carlo accounting reads.
-_MONTE_CARLO_FLAGS = ("mc_samples", "mc_confidence", "mc_seed")
+# Settings read only when another is on: (their config part, their names,
+# whether the values turn them on, the flag that does).
+_SWITCHED = (
+    (simulation.config.Privacy, ("mc_samples", "mc_confidence", "mc_seed"),
+     lambda values: values["accountant"] == accounting.MONTE_CARLO, "--accountant monte-carlo"),
+    (simulation.config.Secure, ("secure_bits", "secure_frac_bits", "secure_neighbours"),
+     lambda values: values["secure_aggregation"], "--secure-aggregation"),
+)
 
 
-def _check_monte_carlo_flags(values: Mapping[str, Any]) -> None:
-  """Refuses a Monte Carlo flag given (not at its default) with another
-  accountant, which would ignore it."""
-  if values["accountant"] == accounting.MONTE_CARLO:
-    return
-  defaults = {o.name: o.default for o in options.declared(simulation.config.Privacy)}
-  for name in _MONTE_CARLO_FLAGS:
-    if values[name] != defaults[name]:
-      raise ValueError(f"--{name.replace('_', '-')} needs --accountant monte-carlo")
+def _check_switched_flags(values: Mapping[str, Any]) -> None:
+  """Refuses a flag given (not at its default) while the setting that reads
+  it is off: a Monte Carlo flag with another accountant, a secure-aggregation
+  flag without --secure-aggregation."""
+  for part, names, on, switch in _SWITCHED:
+    if on(values):
+      continue
+    defaults = {o.name: o.default for o in options.declared(part)}
+    for name in names:
+      if values[name] != defaults[name]:
+        raise ValueError(f"--{name.replace('_', '-')} needs {switch}")
+
+
+def _check_secure_flag(values: Mapping[str, Any], schemes: list[Scheme]) -> None:
+  """Refuses --secure-aggregation for a sweep whose schemes all send real
+  values without noise, which the round sums in the clear
+  (``simulation.setup.communication``)."""
+  if values["secure_aggregation"] and not any(
+      s.traits.dp or s.traits.integer_messages for s in schemes):
+    names = ", ".join(s.name for s in schemes)
+    raise ValueError(f"--secure-aggregation applies to DP schemes and to integer messages "
+                     f"(FL-SIGN, signSGD); {names} send{'s' if len(schemes) == 1 else ''} "
+                     "real values in the clear")
+
+
+def _check_family_flags(flags: Mapping[str, Any], schemes: list[Scheme]) -> None:
+  """Refuses a scheme family's flag given (not at its default, as typed) to a
+  sweep of none of the schemes that read it (``Family.readers``)."""
+  running = list(dict.fromkeys(s.name for s in schemes))
+  for family in FAMILIES:
+    for option in family.options:
+      readers = family.readers(option)
+      if flags[option.name] != option.default and not set(running) & set(readers):
+        raise ValueError(f"{option.flag} applies to {', '.join(readers)}; this sweep runs "
+                         f"{', '.join(running)}")
 
 
 def _check_public(values: Mapping[str, Any], dataset: datasets.Dataset) -> None:
@@ -382,7 +414,9 @@ def resolve(args: argparse.Namespace, num_params: int | None = None) -> Request:
       model, shapes=(("w", (num_params,)),))  # the model's name and loss, n weights
   schemes = [family_of(s).configure(s, values) for s in map(get_scheme, values["schemes"])]
   _check_dp_flags(vars(args), schemes)  # as typed: the data set's defaults are not given
-  _check_monte_carlo_flags(values)
+  _check_family_flags(vars(args), schemes)
+  _check_switched_flags(values)
+  _check_secure_flag(values, schemes)
   if not str(values["out"]).strip():
     raise ValueError("--out must name a folder, got ''")
   pairs = [(s, r) for r in values["ratio"] for s in schemes if s.uses_ratio]

@@ -401,3 +401,9 @@ class Family:
   def defaults(self) -> dict[str, Any]:
     """Every option's default, by name."""
     return {option.name: option.default for option in self.options}
+
+  def readers(self, option: Option) -> list[str]:
+    """The names of the family's schemes that read ``option``
+    (``Option.applies_to``; every one where it is None)."""
+    applies = option.applies_to or (lambda scheme: True)
+    return [name for name, scheme in self.schemes.items() if applies(scheme)]

@@ -95,6 +95,9 @@ class MaskedScheme(Scheme):
                         f"(FL-STD, FL-STD-DP), not {self.name}")
     if self.server_lr is not None and not self.server_lr > 0:
       raise ConfigError("server_lr", f"must be > 0, got {self.server_lr}")
+    if self.server_lr is not None and self.server_optimizer == "sgd":
+      raise ConfigError("server_lr", "applies to the server optimisers fedavgm and fedadam; "
+                        "sgd adds the mean update as it is")
 
   def server_transform(self) -> optax.GradientTransformation:
     """FedAvgM or FedAdam on the pseudo-gradient ``-mean``."""
@@ -229,14 +232,20 @@ MASKED_SCHEMES = {
 
 
 
+def _full_model(scheme: MaskedScheme) -> bool:
+  """FL-STD(-DP): the schemes that send the whole update."""
+  return scheme.selection == "full"
+
+
 # The server optimiser of FL-STD / FL-STD-DP.
 OPTIONS = (
     options.Option("server_optimizer", str, "sgd",
                    "FL-STD(-DP)'s server step on the mean update: sgd (FedAvg, default), "
-                   "fedavgm (momentum 0.9) or fedadam (optax)", choices=SERVER_OPTIMIZERS),
+                   "fedavgm (momentum 0.9) or fedadam (optax)", choices=SERVER_OPTIMIZERS,
+                   applies_to=_full_model),
     options.Option("server_optimizer_lr", options.positive, None,
                    "its learning rate (default 1.0 for fedavgm, 0.01 for fedadam)",
-                   field="server_lr"),
+                   field="server_lr", applies_to=_full_model),
 )
 
 

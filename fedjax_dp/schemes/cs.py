@@ -248,27 +248,43 @@ CS_SCHEMES = {
 _PAPER = CS_SCHEMES["FL-CS"]
 
 
+def _compressive(scheme: Scheme) -> bool:
+  """FL-CS(-DP) and FL-FREQ(-DP), which send DCT measurements (not FL-RND)."""
+  return isinstance(scheme, CSScheme)
+
+
+def _decoded(scheme: Scheme) -> bool:
+  """FL-CS(-DP): the server's BPDN decoder and its momentum step (FL-FREQ
+  adds the adjoint of the mean, Alg. 6 lines 9-10)."""
+  return isinstance(scheme, CSScheme) and scheme.reconstruction == "bpdn"
+
+
 # FL-CS / FL-FREQ options; defaults: thesis Table 8.4.
 OPTIONS = (
-    options.Option("chunks", int, _PAPER.chunks, "P, DCT chunks (default 200)"),
+    options.Option("chunks", int, _PAPER.chunks, "P, DCT chunks (default 200)",
+                   applies_to=_compressive),
     options.Option("cs_lambda", options.number, _PAPER.lam,
-                   "lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)", field="lam"),
+                   "lambda of the BPDN decoder, thesis Eq. 2.4 (default 1e-5)", field="lam",
+                   applies_to=_decoded),
     options.Option("server_momentum", options.number, _PAPER.momentum,
-                   "FL-CS server momentum rho (default 0.9)", field="momentum"),
+                   "FL-CS server momentum rho (default 0.9)", field="momentum",
+                   applies_to=_decoded),
     options.Option("server_lr", options.number, None,
                    "FL-CS global learning rate eta_G (default 0.35; medical-synth 1.0, "
-                   "UAI Table 5)"),
+                   "UAI Table 5)", applies_to=_decoded),
     options.Option("decoder", str, _PAPER.decoder, "BPDN solver (default fista)",
-                   choices=fista.SOLVERS),
+                   choices=fista.SOLVERS, applies_to=_decoded),
     options.Option("decoder_restart", bool, False, "FISTA with gradient restart",
-                   field="restart"),
+                   field="restart", applies_to=_decoded),
     options.Option("decoder_iters", int, _PAPER.max_iters,
-                   "decoder steps per round at most (default 100)", field="max_iters"),
+                   "decoder steps per round at most (default 100)", field="max_iters",
+                   applies_to=_decoded),
     options.Option("decoder_tol", options.number, _PAPER.tol,
                    "decoder stops when its iterate changes by <= this, relative "
-                   "(default 1e-3)", field="tol"),
+                   "(default 1e-3)", field="tol", applies_to=_decoded),
     options.Option("dct_method", str, _PAPER.dct_method,
-                   "DCT implementation, same operator (default auto)", choices=dct_cs.METHODS),
+                   "DCT implementation, same operator (default auto)", choices=dct_cs.METHODS,
+                   applies_to=_compressive),
 )
 
 

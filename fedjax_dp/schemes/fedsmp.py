@@ -351,22 +351,35 @@ FEDSMP_SCHEMES[DP_FEDAVG.name] = DP_FEDAVG
 # (``Dataset.option_defaults``).
 
 
+def _sparsified(scheme: Scheme) -> bool:
+  """Fed-SMP and FedAvg with a mask (DP-FedAvg is FL-STD-DP: plain local SGD)."""
+  return isinstance(scheme, FedSMPScheme)
+
+
+def _server_topk(scheme: Scheme) -> bool:
+  """The top_k schemes, whose server trains on a public set."""
+  return isinstance(scheme, FedSMPScheme) and scheme.sparsifier == "topk"
+
+
 # Local momentum, learning-rate decay, the server's top_k training.
 OPTIONS = (
     options.Option("momentum", options.unit_interval, None,
-                   "local momentum beta in [0, 1), reset every round (default 0.5)"),
+                   "local momentum beta in [0, 1), reset every round (default 0.5)",
+                   applies_to=_sparsified),
     options.Option("lr_decay", options.number, None,
                    "learning rate factor, in (0, 1], applied every --lr-decay-every rounds "
-                   "(default 0.99)"),
+                   "(default 0.99)", applies_to=_sparsified),
     options.Option("lr_decay_every", options.positive_int, None,
                    "rounds between two learning-rate decays (default: 50 on shakespeare, "
-                   "Fed-SMP Sec. 6.2; else 1, every round)"),
+                   "Fed-SMP Sec. 6.2; else 1, every round)", applies_to=_sparsified),
     options.Option("server_steps", int, None,
                    "top_k: server SGD steps per round on its public set (default: "
-                   "T_gd * ceil(public / |B|), the clients' local period)"),
+                   "T_gd * ceil(public / |B|), the clients' local period)",
+                   applies_to=_server_topk),
     options.Option("public_holdout", int, None,
                    "top_k: training examples held out of the clients' data as the server's "
-                   "public set (default 1000; svhn 2000; Fed-SMP Sec. 6.1)"),
+                   "public set (default 1000; svhn 2000; Fed-SMP Sec. 6.1)",
+                   applies_to=_server_topk),
 )
 
 

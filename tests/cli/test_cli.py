@@ -105,6 +105,31 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "--norm-bound needs --aggregator norm-bound"),
     (["--schemes", "FL-STD-DP", "--mc-samples", "10"],
      "--mc-samples needs --accountant monte-carlo"),
+    # Secure aggregation's own settings without it, or for schemes it leaves in the clear.
+    (["--schemes", "FL-STD-DP", "--secure-bits", "20"], "--secure-bits needs --secure-aggregation"),
+    (["--schemes", "FL-STD-DP", "--secure-frac-bits", "10"],
+     "--secure-frac-bits needs --secure-aggregation"),
+    (["--schemes", "FL-STD", "FL-TOP", "--secure-aggregation"],
+     "--secure-aggregation applies to DP schemes and to integer messages (FL-SIGN, signSGD); "
+     "FL-STD, FL-TOP send real values in the clear"),
+    # A scheme family's flag that no scheme of the sweep reads.
+    (["--schemes", "FL-TOP", "--gamma", "0.1"],
+     "--gamma applies to FL-SIGN, FL-SIGN-DP, signSGD; this sweep runs FL-TOP"),
+    (["--schemes", "FL-TOP", "FL-RND", "--chunks", "10"],
+     "--chunks applies to FL-CS, FL-CS-DP, FL-FREQ, FL-FREQ-DP; this sweep runs FL-TOP, FL-RND"),
+    (["--schemes", "FL-FREQ", "--decoder-restart"],
+     "--decoder-restart applies to FL-CS, FL-CS-DP; this sweep runs FL-FREQ"),
+    (["--schemes", "DP-FedAvg", "--momentum", "0.9"],
+     "--momentum applies to Fed-SMP-randk, FedAvg-randk, Fed-SMP-topk, FedAvg-topk; this "
+     "sweep runs DP-FedAvg"),
+    (["--schemes", "Fed-SMP-randk", "--server-steps", "3"],
+     "--server-steps applies to Fed-SMP-topk, FedAvg-topk; this sweep runs Fed-SMP-randk"),
+    (["--schemes", "FL-STD", "--lattice", "hexagonal"], "--lattice applies to CDP-LQ"),
+    (["--schemes", "FL-TOP-DP", "--server-optimizer", "fedadam"],
+     "--server-optimizer applies to FL-STD, FL-STD-DP; this sweep runs FL-TOP-DP"),
+    (["--schemes", "FL-STD-DP", "--server-optimizer-lr", "0.5"],
+     "--server-optimizer-lr applies to the server optimisers fedavgm and fedadam; sgd adds "
+     "the mean update as it is"),
     (["--clip", "0.5", "--clip-ratio", "1"], "--clip-ratio applies to a calibrated S"),
     (["--accountant", "magic"], "invalid choice: 'magic'"),
     (["--sampling", "fixed"], "assumes Poisson sampling"),

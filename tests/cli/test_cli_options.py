@@ -217,7 +217,8 @@ def test_every_run_flag_reaches_the_run_config():
   for field, value in given.items():
     args += [declared[field].flag, str(value)]
   (run,) = sweep.resolve(sweep.build_parser().parse_args(
-      [*args, "--schemes", "FL-STD-DP", "--num-clients", "60"]), num_params=7850).runs
+      [*args, "--schemes", "FL-STD-DP", "--num-clients", "60", "--secure-aggregation"]),
+      num_params=7850).runs
   flat = run.config.flat()
   assert {field: flat[field] for field in given} == given
 

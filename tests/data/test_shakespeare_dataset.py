@@ -238,7 +238,7 @@ def test_too_many_clients_exit_2(plays, tmp_path, capsys):
 
 _TINY = ["--ratio", "0.1", "--rounds", "1", "--num-clients", "6", "--samples-per-client", "16",
          "--clients-per-round", "3", "--local-steps", "2", "--public-size", "12",
-         "--public-holdout", "12", "--test-size", "8", "--quiet"]
+         "--test-size", "8", "--quiet"]
 
 
 def _check_record(run: dict) -> None:
@@ -281,7 +281,7 @@ def test_fedsmp_topk_trains_its_server_on_the_public_windows(plays, tmp_path, ca
       _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
   out = tmp_path / "out"
   code = sweep.main(["--dataset", "shakespeare", "--schemes", "Fed-SMP-topk", *_TINY,
-                     "--out", str(out)])
+                     "--public-holdout", "12", "--out", str(out)])
   assert code == 0, capsys.readouterr().err
   (run,) = json.loads((out / "results.json").read_text())["runs"]
   assert run["scheme"] == "Fed-SMP-topk" and run["public_holdout"] == 12
@@ -301,9 +301,7 @@ def test_the_ratio_sweep_calibrates_on_the_held_out_windows(plays, tmp_path, cap
   monkeypatch.setattr("fedjax_dp.cli.resolve.get_model", lambda name, **_: from_flax(
       _TinyChar(), np.zeros((1, 80), np.int32), name="tiny-char"))
   out = tmp_path / "sweep"
-  tiny = ["--rounds", "1", "--num-clients", "6", "--samples-per-client", "16",
-          "--clients-per-round", "3", "--local-steps", "2", "--public-size", "12",
-          "--test-size", "8", "--quiet"]  # _TINY without the ratio and top_k's hold-out
+  tiny = _TINY[2:]  # without the ratio
   code = ratio_sweep.main(["--dataset", "shakespeare", "--epsilon", "4", "--ratios", "0.1",
                            "1.0", "--schemes", "Fed-SMP-randk", *tiny, "--out", str(out)])
   assert code == 0, capsys.readouterr().err

@@ -88,7 +88,7 @@ def test_a_registered_features_errors_name_its_flags(toy, tmp_path, capsys):
   for args, message in (
       (["--toy-scale", "3"], "--toy-scale needs --toy"),
       (["--toy", "--toy-scale", "-1"], "--toy-scale must be > 0, got -1.0"),
-      (["--toy", "--secure-aggregation"],
+      (["--toy", "--secure-aggregation", "--schemes", "FL-STD-DP"],
        "--toy cannot be combined with secure aggregation (a test's rule)")):
     out = tmp_path / "out"
     assert experiment.main([*_SMALL, *args, "--out", str(out)]) == 2
