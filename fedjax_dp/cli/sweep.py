@@ -586,6 +586,10 @@ def _run_all(request: Request, data: Data) -> int:
   except simulation.record.TargetUnreachable as e:  # found once the run's data is there
     bar.close()
     return _error(f"--target-epsilon: {e} for {run_label(running)}")
+  except ConfigError as e:  # a check of sigma, at the sigma --target-epsilon calibrated
+    bar.close()
+    return _error(f"{cli_errors.flag_error(e)} (at the sigma --target-epsilon calibrates for "
+                  f"{run_label(running)})")
   except KeyboardInterrupt as e:
     bar.close()
     if running is not None and not isinstance(e, Interrupted):  # between execute's steps

@@ -129,9 +129,11 @@ class AdaptiveClip(Feature):
                         f"release of clipped updates; {name} has none")
     super().check(config, run)
     sigma_b = count_noise(config, run)
+    if run.sigma_pending:  # checked at the calibrated sigma
+      return
     if not math.isfinite(update_noise_multiplier(run.noise_multiplier, sigma_b)):
       raise ConfigError("count_noise", f"{sigma_b} leaves no noise for the updates: "
-                        f"2 count_noise must exceed noise_multiplier {run.noise_multiplier}")
+                        f"2 count_noise must exceed noise_multiplier {run.noise_multiplier:g}")
 
   def init(self):
     return State(jnp.float32(0.0)), 0
@@ -159,7 +161,10 @@ class AdaptiveClip(Feature):
   def observe(self, at: At, state: State) -> State:
     observed = at.observed
     key = keys.purpose(observed.round_key, keys.ADAPTIVE_CLIP)
-    m = self.run.clients_per_round
+    # The expected count of clients that report (the paper's m, public):
+    # dividing by the cohort m while a share p fails would read
+    # 1/2 + (1 - p)(F - 1/2) for the fraction F that fits.
+    m = self.run.clients_per_round * (1.0 - self.run.dropout_rate)
     fitted = (observed.tally + self.count_noise * jax.random.normal(key)) / m + 0.5
     return State(state.log_factor - self.config.clip_lr * (fitted - self.config.target_quantile))
 

@@ -72,8 +72,12 @@ class RunView(Protocol):
     num_params: n, the model's weights.
     num_kept: K, values per message.
     clients_per_round: C*N, the expected cohort size.
+    dropout_rate: Each sampled client fails before sending with this
+      probability (``RunConfig.dropouts``).
     rounds: T_cl.
     noise_multiplier: sigma of a DP scheme; 0 without DP.
+    sigma_pending: ``noise_multiplier`` is a placeholder, to be calibrated
+      to a target epsilon: a check of sigma waits for the calibrated one.
     delta: The target delta.
     sampler: The cohort sampler.
     max_cohort: Truncated Poisson sampling's cap (None: none).
@@ -106,9 +110,13 @@ class RunView(Protocol):
   @property
   def clients_per_round(self) -> int: ...
   @property
+  def dropout_rate(self) -> float: ...
+  @property
   def rounds(self) -> int: ...
   @property
   def noise_multiplier(self) -> float: ...
+  @property
+  def sigma_pending(self) -> bool: ...
   @property
   def delta(self) -> float: ...
   @property

@@ -709,15 +709,19 @@ def jax_privacy_figures(inserted: np.ndarray, held_out: np.ndarray, delta: float
 
 # What each figure of :func:`audit_figures` is: a lower bound on epsilon (at
 # the stated confidence; it can prove a violation), an approximate bound (a
-# lower bound only if the canaries were independent trials, which the
-# canaries of one run, sharing its noise, are not: it cannot prove one) or
-# an estimate (it cannot).
+# lower bound only under an assumption a run does not meet: it cannot prove
+# one) or an estimate (it cannot). Clopper-Pearson assumes independent trials,
+# which the canaries of one run, sharing its noise, are not. The one-run f-DP
+# audit tests the Gaussian-DP curve of the claimed (epsilon, delta) (its
+# mu from jax-privacy's get_sigma_gaussian), which an (epsilon, delta)-DP
+# mechanism need not meet: on randomized response, exactly (1, 0)-DP, it
+# exceeded epsilon 1 in each of 10 draws at 95% (tests/privacy/test_audit_bounds.py).
 FIGURE_KINDS = {
     "empirical_epsilon": "estimate",
     "epsilon_lower_bound": "bound",
     "jax_privacy_clopper_pearson": "approximate bound",
     "jax_privacy_one_run": "bound",
-    "jax_privacy_one_run_fdp": "bound",
+    "jax_privacy_one_run_fdp": "approximate bound",
     "jax_privacy_gaussian_dp": "estimate",
 }
 FIGURE_METHODS = {
@@ -769,8 +773,9 @@ def audit_figures(statistics: np.ndarray, inserted: np.ndarray, delta: float,
   figures of jax-privacy's ``CanaryScoreAuditor`` (:func:`jax_privacy_figures`).
   Only a figure of kind "bound" can prove that a mechanism is less private
   than claimed; an "estimate" can exceed the true epsilon of a correct one,
-  and so can an "approximate bound" in a run (Clopper-Pearson's, whose
-  canaries are not independent trials there).
+  and so can an "approximate bound" (Clopper-Pearson's in a run, whose
+  canaries are not independent trials there; the one-run f-DP figure, which
+  holds for a Gaussian-DP mechanism only).
 
   Args:
     statistics: (m,) statistic per candidate, higher meaning "more inserted".

@@ -77,6 +77,9 @@ class Plan:
       scheme without DP.
     noise_multiplier: The effective sigma: the config's for a DP scheme, 0
       otherwise.
+    sigma_pending: ``noise_multiplier`` is a placeholder: the config asks
+      for a target epsilon that sigma is not yet calibrated to (the Plan
+      ``setup.prepare`` calibrates on), so checks of sigma wait.
     num_shares: (fewest, most) shares a round can split the aggregate noise
       into: the cohort size minus the tolerated dropouts, over the planned
       rounds and up to every slot.
@@ -104,6 +107,7 @@ class Plan:
   clip_norm: float | None = None
   clip_source: str | None = None
   noise_multiplier: float = 0.0
+  sigma_pending: bool = False
   num_shares: tuple[int, int] = (1, 1)
   client_chunk: int | None = None
   mesh: jax.sharding.Mesh | None = None
@@ -183,6 +187,11 @@ class Plan:
   def clients_per_round(self) -> int:
     """C*N, the expected cohort size: the DP mean's denominator."""
     return self.config.training.clients_per_round
+
+  @property
+  def dropout_rate(self) -> float:
+    """Each sampled client fails before sending with this probability."""
+    return self.config.dropouts.dropout_rate
 
   @property
   def rate(self) -> float:

@@ -151,9 +151,15 @@ def clip_norm_of(scheme: Scheme, privacy: Privacy, setup_data: SetupData,
 
 
 def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
-             samples_per_client: int, run_key: jax.Array) -> Plan:
+             samples_per_client: int, run_key: jax.Array, *,
+             sigma_calibrated: bool = False) -> Plan:
   """Checks a config with a scheme, a model and the data's shape, and starts
   the run's Plan (cheap: before the server's setup).
+
+  With ``Privacy.target_epsilon`` (a DP scheme) the config's sigma is a
+  placeholder (``Plan.sigma_pending``: the features' checks of sigma wait)
+  unless ``sigma_calibrated``: :func:`prepare` passes it once it has
+  calibrated sigma.
 
   Returns:
     The :class:`~fedjax_dp.simulation.plan.Plan` with S, the capacity, the
@@ -183,6 +189,8 @@ def validate(cfg: RunConfig, scheme: Scheme, model: FlatModel, num_clients: int,
   plan = Plan(config=cfg, scheme=scheme, num_clients=num_clients, num_kept=k,
               num_params=n, samples_per_client=samples_per_client,
               noise_multiplier=priv.noise_multiplier if scheme.traits.dp else 0.0,
+              sigma_pending=(scheme.traits.dp and priv.target_epsilon is not None
+                             and not sigma_calibrated),
               mesh=mesh, mechanism=mechanism, run_key=run_key)
   features_lib.check(cfg, plan)
   accounting.check_mechanism(mechanism, priv.accountant, priv.sampler)
@@ -238,7 +246,9 @@ def prepare(model: FlatModel, scheme: Scheme, data: ClientData,
   from fedjax_dp.simulation import record  # pylint: disable=import-outside-toplevel
   _, plan = _prepare(model, scheme, data, public, cfg)
   sigma = record.calibrated_sigma(plan, target)
-  return _prepare(model, scheme, data, public, config.replace(noise_multiplier=sigma))
+  calibrated = validate(config.replace(noise_multiplier=sigma), scheme, model, plan.num_clients,
+                        plan.samples_per_client, plan.run_key, sigma_calibrated=True)
+  return _prepare(model, scheme, data, public, calibrated)
 
 
 def _validated(model: FlatModel, scheme: Scheme, data: ClientData,

@@ -75,6 +75,27 @@ def test_the_count_is_released_with_noise_sigma_b():
   assert variance_pvalue(0.9) < 1e-6 and variance_pvalue(1.1) < 1e-6
 
 
+def test_the_fraction_is_of_the_clients_expected_to_report():
+  """With half the clients failing (dropout rate 0.5), the 10 of 20 that
+  report all fit: the released fraction is about 1, not 1/2 + 10 / 2 / 20 =
+  0.75 (the tally over the cohort m), so at gamma 0.9 the clip falls, by
+  -eta (1 - 0.9) a round on average over 2,000 draws of the count's noise
+  (it grew by 0.15 eta a round, without end, when the tally was over m)."""
+  cfg = _CFG.replace(dropout_rate=0.5,
+                     adaptive_clip=AdaptiveClipConfig(clip_lr=0.2, target_quantile=0.9))
+  feature = _feature(cfg)
+  state = feature.init()[0]
+  noise = features.Noise(2.0, 1.0, jnp.int32(20))
+
+  def step(key):  # 10 reported, all fitted: the centred tally is 10 / 2
+    seen = features.Observed(None, jnp.float32(5.0), None, None, noise, key)
+    return feature.observe(features.At(state, observed=seen), state).log_factor
+
+  steps = np.asarray(jax.vmap(step)(jax.random.split(jax.random.PRNGKey(4), 2000)))
+  # Each step is -0.2 (1 + e / 10 - 0.9), e ~ N(0, 1): mean -0.02, std 0.02 / sqrt(2000).
+  assert np.mean(steps) == pytest.approx(-0.02, abs=0.002)
+
+
 def test_a_client_moves_the_released_count_by_one_half():
   """Sensitivity 1/2, as Theorem 1's z_Delta assumes: adding one client to a
   chunk moves the tally by +-1/2 whether or not its update fits; failed and
@@ -154,6 +175,27 @@ def test_refused_settings_name_their_field(small_federation, name, kw, field):
   assert error.value.field == field and str(error.value).startswith(field)
 
 
+def test_a_target_epsilon_checks_the_calibrated_sigma_not_the_placeholder(small_federation):
+  """With --target-epsilon, sigma_b is checked against the sigma calibrated
+  for the target, not the config's placeholder (1.0 here, which sigma_b =
+  0.5 would refuse): epsilon 50 calibrates sigma below 2 sigma_b = 1 and
+  runs; epsilon 0.5 calibrates it above, and is refused naming that sigma."""
+  data, _, public = small_federation
+  cfg = _CFG.replace(adaptive_clip=AdaptiveClipConfig(count_noise=0.5))
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public,
+                               cfg.replace(target_epsilon=50.0))
+  assert plan.noise_multiplier < 1.0 and not plan.sigma_pending
+  sigma = plan.noise_multiplier
+  feature = next(f for f in plan.features if f.kind == "adaptive_clip")
+  assert feature.update_noise == pytest.approx(update_noise_multiplier(sigma, 0.5))
+  with pytest.raises(ConfigError, match=r"must exceed noise_multiplier [0-9.]+$") as error:
+    simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public,
+                       cfg.replace(target_epsilon=0.5))
+  assert error.value.field == "count_noise"
+  with pytest.raises(ConfigError, match="must exceed noise_multiplier 1$"):
+    simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public, cfg)
+
+
 def test_a_feature_is_one_registry_line():
   """Its kind names it in RunConfig.of; a config of no registered kind is refused."""
   cfg = simulation.RunConfig.of(adaptive_clip=AdaptiveClipConfig(clip_lr=0.1))
@@ -188,7 +230,14 @@ def test_the_command_line_runs_it_and_names_its_flags(tmp_path, capsys):
                        (["--adaptive-clip", "--clip-quantile", "2"],
                         "--clip-quantile must be in [0, 1], got 2"),
                        (["--schemes", "FL-TOP-DP", "--adaptive-clip", "--clip-count-noise", "0.5"],
-                        "--clip-count-noise 0.5 leaves no noise for the updates")):
+                        "--clip-count-noise 0.5 leaves no noise for the updates"),
+                       # Found once sigma is calibrated, after the data is loaded.
+                       (["--dataset", "medical-synth", "--rounds", "2", "--num-clients", "60",
+                         "--samples-per-client", "10", "--clients-per-round", "6",
+                         "--local-steps", "1", "--test-size", "100", "--quiet",
+                         "--schemes", "FL-STD-DP", "--adaptive-clip", "--clip-count-noise",
+                         "0.5", "--target-epsilon", "0.5"],
+                        "must exceed noise_multiplier")):
     assert sweep.main([*args, "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err

@@ -259,7 +259,9 @@ def test_theorem_3_counts_the_canaries_noise_shares(small_federation):
       sigma, q, 5, DELTA, n, plan.capacity, "rdp") * (1 + 1e-6)
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(audit=canaries.AuditConfig(0)), "audit_canaries must be >= 1"),
+    (dict(audit=canaries.AuditConfig(0)), "audit_canaries must be >= 10"),
+    (dict(audit=canaries.AuditConfig(9)), "audit_canaries must be >= 10 .every figure needs "
+     "2 inserted and 2 held-out canaries., got 9"),
     (dict(audit=canaries.AuditConfig(601)), "audit_canaries 601 exceeds the 600 clients"),
     (dict(audit=canaries.AuditConfig(10, confidence=1.0)), "audit_confidence must be"),
 ])
@@ -268,6 +270,29 @@ def test_bad_audits_are_refused(small_federation, kw, match):
   with pytest.raises(ValueError, match=match):
     simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public,
                        _CFG.replace(**kw))
+
+
+def test_a_draw_without_two_canaries_on_each_side_is_refused_before_the_run():
+  """A draw of fewer than 2 inserted (or held-out) candidates, which no figure
+  can use (it crashed the report after the whole run): refused at once."""
+  state = canaries.init_state(keys.run_key(0), 50, canaries.AuditConfig(10))
+  canaries.check_draw(state)  # the draw of seed 0: both sides hold >= 2
+  for inserted in (1, 19):
+    drawn = state._replace(inserted=jnp.arange(20) < inserted)
+    with pytest.raises(ValueError, match=f"inserted {inserted} of the 20 candidates and "
+                       f"held {20 - inserted} out; every figure needs >= 2 of each"):
+      canaries.check_draw(drawn)
+  canaries.check_draw(state._replace(inserted=jnp.arange(20) < 2))
+
+
+def test_canary_slots_beyond_the_candidates_are_padding():
+  """A capacity rounded up past the 2K candidates (slots come in multiples of
+  the devices) pads with slots that are not real (top_k refused it before)."""
+  inserted = jnp.arange(20) < 12
+  which, real = canaries.canary_cohort(jax.random.PRNGKey(1), inserted, 1.0, 24)
+  assert which.shape == real.shape == (24,)
+  assert int(real.sum()) == 12 and not bool(real[20:].any())
+  assert set(np.asarray(which[:12]).tolist()) == set(range(12))
 
 
 def test_an_audit_of_a_scheme_without_noise_is_refused(small_federation):

@@ -129,14 +129,49 @@ def test_every_figure_is_labelled_and_the_estimates_are_estimates():
   # Clopper-Pearson treats the canaries as independent trials; in a run they
   # share its noise: an approximate bound, which never decides.
   assert figures["jax_privacy_clopper_pearson"]["kind"] == "approximate bound"
-  assert set(audit.BOUNDS) == {"epsilon_lower_bound", "jax_privacy_one_run",
-                               "jax_privacy_one_run_fdp"}
-  for name in ("epsilon_lower_bound", "jax_privacy_one_run",
-               "jax_privacy_one_run_fdp"):
+  # The one-run f-DP audit holds for Gaussian-DP mechanisms only (below).
+  assert figures["jax_privacy_one_run_fdp"]["kind"] == "approximate bound"
+  assert set(audit.BOUNDS) == {"epsilon_lower_bound", "jax_privacy_one_run"}
+  for name in audit.BOUNDS:
     assert figures[name]["kind"] == "bound", name
   low, high = figures["empirical_epsilon"]["interval"]
   assert low <= figures["empirical_epsilon"]["value"] <= high
   assert figures["epsilon_lower_bound"]["guesses"] >= figures["epsilon_lower_bound"]["correct"]
+
+
+# Draws of the randomized-response check.
+RR_DRAWS = 10
+
+
+def _randomized_response(epsilon: float, seed: int, n: int = 1000):
+  """2n candidates by a fair coin; each answers its membership (+1 / -1)
+  truthfully with probability e^eps / (1 + e^eps): exactly (eps, 0)-DP."""
+  rng = np.random.default_rng(seed)
+  inserted = rng.random(2 * n) < 0.5
+  lie = rng.random(2 * n) < 1.0 / (1.0 + math.exp(epsilon))
+  return np.where(inserted ^ lie, 1.0, -1.0), inserted
+
+
+def test_on_a_pure_dp_mechanism_the_bounds_hold_and_the_fdp_figure_does_not():
+  """Randomized response at epsilon 1, (1, 0)-DP and so (1, 1e-5)-DP: each
+  bound of BOUNDS and the decision exceed 1 in at most 1 of 10 draws (none
+  did); the one-run f-DP figure, which tests the Gaussian-DP curve of
+  (1, 1e-5), exceeds it in most draws (all 10), which is why it is an
+  approximate bound and never decides (it decided violations of correct
+  mechanisms before)."""
+  truth = math.log(math.e - DELTA * (1 + math.e))  # (1, 0)-DP at delta, exactly
+  above = {name: 0 for name in (*audit.BOUNDS, "one_run_fdp", "decision")}
+  for seed in range(RR_DRAWS):
+    stat, inserted = _randomized_response(1.0, seed)
+    figures = {**audit.lower_bounds(stat, inserted, DELTA, CONFIDENCE),
+               "one_run_fdp": audit.jax_privacy_figures(
+                   stat[inserted], stat[~inserted], DELTA, CONFIDENCE)["one_run_fdp"],
+               "decision": audit.decision_lower_bound(
+                   {"final_model": (stat, inserted)}, DELTA, CONFIDENCE)["value"]}
+    for name, value in figures.items():
+      above[name] += value > truth
+  assert all(above[name] <= 1 for name in (*audit.BOUNDS, "decision")), above
+  assert above["one_run_fdp"] >= 7, above
 
 
 def _state(stat: np.ndarray, inserted: np.ndarray) -> canaries.AuditState:

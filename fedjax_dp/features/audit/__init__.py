@@ -52,6 +52,7 @@ class Audit(Feature):
   def init(self):
     run = self.run
     state = canaries.init_state(run.run_key, run.num_kept, self.config)
+    canaries.check_draw(state)
     return state, canaries.planned_capacity(run.run_key, state, run.rate, run.rounds,
                                             run.slot_multiple, self.cycle)
 

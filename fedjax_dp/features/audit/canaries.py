@@ -64,6 +64,12 @@ from fedjax_dp.privacy import audit as audit_stats
 CANARY_NORM = 10.0
 
 
+# The fewest canaries K: every figure needs >= 2 inserted and >= 2 held-out
+# candidates, which 2K >= 20 fair coins leave with probability 1 - 4e-5 (a
+# draw that does not is refused before the run, ``check_draw``).
+MIN_CANARIES = 10
+
+
 @dataclasses.dataclass(frozen=True)
 class AuditConfig:
   """The audit of one run.
@@ -84,8 +90,9 @@ class AuditConfig:
 
   def validate(self, num_clients: int) -> None:
     """Raises ConfigError (one line, naming the field) for a bad setting."""
-    if self.canaries < 1:
-      raise ConfigError("audit_canaries", f"must be >= 1, got {self.canaries}")
+    if self.canaries < MIN_CANARIES:
+      raise ConfigError("audit_canaries", f"must be >= {MIN_CANARIES} (every figure needs "
+                        f"2 inserted and 2 held-out canaries), got {self.canaries}")
     if self.canaries > num_clients:
       raise ConfigError("audit_canaries", f"{self.canaries} exceeds the {num_clients} "
                         "clients: the canaries would outnumber the federation")
@@ -130,6 +137,17 @@ def init_state(run_key: jax.Array, num_values: int, config: AuditConfig) -> Audi
                     jnp.full((candidates,), -jnp.inf, jnp.float32))
 
 
+def check_draw(state: AuditState) -> None:
+  """Refuses, before the run, a draw of fewer than 2 inserted or 2 held-out
+  candidates, which no figure of :func:`report` can use (one line)."""
+  inserted = int(np.sum(np.asarray(state.inserted)))
+  held_out = int(np.asarray(state.inserted).size) - inserted
+  if min(inserted, held_out) < 2:
+    raise ConfigError("audit_canaries", f"the run's draw inserted {inserted} of the "
+                      f"{inserted + held_out} candidates and held {held_out} out; every "
+                      "figure needs >= 2 of each (take more canaries, or another seed)")
+
+
 class Cycle(NamedTuple):
   """Cyclic Poisson sampling as the canaries follow it (``fedjax_dp.sampling``).
 
@@ -167,8 +185,10 @@ def canary_cohort(key: jax.Array, inserted: jax.Array, rate: float, capacity: in
     first, and which slots are real.
   """
   u, joined = _joining(key, inserted, rate, cycle, t)
-  _, order = jax.lax.top_k(jnp.where(joined, -u, -2.0 - u), capacity)
-  return order.astype(jnp.int32), joined[order]
+  kept = min(capacity, inserted.shape[0])  # slots beyond the candidates: padding
+  _, order = jax.lax.top_k(jnp.where(joined, -u, -2.0 - u), kept)
+  pad = (0, capacity - kept)
+  return jnp.pad(order.astype(jnp.int32), pad), jnp.pad(joined[order], pad)
 
 
 def planned_capacity(run_key: jax.Array, state: AuditState, rate: float, rounds: int,
