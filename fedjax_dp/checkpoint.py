@@ -191,7 +191,7 @@ def load(path: str | os.PathLike, key: str, like_state: Any, *,
   if len(like) != len(leaves) or any(
       np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
       for a, b in zip(like, leaves)):
-    raise Mismatch(path, "of another version of fedjax_dp (its state's structure differs)")
+    raise Mismatch(path, "of another run or version of fedjax_dp (its state's structure differs)")
   state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
   # JSON kept each CodedSize as a list: the tuples again, as the record reads them.
   coded = [universal_coding.CodedSize(*size) for size in meta["coded_sizes"]]

@@ -72,10 +72,11 @@ def test_a_checkpoint_of_another_run_or_version_is_refused_not_overwritten(
   assert str(refused.value) == (f"{path} holds a checkpoint of another run (other "
                                 "settings, data or model)")
   assert rounds == [] and path.read_bytes() == saved
-  key = simulation.loop.checkpoint_key(model, scheme, data, cfg)
+  key = simulation.loop.checkpoint_key(model, scheme, data, test, public, cfg)
   assert checkpoint.verify(path, key)["round"] == 2  # this run's: continued
   with pytest.raises(checkpoint.Mismatch, match="of another run"):
-    checkpoint.verify(path, simulation.loop.checkpoint_key(model, scheme, data, other))
+    checkpoint.verify(path, simulation.loop.checkpoint_key(model, scheme, data, test, public,
+                                                          other))
   # Version 1's format (before the features' states were saved): refused.
   meta = checkpoint.peek(path)
   with np.load(path) as f:

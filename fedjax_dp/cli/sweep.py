@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import pathlib
 import sys
@@ -139,19 +140,33 @@ def saved_round(request: Request, run: PlannedRun, fed: datasets.Federation,
   path = request.checkpoint_path(run)
   if not distributed.is_main() or not path.is_file():
     return None
-  key = checkpoint_key(request.model, run.scheme, fed.data, run.config)
+  key = checkpoint_key(request.model, run.scheme, fed.data, fed.test, fed.public, run.config)
   try:
     meta = checkpoint_lib.verify(path, key)
   except checkpoint_lib.Mismatch as e:
-    if request.values["overwrite"]:
-      path.unlink()
-      print(f"{prog}: deleted {path}, a checkpoint {e.reason} (--overwrite)",
-            file=sys.stderr, flush=True)
-      return None
-    raise ValueError(f"{path} holds a checkpoint {e.reason}, not of {run_label(run)} as "
-                     "this command runs it: delete it to start that run afresh, choose "
-                     "another --out, or add --overwrite") from None
+    _drop_checkpoint(request, run, e, prog)
+    return None
   return None if meta is None else int(meta["round"])
+
+
+class CheckpointRefused(ValueError):
+  """A checkpoint in ``--out`` of another run or version, kept (one line)."""
+
+
+def _drop_checkpoint(request: Request, run: PlannedRun, mismatch: checkpoint_lib.Mismatch,
+                     prog: str) -> None:
+  """Deletes the run's checkpoint of another run or version (``--overwrite``,
+  saying so); without ``--overwrite`` refuses it in one line
+  (:class:`CheckpointRefused`)."""
+  path = request.checkpoint_path(run)
+  if request.values["overwrite"]:
+    path.unlink(missing_ok=True)
+    print(f"{prog}: deleted {path}, a checkpoint {mismatch.reason} (--overwrite)",
+          file=sys.stderr, flush=True)
+    return
+  raise CheckpointRefused(f"{path} holds a checkpoint {mismatch.reason}, not of "
+                          f"{run_label(run)} as this command runs it: delete it to start that "
+                          "run afresh, choose another --out, or add --overwrite") from None
 
 
 def check_checkpoints(request: Request, runs: list[PlannedRun], data: Data) -> None:
@@ -255,14 +270,21 @@ def execute(request: Request, runs: list[PlannedRun], data: Data,
       start = saved_round(request, run, fed, prog)
       if start is not None:
         reached(start)
+        rounds = run.setting["rounds"]
         # tqdm.write: on a line of its own above the sweep's progress bar.
-        tqdm.write(f"{prog}: resuming {run_label(run)} at round {start + 1} of "
-                   f"{run.setting['rounds']} from its checkpoint {saved} (round {start})",
-                   file=sys.stderr)
+        tqdm.write(f"{prog}: resuming {run_label(run)} at round {start + 1} of {rounds} "
+                   f"from its checkpoint {saved} (round {start})" if start < rounds else
+                   f"{prog}: finishing the record of {run_label(run)} from its checkpoint "
+                   f"{saved} (all {rounds} rounds)", file=sys.stderr)
         sys.stderr.flush()
-      record = simulation.run(request.model, run.scheme, fed.data, fed.test, fed.public,
-                              run.config if run.plan is None else run.plan,
-                              progress=progress, checkpoint=saved, on_round=reached)
+      train = functools.partial(simulation.run, request.model, run.scheme, fed.data, fed.test,
+                                fed.public, run.config if run.plan is None else run.plan,
+                                progress=progress, checkpoint=saved, on_round=reached)
+      try:
+        record = train()
+      except checkpoint_lib.Mismatch as e:  # its state's structure: known once set up
+        _drop_checkpoint(request, run, e, prog)
+        record = train()
     except KeyboardInterrupt as e:
       raise Interrupted(run, saved, reached.round, interrupts.exit_code(e)) from e
     if distributed.is_main():
@@ -586,6 +608,9 @@ def _run_all(request: Request, data: Data) -> int:
   except simulation.record.TargetUnreachable as e:  # found once the run's data is there
     bar.close()
     return _error(f"--target-epsilon: {e} for {run_label(running)}")
+  except CheckpointRefused as e:  # its state's structure, found once the run is set up
+    bar.close()
+    return _error(e)
   except ConfigError as e:  # a check of sigma, at the sigma --target-epsilon calibrated
     bar.close()
     return _error(f"{cli_errors.flag_error(e)} (at the sigma --target-epsilon calibrates for "

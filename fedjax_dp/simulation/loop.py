@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import pathlib
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -217,20 +218,56 @@ def _resume(checkpoint: tuple[str, str], state: ServerState) -> checkpoint_lib.S
   return checkpoint_lib.load(path, key, state, content=content) if content else None
 
 
-def checkpoint_key(model: FlatModel, scheme: Scheme, data: ClientData, cfg: RunConfig) -> str:
+def checkpoint_key(model: FlatModel, scheme: Scheme, data: ClientData,
+                   test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
+                   cfg: RunConfig) -> str:
   """The fingerprint that tags a run's checkpoint (``fedjax_dp.checkpoint``):
-  of the model, scheme, config and clients' data as :func:`run` is given
+  of the model, the scheme and every setting of it, the config, the
+  clients' data, the test set and the public set, as :func:`run` is given
   them. A checkpoint is continued only by a run of the same key."""
   run_key = keys.run_key(cfg.training.seed)
-  return _key(model, scheme, features_lib.client_data(cfg, data, run_key), cfg)
+  return _key(model, scheme, features_lib.client_data(cfg, data, run_key), test, public, cfg)
 
 
-def _key(model: FlatModel, scheme: Scheme, data: ClientData, cfg: RunConfig) -> str:
+def _digest(*arrays: Any) -> str:
+  """A hash of arrays' shapes, types and bytes."""
+  digest = hashlib.sha256()
+  for array in arrays:
+    array = np.ascontiguousarray(array)
+    digest.update(f"{array.shape}{array.dtype}".encode())
+    digest.update(array.tobytes())
+  return digest.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+  """A scheme setting as the key holds it: numbers, strings and their
+  tuples as they are; any other object by its type (its repr may hold an
+  address, which differs between processes)."""
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  if isinstance(value, (tuple, list)):
+    return [_plain(v) for v in value]
+  return type(value).__qualname__
+
+
+def _scheme_settings(scheme: Scheme) -> Any:
+  """Every setting of the scheme: a dataclass's fields (a family's options
+  that its ``describe`` leaves out of the record, FL-CS's decoder, Fed-SMP's
+  server steps, included); for another, its ``describe``."""
+  if not dataclasses.is_dataclass(scheme):
+    return scheme.describe()
+  return [(f.name, _plain(getattr(scheme, f.name))) for f in dataclasses.fields(scheme)]
+
+
+def _key(model: FlatModel, scheme: Scheme, data: ClientData,
+         test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
+         cfg: RunConfig) -> str:
   """:func:`checkpoint_key` of the data as the run's features leave it."""
   return checkpoint_lib.fingerprint(
-      model.name, model.num_params, scheme.name, scheme.describe(),
+      model.name, model.num_params, scheme.name, scheme.describe(), _scheme_settings(scheme),
       cfg.fingerprint(), data.x.shape, str(data.x.dtype),
-      hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest())
+      hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest(), _digest(*test),
+      _digest(*public))
 
 
 def run(model: FlatModel, scheme: Scheme, data: ClientData,
@@ -280,7 +317,8 @@ def run(model: FlatModel, scheme: Scheme, data: ClientData,
   config = cfg.config if isinstance(cfg, Plan) else cfg
   data = features_lib.client_data(config, data, keys.run_key(config.training.seed))
   state, plan = prepare(model, scheme, data, public, cfg)
-  saving = None if checkpoint is None else (checkpoint, _key(model, scheme, data, config))
+  saving = None if checkpoint is None else (
+      checkpoint, _key(model, scheme, data, test, public, config))
   trained = train_loop(model, state, plan, data, test, progress, saving, on_round)
   # Wall time over every process that trained this run (setup counted once),
   # less the spans a process was stopped (a paused campaign).

@@ -155,6 +155,10 @@ def test_a_checkpoint_of_another_command_or_version_is_refused_in_one_line(
 
   refused([a if a != "3" else "4" for a in SHORT],  # --rounds 4
           "another run (other settings, data or model)")
+  # Another test set or public set (they were continued in silence, the
+  # record's rounds evaluated on two test sets).
+  for other in (["--test-size", "120"], ["--public-size", "12"]):
+    refused([*SHORT, *other], "another run (other settings, data or model)")
   # A sweep that does not run FL-STD r=1 would strand its checkpoint: refused
   # before any work (its results.json would then refuse the first command).
   assert sweep.main([*[a if a != "FL-STD" else "FL-STD-DP" for a in SHORT], "--out",
@@ -189,6 +193,35 @@ def test_a_checkpoint_of_another_command_or_version_is_refused_in_one_line(
   assert err[0] == (f"sweep.py: deleted {elsewhere}, a checkpoint of another version of "
                     "fedjax_dp (format 1; this version reads format 2) (--overwrite)")
   assert not [line for line in err if "resuming" in line] and not elsewhere.exists()
+
+
+def test_a_checkpoint_whose_state_differs_is_refused_in_one_line_or_overwritten(
+    tmp_path, capsys, monkeypatch):
+  """A checkpoint of this run's key whose state has other leaves (known only
+  once the run is set up) is refused in one line, exit 2 (it was a
+  traceback, even with --overwrite); with --overwrite it is deleted and the
+  run starts afresh."""
+  out = tmp_path / "out"
+  path = out / ".checkpoints" / "FL-STD-r1.npz"
+  _interrupted_at_second_evaluation(SHORT, out, monkeypatch, capsys)
+  with np.load(path) as f:  # one leaf of another shape
+    arrays = {name: f[name] for name in f.files if name != "meta"}
+    meta = f["meta"]
+  arrays["leaf0"] = np.zeros((*arrays["leaf0"].shape, 2), arrays["leaf0"].dtype)
+  with open(path, "wb") as f:
+    np.savez(f, meta=meta, **arrays)
+  assert sweep.main([*SHORT, "--out", str(out)]) == 2
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert lines[-1] == (
+      f"sweep.py: error: {path} holds a checkpoint of another run or version of fedjax_dp "
+      "(its state's structure differs), not of FL-STD r=1 as this command runs it: delete "
+      "it to start that run afresh, choose another --out, or add --overwrite"), lines
+  assert path.exists() and not (out / "results.json").exists()
+  assert sweep.main([*SHORT, "--out", str(out), "--overwrite"]) == 0
+  err = capsys.readouterr().err.splitlines()
+  assert (f"sweep.py: deleted {path}, a checkpoint of another run or version of fedjax_dp "
+          "(its state's structure differs) (--overwrite)") in err
+  assert not path.exists() and (out / "results.json").exists()
 
 
 def test_an_interruption_before_the_first_checkpoint_says_nothing_is_kept(tmp_path):

@@ -5,6 +5,8 @@ On 40 random clients and the 7,850-weight linear model (resuming a
 checkpoint: tests/test_checkpoint.py; ``on_round``: test_on_round.py).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -75,8 +77,11 @@ def test_the_train_loop_evaluates_the_state_at_the_end_of_each_interval():
 
 def test_the_checkpoint_key_changes_with_what_makes_another_run():
   model, scheme, cfg, data = tiny_linear(), get_scheme("FL-STD"), simulation.RunConfig(), _clients()
-  key = loop.checkpoint_key(model, scheme, data, cfg)
-  assert loop.checkpoint_key(tiny_linear(), get_scheme("FL-STD"), _clients(), cfg) == key
+  test, public = random_public(seed=5), random_public()
+  key = loop.checkpoint_key(model, scheme, data, test, public, cfg)
+  assert loop.checkpoint_key(tiny_linear(), get_scheme("FL-STD"), _clients(), random_public(
+      seed=5), random_public(), cfg) == key
+  cs, smp = get_scheme("FL-CS"), get_scheme("Fed-SMP-topk")
   others = {
       "a label": (model, scheme, simulation.ClientData(data.x, data.y.at[3, 2].add(1)), cfg),
       "the client count": (model, scheme, _clients(num=N - 1), cfg),
@@ -84,6 +89,16 @@ def test_the_checkpoint_key_changes_with_what_makes_another_run():
                            simulation.ClientData(data.x.astype(jnp.float32), data.y), cfg),
       "the scheme": (model, get_scheme("FL-STD-DP"), data, cfg),
       "a setting": (model, scheme, data, cfg.replace(lr=0.1)),
+      # Scheme settings the record's describe() leaves out.
+      "FL-CS's server rate": (model, dataclasses.replace(cs, server_lr=1.0), data, cfg),
+      "Fed-SMP's server steps": (model, dataclasses.replace(smp, server_steps=7), data, cfg),
   }
-  for what, args in others.items():
-    assert loop.checkpoint_key(*args) != key, what
+  for what, (*args, config) in others.items():
+    assert loop.checkpoint_key(*args, test, public, config) != key, what
+  # A scheme setting changes the key of that scheme's run.
+  assert loop.checkpoint_key(model, cs, data, test, public, cfg) != loop.checkpoint_key(
+      model, dataclasses.replace(cs, tol=1e-4), data, test, public, cfg)
+  # The test set and the public set (a --test-size or --public-size of another run).
+  shorter = (test[0][:-1], test[1][:-1])
+  assert loop.checkpoint_key(model, scheme, data, shorter, public, cfg) != key
+  assert loop.checkpoint_key(model, scheme, data, test, random_public(seed=6), cfg) != key
