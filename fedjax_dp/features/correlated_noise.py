@@ -106,16 +106,26 @@ class CorrelatedNoise(Feature):
       raise ConfigError("noise", f"{config.noise} noise goes on a client-level Gaussian sum; "
                         f"{run.scheme_name} {what}{fix}")
     super().check(config, run)
+    if not run.traits.fixed_positions and run.num_kept < run.num_params:
+      raise ConfigError("noise", f"{config.noise} noise cancels across rounds only where a "
+                        "message value stands for the same weights every round; "
+                        f"{run.scheme_name} draws its mask anew each round (run a scheme of "
+                        "a fixed subset, e.g. FL-TOP-DP, FL-BAS-4-DP, or r = 1)")
     if run.sampler == "fixed":
       raise ConfigError("noise", f"{config.noise} noise is accounted for Poisson (cyclic), "
                         "b-min-sep or balls-in-bins sampling, not fixed-size cohorts: use "
                         "--sampling poisson")
     separation = run.min_separation
     if config.noise == "banded" and config.bands > separation and run.sampler != "balls-in-bins":
-      fix = ("--min-separation" if run.sampler == "b-min-sep" else "--cycle-length")
+      if run.sampler == "b-min-sep":
+        fix = f"set --min-separation {config.bands}"
+      elif run.accountant == accounting.MONTE_CARLO:  # which accounts no cycle
+        fix = f"use --sampling b-min-sep --min-separation {config.bands}"
+      else:
+        fix = f"set --cycle-length {config.bands}"
       raise ConfigError("bands", f"{config.bands} bands need a client's participations at "
                         f"least {config.bands} rounds apart; the run keeps them {separation} "
-                        f"apart (set {fix} {config.bands})")
+                        f"apart ({fix})")
     if config.noise == "blt" and run.sampler == "b-min-sep":
       raise ConfigError("noise", "blt noise's column has T entries; b-min-sep accounting "
                         "needs at most b: use --sampling balls-in-bins (or --noise banded)")

@@ -795,8 +795,10 @@ def _correlated_report(mechanism: Mechanism, rounds_list, delta: float, accounta
     # sampling within a group is not counted.
     eps = analytic_gaussian.epsilon_for_sigma(sigma, delta) if sigma > 0 else math.inf
     label = (f"BLT matrix factorization (McMahan et al. 2024): one Gaussian release, noise "
-             f"multiplier {sigma:g} at the strategy's min-separation sensitivity (b = "
-             f"{cycle}), analytical Gaussian mechanism; sampling not amplified")
+             f"multiplier {sigma:g} at the strategy's min-separation sensitivity (its "
+             f"separation: the record's correlated_noise.min_separation, at most the b = "
+             f"{cycle} groups of cyclic Poisson sampling), analytical Gaussian mechanism; "
+             "sampling not amplified")
     return PrivacyReport([0.0 if t == 0 else eps for t in rounds_list], label,
                          {"noise_correlation": "blt", "cycle_length": cycle})
   eps = cyclic_epsilon_curve(sigma, sampling.rate, cycle, rounds_list, delta, accountant)

@@ -122,6 +122,13 @@ class Traits(NamedTuple):
       ``local_update`` (the attacks of ``fedjax_dp.features.attack`` replace
       it); False for a scheme with training of its own (signSGD's one
       gradient, CDP-LQ's DP-SGD), which an attack's update cannot reach.
+    fixed_positions: Each value of a message stands for the same model
+      coordinates in every round (a fixed subset or operator), so noise
+      correlated across rounds on the message's K values cancels in the
+      model as the strategy intends; False for a mask drawn anew each
+      round (FL-BASIC, FL-BAS-2, FL-RND, Fed-SMP), where correlated noise
+      would land on other weights each round and never cancel (refused
+      below r = 1, ``fedjax_dp.features.correlated_noise``).
   """
 
   dp: bool = False
@@ -137,6 +144,7 @@ class Traits(NamedTuple):
   local_optimizers: tuple[str, ...] = ("sgd", "adam")
   run_constants: bool = False
   trains_by_local_update: bool = True
+  fixed_positions: bool = True
 
   def check(self, name: str) -> None:
     """Raises ValueError where the declaration contradicts itself."""

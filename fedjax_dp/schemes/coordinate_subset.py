@@ -72,8 +72,10 @@ class MaskedScheme(Scheme):
 
   @property
   def traits(self) -> Traits:
-    """Real-valued messages of K = r*n values (n for FL-STD), 32 bits each."""
-    return Traits(dp=self.private, uses_ratio=self.selection != "full")
+    """Real-valued messages of K = r*n values (n for FL-STD), 32 bits each;
+    a subset redrawn every round moves the messages' positions."""
+    return Traits(dp=self.private, uses_ratio=self.selection != "full",
+                  fixed_positions=not self.redraw)
 
   @property
   def full_model_downstream(self) -> bool:

@@ -146,8 +146,9 @@ class FedSMPScheme(Scheme):
   def traits(self) -> Traits:
     """k real values up, the full model down; top_k holds out a public set."""
     # Sec. 6.2: local momentum SGD (its learning-rate decay, its server's top_k pass).
+    # Its mask changes every round (rand_k redrawn, top_k recomputed).
     return Traits(dp=self.private, public_holdout=self.public_holdout,
-                  local_optimizers=("sgd",))
+                  local_optimizers=("sgd",), fixed_positions=False)
 
   def validate(self, num_params: int, ratio: float) -> None:
     """Raises ValueError (one line) for a bad setting."""

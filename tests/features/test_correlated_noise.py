@@ -198,10 +198,41 @@ def test_a_run_with_banded_noise_resumes_its_noise_state_exactly(small_federatio
   assert kept and kept[0].shape == (3, round(0.05 * model.num_params))
 
 
+@pytest.mark.parametrize("name,ratio,refused", [
+    ("FL-TOP-DP", 0.1, False), ("FL-BAS-4-DP", 0.1, False), ("FL-CS-DP", 0.1, False),
+    ("FL-BASIC-DP", 0.1, True), ("FL-BAS-2-DP", 0.1, True), ("FL-RND-DP", 0.1, True),
+    ("Fed-SMP-randk", 0.1, True), ("Fed-SMP-topk", 0.1, True),
+    ("Fed-SMP-randk", 1.0, False),  # the mask is every weight, in order
+])
+def test_correlated_noise_needs_message_values_that_keep_their_weights(name, ratio, refused):
+  """Traits.fixed_positions: a mask drawn anew each round is refused below r = 1."""
+  cfg = simulation.RunConfig.of(ratio=ratio, rounds=4, clients_per_round=10, cycle_length=2,
+                                correlated_noise=features.correlated_noise.CorrelatedNoiseConfig(
+                                    "banded", 2))
+  scheme = get_scheme(name)
+  assert scheme.traits.fixed_positions is not (refused or name.startswith("Fed-SMP"))
+  if refused:
+    with pytest.raises(ValueError, match="draws its mask anew each round"):
+      simulation.validate(cfg, scheme, tiny_linear(), 600, 10, jax.random.PRNGKey(0))
+  else:
+    simulation.validate(cfg, scheme, tiny_linear(), 600, 10, jax.random.PRNGKey(0))
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--schemes", "FL-STD-DP", "--noise", "banded", "--bands", "4"],
      "--bands 4 bands need a client's participations at least 4 rounds apart; the run keeps "
-     "them 1 apart"),
+     "them 1 apart (set --cycle-length 4)"),
+    # Monte Carlo accounting accounts no cycle: the way out it names is one it accounts.
+    (["--schemes", "FL-STD-DP", "--noise", "banded", "--bands", "2", "--accountant",
+      "monte-carlo"], "the run keeps them 1 apart (use --sampling b-min-sep "
+     "--min-separation 2)"),
+    # A mask drawn anew each round: the noise would never cancel.
+    (["--schemes", "FL-BASIC-DP", "--ratio", "0.1", "--noise", "banded", "--bands", "2",
+      "--cycle-length", "2"], "--noise banded noise cancels across rounds only where a message "
+     "value stands for the same weights every round; FL-BASIC-DP draws its mask anew each "
+     "round"),
+    (["--schemes", "Fed-SMP-randk", "--ratio", "0.1", "--noise", "blt", "--cycle-length",
+      "2"], "Fed-SMP-randk draws its mask anew each round"),
     (["--schemes", "FL-STD-DP", "--noise", "blt", "--cycle-length", "4",
       "--min-separation", "5"],
      "--min-separation 5 rounds between a client's participations are not what the sampler "
