@@ -48,6 +48,9 @@ class Saved(NamedTuple):
       that trained this run, less the spans a process was stopped
       (``fedjax_dp.running_clock``; 0 in checkpoints written before it was
       kept).
+    noise_multiplier: The sigma the rounds ran at (a run of a target
+      epsilon calibrates it at every start: a resume at another sigma is
+      another run); None: not kept.
   """
 
   round: int
@@ -56,6 +59,7 @@ class Saved(NamedTuple):
   counters: tuple
   coded_sizes: list
   seconds: float = 0.0
+  noise_multiplier: float | None = None
 
 
 class Mismatch(ValueError):
@@ -92,7 +96,8 @@ def save(path: str | os.PathLike, key: str, saved: Saved) -> None:
   leaves = jax.tree_util.tree_leaves(saved.state)
   meta = json.dumps({"version": VERSION, "key": key, "round": saved.round,
                      "history": saved.history, "counters": list(saved.counters),
-                     "coded_sizes": saved.coded_sizes, "seconds": saved.seconds})
+                     "coded_sizes": saved.coded_sizes, "seconds": saved.seconds,
+                     "noise_multiplier": saved.noise_multiplier})
   arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
   with atomic_file(path) as f:
     np.savez(f, meta=np.array(meta), **arrays)
@@ -196,4 +201,4 @@ def load(path: str | os.PathLike, key: str, like_state: Any, *,
   # JSON kept each CodedSize as a list: the tuples again, as the record reads them.
   coded = [universal_coding.CodedSize(*size) for size in meta["coded_sizes"]]
   return Saved(meta["round"], state, meta["history"], tuple(meta["counters"]), coded,
-               float(meta.get("seconds", 0.0)))
+               float(meta.get("seconds", 0.0)), meta.get("noise_multiplier"))

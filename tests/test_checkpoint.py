@@ -93,3 +93,36 @@ def test_a_checkpoint_of_another_run_or_version_is_refused_not_overwritten(
     with pytest.warns(UserWarning, match="unreadable checkpoint"):
       assert checkpoint.verify(path, "key") is None
     assert checkpoint.peek(path) is None
+
+
+def test_a_resume_at_another_calibrated_sigma_is_another_run(small_federation, tmp_path):
+  """A target epsilon's sigma is calibrated at every start: if it came out
+  otherwise (another machine, a Monte Carlo cache), the kept rounds ran at
+  another sigma than the record's epsilon counts. The checkpoint keeps the
+  sigma its rounds ran at, and a resume at another is refused before any
+  round; at the same sigma it continues."""
+  data, test, public = small_federation
+  model, scheme = tiny_linear(), get_scheme("FL-STD-DP")
+  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1, clip_norm=1.0,
+                                target_epsilon=20.0)
+  path = tmp_path / "run.npz"
+  with pytest.raises(Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
+                   checkpoint=path)
+  meta = checkpoint.peek(path)
+  sigma = meta["noise_multiplier"]
+  assert 0 < sigma < 1.54  # calibrated, not the config's placeholder
+  with np.load(path) as f:
+    arrays = {name: f[name] for name in f.files if name != "meta"}
+  np.savez(path, meta=np.array(json.dumps(dict(meta, noise_multiplier=sigma + 0.01))),
+           **arrays)
+  rounds = []
+  with pytest.raises(checkpoint.Mismatch, match=f"its rounds ran at sigma {sigma + 0.01:g}; "
+                     f"this run's is {sigma:g}"):
+    simulation.run(model, scheme, data, test, public, cfg, progress=rounds.append,
+                   checkpoint=path)
+  assert rounds == []
+  np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+  record = simulation.run(model, scheme, data, test, public, cfg, progress=rounds.append,
+                          checkpoint=path)
+  assert rounds[0] == 2 and record["noise_multiplier"] == sigma

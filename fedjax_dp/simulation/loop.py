@@ -167,6 +167,13 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
   # Seconds the process ran (running_clock: a pause by job control is left out).
   t, started, earlier = 1, running_clock.now(), 0.0
   saved = None if checkpoint is None else _resume(checkpoint, state)
+  sigma = float(plan.noise_multiplier)
+  if saved is not None and saved.noise_multiplier not in (None, sigma):
+    # A target epsilon's sigma, calibrated anew at this start (another
+    # machine, accountant version or Monte Carlo draw): the rounds kept ran
+    # at another sigma than the record's epsilon would count.
+    raise checkpoint_lib.Mismatch(checkpoint[0], f"of another run (its rounds ran at sigma "
+                                  f"{saved.noise_multiplier:g}; this run's is {sigma:g})")
   if saved is not None:
     earlier = saved.seconds
     state, history, coded_sizes = saved.state, saved.history, saved.coded_sizes
@@ -200,7 +207,7 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
     if checkpoint is not None and distributed.is_main():
       checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
           t - 1, state, history, tuple(counters), coded_sizes,
-          earlier + running_clock.now() - started))
+          earlier + running_clock.now() - started, sigma))
     if progress is not None:
       progress(chunk)
   return Trained(state, history, counters, coded_sizes, earlier)
