@@ -284,6 +284,7 @@ def execute(request: Request, runs: list[PlannedRun], data: Data,
         record = train()
       except checkpoint_lib.Mismatch as e:  # its state's structure: known once set up
         _drop_checkpoint(request, run, e, prog)
+        reached.round = 0  # afresh: nothing of the dropped checkpoint is kept
         record = train()
     except KeyboardInterrupt as e:
       raise Interrupted(run, saved, reached.round, interrupts.exit_code(e)) from e
