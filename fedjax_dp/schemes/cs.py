@@ -123,6 +123,17 @@ class CSScheme(Scheme):
     """m = r*n real values up, the full model down (thesis Table 4.2)."""
     return Traits(dp=self.private)
 
+  def describe(self) -> dict:
+    """The operator's chunks and DCT, and for FL-CS the server step and the
+    BPDN decoder's settings, by their flags' names (FL-FREQ's adjoint
+    reads neither)."""
+    operator = {"chunks": self.chunks, "dct_method": self.dct_method}
+    if self.reconstruction != "bpdn":
+      return operator
+    return {**operator, "server_momentum": self.momentum, "server_lr": self.server_lr,
+            "cs_lambda": self.lam, "decoder": self.decoder, "decoder_restart": self.restart,
+            "decoder_iters": self.max_iters, "decoder_tol": self.tol}
+
   def server_optimizer(self) -> optax.GradientTransformation:
     """FL-CS's server step on the mean: momentum rho, rate eta_G (Alg. 4 l. 9-10).
 
