@@ -74,6 +74,7 @@ class RunView(Protocol):
     clients_per_round: C*N, the expected cohort size.
     dropout_rate: Each sampled client fails before sending with this
       probability (``RunConfig.dropouts``).
+    max_dropouts: l: DP noise shares are sized for |K| - l clients.
     rounds: T_cl.
     noise_multiplier: sigma of a DP scheme; 0 without DP.
     sigma_pending: ``noise_multiplier`` is a placeholder, to be calibrated
@@ -111,6 +112,8 @@ class RunView(Protocol):
   def clients_per_round(self) -> int: ...
   @property
   def dropout_rate(self) -> float: ...
+  @property
+  def max_dropouts(self) -> int: ...
   @property
   def rounds(self) -> int: ...
   @property

@@ -189,6 +189,11 @@ class Plan:
     return self.config.training.clients_per_round
 
   @property
+  def max_dropouts(self) -> int:
+    """l: DP noise shares are sized for |K| - l clients."""
+    return self.config.dropouts.max_dropouts
+
+  @property
   def dropout_rate(self) -> float:
     """Each sampled client fails before sending with this probability."""
     return self.config.dropouts.dropout_rate

@@ -1,6 +1,7 @@
 """Thesis Chapter 6's attack settings, malicious set, poisoned labels and metrics."""
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -499,3 +500,21 @@ def test_attackers_who_skip_their_noise_send_boosted_messages(small_federation):
   assert int(agg.overflow) == 0
   with pytest.raises(ValueError, match="skip_noise applies to DP schemes"):
     _run(small_federation, "FL-SIGN", attack)
+
+
+def test_a_record_of_attackers_who_skip_their_noise_gives_the_noise_the_model_carries(
+    small_federation):
+  """The record's epsilon counts sigma; with --attackers-skip-noise the model
+  carries sigma sqrt((1 - alpha) |K| / (|K| - l)), which the record gives
+  (and not without the flag)."""
+  attack = AttackConfig("random-update", 0.36, skip_noise=True)
+  record, _ = _run(small_federation, "FL-STD-DP", attack, rounds=1)
+  sigma = record["noise_multiplier"]
+  assert record["attack"]["honest_noise_multiplier"] == pytest.approx(sigma * 0.8)
+  record, _ = _run(small_federation, "FL-STD-DP", attack, rounds=1, max_dropouts=2)
+  cohort = record["clients_per_round"]
+  assert record["attack"]["honest_noise_multiplier"] == pytest.approx(
+      sigma * 0.8 * math.sqrt(cohort / (cohort - 2)))
+  plain, _ = _run(small_federation, "FL-STD-DP", dataclasses.replace(attack, skip_noise=False),
+                  rounds=1)
+  assert "honest_noise_multiplier" not in plain["attack"]

@@ -14,6 +14,7 @@ unclipped (thesis l.1789-1795).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
@@ -171,9 +172,19 @@ class Attack(Feature):
     return {"malicious_clients": int(np.asarray(infos["num_malicious"]).sum()), **found}
 
   def record(self, state, best: dict) -> dict:
+    """The attack's settings and metrics; with ``skip_noise`` in a DP run also
+    ``honest_noise_multiplier``, sigma sqrt((1 - alpha) |K| / (|K| - l)): the
+    noise the model carries when a share alpha of the expected cohort |K|
+    adds none, the shares sized for |K| - l (the record's epsilon counts
+    sigma; docs/attacks.md)."""
     del state
-    return {"attack": dataclasses.asdict(self.config),
-            **{k: best[k] for k in adversary.METRICS if k in best}}
+    attack = dataclasses.asdict(self.config)
+    run, sigma = self.run, self.run.noise_multiplier
+    if self.config.skip_noise and sigma > 0:
+      cohort = run.clients_per_round
+      attack["honest_noise_multiplier"] = sigma * math.sqrt(
+          (1.0 - self.config.fraction) * cohort / max(cohort - run.max_dropouts, 1))
+    return {"attack": attack, **{k: best[k] for k in adversary.METRICS if k in best}}
 
 
 def attack_messages(trainer: Trainer, attack: adversary.AttackConfig, inputs: RoundInputs,
