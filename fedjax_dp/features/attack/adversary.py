@@ -2,11 +2,13 @@
 
 Threat model (thesis l.1614-1616): the adversary controls a fraction alpha
 of the clients, their data and their local training; the server is honest,
-and so is the DP noise of the honest clients. Their epsilon is unchanged
-against an observer of the model alone; attackers who add their noise
-shares know them, so against the attackers the honest clients keep only
-the honest shares, S sigma sqrt((|K| - M) / |K|) with M attackers in the
-cohort (as with ``--attackers-skip-noise``, docs/attacks.md).
+and so is the DP noise of the honest clients. While the attackers add their
+noise shares, the honest clients' epsilon is unchanged against an observer
+of the model alone; the attackers know their shares, so against them the
+honest clients keep only the honest shares, S sigma sqrt((|K| - M) / |K|)
+with M attackers in the cohort. With ``--attackers-skip-noise`` that is all
+the model carries, against anyone (the record's
+``attack.honest_noise_multiplier``; docs/attacks.md).
 The attacks (thesis Sec. 6.1, ``../shared/specs/attacks.md``):
 
 * ``random-update`` (l.1626): each malicious client sends N(0, sigma_adv^2 I),
