@@ -321,10 +321,13 @@ def _newest(paces: list[_Pace]) -> list[_Pace]:
 
 def _run_size(row: paper_tables.Row, seed: int, extra: tuple[str, ...]) -> tuple[int, int]:
   """(rounds, forward-pass images a round) of a row's run: a trained image
-  counts three (forward and backward), a test image one."""
+  counts three (forward and backward), a test image one; the server's own
+  training (Fed-SMP top_k's public-data steps) counts as the clients'."""
   request = experiment.resolve(experiment.build_parser().parse_args(row.argv(seed, "OUT", extra)))
-  setting = request.runs[0].setting
+  run = request.runs[0]
+  setting = run.setting
   trained = setting["clients_per_round"] * setting["local_steps"] * setting["batch_size"]
+  trained += run.scheme.server_examples(run.config.local)
   return setting["rounds"], 3 * trained + (request.values["test_size"] or _TEST_IMAGES)
 
 

@@ -356,6 +356,12 @@ class Scheme(abc.ABC):
     """The scheme's own options, as record fields (default none)."""
     return {}
 
+  def server_examples(self, local: LocalTraining) -> int:
+    """Examples the server trains on (forward and backward) in a round, for
+    estimates of a run's cost (``reproduce.py plan``); default none."""
+    del local
+    return 0
+
   def describe_run(self, constants: Any, noise_multiplier: float) -> dict:
     """Record fields of the run's ``run_constants`` and sigma (default none)."""
     del constants, noise_multiplier

@@ -191,6 +191,13 @@ class FedSMPScheme(Scheme):
     decays = jnp.floor_divide(rounds_done, self.lr_decay_every).astype(jnp.float32)
     return jnp.power(jnp.float32(self.lr_decay), decays)
 
+  def server_examples(self, local: LocalTraining) -> int:
+    """top_k: the server's public-data steps a round times their batch."""
+    if self.sparsifier != "topk":
+      return 0
+    steps = self._server_steps(local, self.public_holdout)
+    return steps * min(local.batch_size, self.public_holdout)
+
   def _server_steps(self, local: LocalTraining, public_size: int) -> int:
     if self.server_steps is not None:
       return self.server_steps

@@ -22,6 +22,7 @@ from fedjax_dp.paper import settings as paper_settings
 from fedjax_dp.paper import stats as paper_stats
 from fedjax_dp.paper import tables as paper_tables
 from fedjax_dp.cli import sweep
+from fedjax_dp.schemes import LocalTraining, get_scheme
 from fedjax_dp.privacy import accounting
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -1645,3 +1646,19 @@ def test_an_unreadable_record_is_left_out_with_a_warning_naming_it(tmp_path):
   assert paper_runner.load_record(folder / "FL-STD.seed2.json") is None  # absent: no warning
   with pytest.warns(UserWarning, match="ignoring unreadable record"):
     assert "FL-STD" not in paper_runner.kept_records(tmp_path, table)
+
+
+def test_a_run_s_size_counts_the_servers_own_training():
+  """Fed-SMP top_k's server trains 10 passes over its 1,000 public examples a
+  round (1,000 steps of 10): the plan counts them (3 forward passes each) as
+  the clients' training, so a top_k row is not estimated at rand_k's pace."""
+  local = LocalTraining(steps=10, batch_size=10, lr=0.1)
+  assert get_scheme("Fed-SMP-topk").server_examples(local) == 10_000
+  assert get_scheme("Fed-SMP-randk").server_examples(local) == 0
+  assert get_scheme("FL-TOP-DP").server_examples(local) == 0
+  rows = {row.slug: row for row in paper_tables.get_table("fedsmp-table1").rows}
+  size = _script()._run_size
+  _, topk = size(rows["Fed-SMP-topk_r0.001"], 0, ())
+  _, randk = size(rows["Fed-SMP-randk_r0.001"], 0, ())
+  # top_k's clients hold 9 examples, trained at |B| 10 (full batch) as rand_k's 10.
+  assert topk - randk == 3 * 10_000
