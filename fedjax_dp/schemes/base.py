@@ -356,6 +356,17 @@ class Scheme(abc.ABC):
     """The scheme's own options, as record fields (default none)."""
     return {}
 
+  def settings(self) -> list:
+    """Every setting of the scheme, for a run's checkpoint fingerprint
+    (``simulation.loop.checkpoint_key``): a dataclass scheme's fields (a
+    family's options that ``describe`` leaves out of the record, FL-CS's
+    decoder, Fed-SMP's server steps, included); another's ``describe``.
+    Numbers, strings and their tuples as they are; any other value by its
+    type (its repr may hold an address, which differs between processes)."""
+    if not dataclasses.is_dataclass(self):
+      return sorted(self.describe().items())
+    return [(f.name, _plain(getattr(self, f.name))) for f in dataclasses.fields(self)]
+
   def server_examples(self, local: LocalTraining) -> int:
     """Examples the server trains on (forward and backward) in a round, for
     estimates of a run's cost (``reproduce.py plan``); default none."""
@@ -366,6 +377,15 @@ class Scheme(abc.ABC):
     """Record fields of the run's ``run_constants`` and sigma (default none)."""
     del constants, noise_multiplier
     return {}
+
+
+def _plain(value: Any) -> Any:
+  """A setting as a fingerprint holds it (:meth:`Scheme.settings`)."""
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  if isinstance(value, (tuple, list)):
+    return [_plain(v) for v in value]
+  return type(value).__qualname__
 
 
 def _unchanged(scheme: Scheme, options: Mapping[str, Any]) -> Scheme:

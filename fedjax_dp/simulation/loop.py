@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import pathlib
@@ -246,32 +245,12 @@ def _digest(*arrays: Any) -> str:
   return digest.hexdigest()
 
 
-def _plain(value: Any) -> Any:
-  """A scheme setting as the key holds it: numbers, strings and their
-  tuples as they are; any other object by its type (its repr may hold an
-  address, which differs between processes)."""
-  if value is None or isinstance(value, (bool, int, float, str)):
-    return value
-  if isinstance(value, (tuple, list)):
-    return [_plain(v) for v in value]
-  return type(value).__qualname__
-
-
-def _scheme_settings(scheme: Scheme) -> Any:
-  """Every setting of the scheme: a dataclass's fields (a family's options
-  that its ``describe`` leaves out of the record, FL-CS's decoder, Fed-SMP's
-  server steps, included); for another, its ``describe``."""
-  if not dataclasses.is_dataclass(scheme):
-    return scheme.describe()
-  return [(f.name, _plain(getattr(scheme, f.name))) for f in dataclasses.fields(scheme)]
-
-
 def _key(model: FlatModel, scheme: Scheme, data: ClientData,
          test: tuple[np.ndarray, np.ndarray], public: tuple[np.ndarray, np.ndarray],
          cfg: RunConfig) -> str:
   """:func:`checkpoint_key` of the data as the run's features leave it."""
   return checkpoint_lib.fingerprint(
-      model.name, model.num_params, scheme.name, scheme.describe(), _scheme_settings(scheme),
+      model.name, model.num_params, scheme.name, scheme.describe(), scheme.settings(),
       cfg.fingerprint(), data.x.shape, str(data.x.dtype),
       hashlib.sha256(np.asarray(data.y).tobytes()).hexdigest(), _digest(*test),
       _digest(*public))
