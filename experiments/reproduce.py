@@ -336,54 +336,74 @@ def _kind(row: paper_tables.Row, images: int) -> tuple[str, int, bool]:
   return row.scheme, images, "--attack" in row.flags
 
 
-def _paces(out: str, here: str) -> tuple[list[_Pace], str]:
+class _Paces(NamedTuple):
+  """What a plan's estimates go by (:func:`_paces`)."""
+
+  kept: list[_Pace]  # the kept records' paces, of machines like this one
+  where: str  # where those were kept: "on this machine", or machines of its kind
+  running: list[_Pace]  # the runs training on this machine now, at their pace so far
+
+
+def _paces(out: str, here: str) -> _Paces:
   """The paces of the records kept in ``out``, each run once (a record
   reused from another table's run is left out), and where they were kept:
   on this machine's model (``here``, a ``host_devices.machine`` line) when
   any was, else on machines of its kind, with an accelerator or without
   (the 2-core CPU VMs of this project differed five-fold in pace, and a GPU
-  run took 40-130 s where such a CPU takes hours)."""
-  paces, index = [], paper_runner.record_index(out)
+  run took 40-130 s where such a CPU takes hours). Also the paces so far of
+  the runs a process trains now (a lock's holder is on this machine), which
+  set a scheme's pace until it keeps a record."""
+  paces, running, index = [], [], paper_runner.record_index(out)
   for table in paper_tables.tables().values():
     for row in table.rows:
       for state in paper_runner.run_states(out, table, row, index):
-        if state.finished and not state.same_run_as and state.round:
+        going = state.running is not None and not state.older
+        if (state.finished and not state.same_run_as or going) and state.round:
           _, images = _run_size(row, state.seed, row.reduced if state.reduced else ())
-          paces.append((state.machine, _Pace(table.name, row.slug, _kind(row, images),
-                                             state.seconds / state.round,
-                                             state.finished_at)))
+          pace = _Pace(table.name, row.slug, _kind(row, images),
+                       state.seconds / state.round, state.finished_at)
+          if state.finished:
+            paces.append((state.machine, pace))
+          else:
+            running.append(pace)
   model = paper_stats.machine_model(here)
   same = [p for m, p in paces if paper_stats.machine_model(m) == model]
   if same:
-    return same, "on this machine"
+    return _Paces(same, "on this machine", running)
   accelerator = paper_stats.on_accelerator(here)
   kind = "accelerator" if accelerator else "CPU"
-  return ([p for m, p in paces if paper_stats.on_accelerator(m) == accelerator],
-          f"on other {kind} machines")
+  return _Paces([p for m, p in paces if paper_stats.on_accelerator(m) == accelerator],
+                f"on other {kind} machines", running)
 
 
-def _pace(paces: list[_Pace], table: paper_tables.Table, row: paper_tables.Row,
+def _pace(paces: _Paces, table: paper_tables.Table, row: paper_tables.Row,
           images: int) -> tuple[float, str] | None:
   """Estimated seconds a round of a row's run, and what the estimate rests
-  on: the row's kept seeds, else kept runs of its scheme and size (attacked
-  or not, as it is), else of its size, else every kept run's seconds per
-  image; each the median of the :data:`_NEWEST` newest such records, so the
-  estimate follows the code's pace as it changes. None without a kept run."""
-  if not paces:
-    return None
+  on, the first of: the row's kept seeds; kept runs of its scheme and size
+  (attacked or not, as it is); the runs of its scheme and size training
+  now, at their pace so far (a scheme's first run sets its pace before it
+  lands); kept runs of its size; runs of its size training now; every kept
+  run's seconds per image. Each kept pace is the median of the
+  :data:`_NEWEST` newest such records, so the estimate follows the code's
+  pace as it changes. None without a kept or running run."""
   scheme, _, attacked = kind = _kind(row, images)
-  alike = [p for p in paces if p.kind[2] == attacked]
+  alike = [p for p in paces.kept if p.kind[2] == attacked]
   what = "attacked runs" if attacked else "runs without attack"
   if not alike:
-    alike, what = paces, "runs"
+    alike, what = paces.kept, "runs"
+  now = "training now, so far"
   for chosen, basis in (
-      ([p for p in paces if (p.table, p.slug, p.kind) == (table.name, row.slug, kind)],
+      ([p for p in paces.kept if (p.table, p.slug, p.kind) == (table.name, row.slug, kind)],
        "its kept seeds"),
       ([p for p in alike if p.kind == kind], f"the kept {scheme} {what} of its size"),
-      ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size")):
+      ([p for p in paces.running if p.kind == kind], f"the {scheme} runs of its size {now}"),
+      ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size"),
+      ([p for p in paces.running if p.kind[1:] == kind[1:]], f"the runs of its size {now}")):
     if chosen:
       return (statistics.median(p.seconds_per_round for p in _newest(chosen)),
               f"{basis} ({_count(chosen)})")
+  if not alike:
+    return None
   per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(alike))
   return images * per_image, f"the kept {what}, scaled by size ({_count(alike)})"
 
@@ -400,7 +420,7 @@ def _plan(path: str, out: str) -> int:
   machine, CPU or accelerator, and of this machine's model where it kept
   any), and their sum."""
   jobs = _queue(path, out)
-  paces, where = _paces(out, host_devices.machine())
+  paces = _paces(out, host_devices.machine())
   index = paper_runner.record_index(out)
   planned: set[tuple[str, ...]] = set()  # the commands listed
   hours, without = 0.0, 0
@@ -437,7 +457,8 @@ def _plan(path: str, out: str) -> int:
           continue
         hours += left / 3600
   runs = f"{len(planned)} run{'' if len(planned) == 1 else 's'}"
-  basis = f"the paces of the records kept {where}" if paces else "the kept records' paces"
+  basis = (f"the paces of the records kept {paces.where}" if paces.kept
+           else "the kept records' paces")
   print(f"{runs} to go: about {hours:.1f} run-hours at {basis}"
         + (f", and {without} without an estimate" if without else ""))
   return 0

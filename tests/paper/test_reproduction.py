@@ -1211,6 +1211,48 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   assert captured.out == "" and ":1:" in captured.err
 
 
+def test_plan_paces_a_scheme_by_its_run_training_now_until_one_is_kept(tmp_path, capsys):
+  """plan: before a scheme keeps a record, the run of it training now (its
+  lock held on this machine) sets the pace of the scheme's other rows, and
+  of other schemes' rows of its size (Fed-SMP top_k's server training makes
+  its rounds several times rand_k's); an interrupted checkpoint does not (its
+  machine is unknown), and a kept record of the scheme outranks it."""
+  import numpy as np
+  from fedjax_dp import checkpoint
+
+  table1 = paper_tables.get_table("fedsmp-table1")
+  [topk] = table1.select(["Fed-SMP-topk_r0.001"])
+  queue = tmp_path / "q.txt"
+  queue.write_text("fedsmp-table1 --rows Fed-SMP-topk_r0.005\n"
+                   "fedsmp --rows FedAvg-topk_r0.005 FedAvg-randk_r0.005\n")
+  plan = lambda: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
+  work = paper_runner.work_dir(tmp_path, table1, topk, 0)  # 20 rounds in 1,800 s
+  checkpoint.save(work / ".checkpoints" / "Fed-SMP-topk-r0.001.npz", "k",
+                  checkpoint.Saved(20, {"w": np.zeros(3)}, [], (0,), [], 1800.0))
+  assert plan() == 0  # interrupted: no pace for other rows
+  assert capsys.readouterr().out.splitlines()[-1] == (
+      "3 runs to go: about 0.0 run-hours at the kept records' paces, and 3 without an estimate")
+  with runlock.hold(paper_runner.lock_path(work)):
+    assert plan() == 0
+    out = capsys.readouterr().out.splitlines()
+  now = "200 rounds at the pace of the {}runs of its size training now, so far (1))"
+  assert out == [
+      f"fedsmp-table1 Fed-SMP-topk r=0.5% seed 0: about 5.0 h ({now.format('Fed-SMP-topk ')}",
+      f"fedsmp FedAvg-topk r=0.5% seed 0: about 5.0 h ({now.format('')}",
+      "fedsmp FedAvg-randk r=0.5% seed 0: no estimate (no kept record to go by)",
+      "3 runs to go: about 10.0 run-hours at the kept records' paces, and 1 without an "
+      "estimate"]
+  # A kept Fed-SMP-topk record (3 rounds in 7 s) outranks the run training now.
+  [topk1] = table1.select(["Fed-SMP-topk_r0.01"])
+  paper_runner.run_row(table1, topk1, 0, tmp_path, _fake_sweep([]), "x")
+  with runlock.hold(paper_runner.lock_path(work)):
+    assert plan() == 0
+    out = capsys.readouterr().out.splitlines()
+  assert out[0] == (f"fedsmp-table1 Fed-SMP-topk r=0.5% seed 0: about {200 * 7 / 3 / 3600:.1f} h "
+                    "(200 rounds at the pace of the kept Fed-SMP-topk runs without attack of "
+                    "its size (1))")
+
+
 def test_fedsmp_claim_line_weighs_one_seed_per_ratio():
   table = paper_tables.get_table("fedsmp")
   rows = [r for r in table.rows if r.scheme == "Fed-SMP-randk"][:3]
