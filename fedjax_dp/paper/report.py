@@ -242,7 +242,7 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
   """
   report = pathlib.Path(report)
   plot_dir = report.parent / f"{report.stem}_plots"
-  sections, everything, beyond, twins = [], [], 0, []
+  sections, everything, beyond, no_cell, twins = [], [], 0, 0, []
   index = record_index(out)
   for table in tables().values():
     records = kept_records(out, table, index)
@@ -253,6 +253,8 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
               if all("same_run_as" in k for k in records[s.row.slug])]
     if table.study:
       beyond += len(summaries)
+    elif table.claim:  # a row without a published cell, weighed by the table's claim
+      no_cell += sum(s.row.paper is None and not s.row.diverges for s in summaries)
     paths = _table_plots(table, summaries, records, plot_dir)
     figures = ("\n" + " ".join(f"![{p.stem}]({plot_dir.name}/{p.name})" for p in paths) + "\n"
                if paths else "")
@@ -261,7 +263,6 @@ def write_report(out: str | os.PathLike, report: str | os.PathLike,
   compared = sum(s.numeric for s in everything)
   qualitative = sum(s.qualitative for s in everything)
   agree = sum(s.agrees for s in everything)
-  no_cell = sum(s.row.paper is None and not s.row.diverges for s in everything) - beyond
   gpu_hours = sum(s.accelerator_seconds for s in everything) / 3600
   cpu_hours = sum(s.seconds for s in everything) / 3600 - gpu_hours
   head = [

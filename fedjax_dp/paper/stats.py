@@ -17,6 +17,7 @@ import re
 import statistics
 
 from fedjax_dp.paper.tables import Row
+from fedjax_dp.simulation import record as record_lib
 
 TOLERANCE = 0.03
 # A run "does not converge" (the thesis' "-") when its accuracy falls below its
@@ -74,6 +75,8 @@ class Summary:
       fifth of the evaluations against the fifth before, by more than
       ``MOVING`` and twice its standard error), mean change over the seeds.
     best: Each seed's best model metric, seed order.
+    attacks: Each seed's attack metric at its best round, seed order (empty
+      for a row without one).
     late: Each seed's mean model metric over the last quarter of its rounds
       (:func:`late_mean`: rounds 151-200 of a 200-round run), seed order.
     finals: Each seed's model metric at its last evaluation, seed order.
@@ -101,6 +104,7 @@ class Summary:
   moves: tuple[tuple[str, float], ...] = ()
   epsilons: tuple[float, ...] = ()
   best: tuple[float, ...] = ()
+  attacks: tuple[float, ...] = ()
   late: tuple[float, ...] = ()
   finals: tuple[float, ...] = ()
   final_epsilons: tuple[float, ...] = ()
@@ -144,11 +148,17 @@ class Summary:
 
   @property
   def seeds_within(self) -> int:
-    """How many seeds' own figure is within TOLERANCE of the paper's (the
-    model metric): the verdict is the mean's, and seeds can straddle it."""
+    """How many seeds' own figures are within TOLERANCE of the paper's (the
+    model metric, and the attack metric where the row compares one): the
+    verdict is the mean's, and seeds can straddle it."""
     if self.row.paper is None:
       return 0
-    return sum(abs(b - self.row.paper.accuracy) <= TOLERANCE + 1e-9 for b in self.best)
+    close = lambda ours, paper: abs(ours - paper) <= TOLERANCE + 1e-9
+    attacks = (self.attacks if self.row.paper_attack is not None and self.attacks
+               else (None,) * len(self.best))
+    return sum(close(b, self.row.paper.accuracy)
+               and (a is None or close(a, self.row.paper_attack))
+               for b, a in zip(self.best, attacks))
 
   @property
   def agrees(self) -> bool:
@@ -190,10 +200,10 @@ class Summary:
       return prefix + "no published cell"
     else:
       moves = dict(self.moves) if self.reduced else {}
-      gap = "; ".join(f"{name} off by {d:+.2f}{_moving(moves.get(key))}" for name, key, d in (
+      gap = "; ".join(f"{name} {_gap(d)}{_moving(moves.get(key))}" for name, key, d in (
           ("accuracy", self.row.model_metric, self.difference),
           (self.row.attack_metric, self.row.attack_metric, self.attack_difference))
-                      if d is not None and (self.reduced or abs(d) > TOLERANCE))
+                      if d is not None and (self.reduced or abs(d) > TOLERANCE + 1e-9))
     if self.reduced:  # the cut may explain the gap; a reason found says more
       return prefix + gap + (f": {self.row.reason}" if self.row.reason else "")
     gap += self._seeds_clause()
@@ -282,13 +292,16 @@ def summarize(row: Row, records: list[dict]) -> Summary:
   runs = [r["record"] for r in records]
   # A run kept for two tables counts once (see _reuse_twin).
   own = [r for r in records if "same_run_as" not in r]
-  acc = [r[row.model_metric] for r in runs]
-  eps = [r["epsilon"] for r in runs if r.get("epsilon") is not None]
-  attack = [r[row.attack_metric] for r in runs if row.attack_metric in r]
+  bests = [_best(r, row.model_metric) for r in runs]
+  acc = [value for value, _, _ in bests]
+  eps = [entry.get("epsilon", r.get("epsilon")) for r, (_, _, entry) in zip(runs, bests)
+         if entry.get("epsilon", r.get("epsilon")) is not None]
+  attack = [entry.get(row.attack_metric, r[row.attack_metric])
+            for r, (_, _, entry) in zip(runs, bests) if row.attack_metric in r]
   lows = [settled_low(r.get("history", []), row.model_metric) for r in runs]
   return Summary(row=row, seeds=tuple(r["seed"] for r in records),
                  accuracy=statistics.fmean(acc), spread=(min(acc), max(acc)),
-                 best_rounds=tuple(r["best_round"] for r in runs),
+                 best_rounds=tuple(best_round for _, best_round, _ in bests),
                  epsilon=statistics.fmean(eps) if eps else None,
                  epsilons=tuple(eps) if len(eps) == len(runs) else (),
                  rounds=min(r["rounds"] for r in runs),
@@ -300,6 +313,7 @@ def summarize(row: Row, records: list[dict]) -> Summary:
                  reduced=any(r.get("reduced", False) for r in records),
                  moves=_moves(row, runs),
                  best=tuple(acc),
+                 attacks=tuple(attack) if len(attack) == len(runs) else (),
                  late=tuple(late_mean(r.get("history", []), row.model_metric, r["rounds"])
                             for r in runs),
                  finals=tuple(_final(r, row.model_metric) for r in runs),
@@ -307,6 +321,32 @@ def summarize(row: Row, records: list[dict]) -> Summary:
                                       if r.get("epsilon_final") is not None),
                  at_paper_round=_at_paper_round(row, runs),
                  nonfinite_rounds=tuple(r.get("nonfinite_round") for r in runs))
+
+
+def _gap(difference: float) -> str:
+  """``off by -0.05``; ``off by -0.031`` where two decimals would round a
+  difference beyond the tolerance onto it; ``within 0.03 (-0.01)`` (a
+  reduced row names every compared metric)."""
+  if abs(difference) <= TOLERANCE + 1e-9:
+    return f"within {TOLERANCE:g} ({difference:+.2f})"
+  shown = f"{difference:+.2f}"
+  if abs(float(shown)) <= TOLERANCE:
+    shown = f"{difference:+.3f}"
+  return f"off by {shown}"
+
+
+def _best(run: dict, metric: str) -> tuple[float, int, dict]:
+  """A record's best model metric, its round, and the evaluation it was
+  taken at (``{}`` for the record's own figures). A record whose model went
+  non-finite is recounted from its history by ``record.best_entry`` (a NaN
+  model's constant prediction is no best; records kept before that rule
+  counted it)."""
+  key = _HISTORY_KEYS.get(metric, metric)
+  history = [h for h in run.get("history", []) if h.get(key) is not None]
+  if not any(h.get("nonfinite") for h in history):
+    return run[metric], run["best_round"], {}
+  entry = record_lib.best_entry(history, key)
+  return entry[key], entry["round"], entry
 
 
 def _final(run: dict, metric: str) -> float | None:
@@ -351,8 +391,13 @@ def ratio_curves(summaries: list[Summary]) -> dict[str, list[tuple[float, float,
 
 def claim_check(summaries: list[Summary]) -> str:
   """Where each scheme's accuracy peaks over r, whether it rises then falls,
-  and by how much (the peak over the smallest and the largest r run), so
-  that a reader can weigh the shape against the spread between seeds."""
+  and by how much (the peak over the smallest and the largest r run). A
+  rise or a fall no larger than the widest spread between one row's seeds
+  among ``summaries`` is said to be within it, no evidence of the shape;
+  without a row of two seeds the spread is unknown (the report says how
+  many rows ran at one seed)."""
+  noise = max((hi - lo for s in summaries if len(s.best) > 1 for lo, hi in [s.spread]),
+              default=None)
   parts = []
   for scheme, curve in ratio_curves(summaries).items():
     if all(r == 1.0 for r, *_ in curve):  # uncompressed only (Table I's FedAvg): no curve
@@ -363,8 +408,15 @@ def claim_check(summaries: list[Summary]) -> str:
     peak = max(range(len(curve)), key=lambda i: curve[i][1])
     (low, first, *_), (r, best, *_), (high, last, *_) = curve[0], curve[peak], curve[-1]
     rise, fall = f"+{best - first:.3f} over r = {low:g}", f"+{best - last:.3f} over r = {high:g}"
-    shape = (f"rises then falls ({rise}, {fall})" if 0 < peak < len(curve) - 1 else
-             f"highest at the smallest r run ({fall})" if peak == 0 else
-             f"highest at the largest r run ({rise})")
+    shape, sides = ((f"rises then falls ({rise}, {fall})", (("rise", best - first),
+                                                            ("fall", best - last)))
+                    if 0 < peak < len(curve) - 1 else
+                    (f"highest at the smallest r run ({fall})", (("fall", best - last),))
+                    if peak == 0 else
+                    (f"highest at the largest r run ({rise})", (("rise", best - first),)))
+    weak = [name for name, d in sides if noise is not None and d <= noise + 1e-9]
+    if weak:
+      shape += (f", the {' and the '.join(weak)} within the widest spread between one "
+                f"row's seeds ({noise:.3f}): no evidence of {'them' if len(weak) > 1 else 'it'}")
     parts.append(f"{scheme} peaks at r = {r:g} ({best:.3f}): {shape}")
   return "; ".join(parts)

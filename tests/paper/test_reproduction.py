@@ -177,6 +177,17 @@ def test_claim_check_tells_rise_then_fall_from_monotone():
   assert "A peaks at r = 0.1 (0.700): rises then falls (+0.200 over r = 0.01, " \
          "+0.100 over r = 1)" in text
   assert "B peaks at r = 1 (0.700): highest at the largest r run (+0.200 over r = 0.01)" in text
+  # A rise or a fall within the widest spread between one row's seeds is no
+  # evidence: the second seed of A's r = 0.01 (0.45 to 0.5) sets 0.05.
+  two = paper_stats.summarize(rise_fall[0].row, [
+      {"seed": s, "record": {"best_accuracy": a, "best_round": 1, "epsilon": 1.0, "rounds": 1}}
+      for s, a in ((0, .5), (1, .45))])
+  flat = [_summary("E", r, a) for r, a in ((0.01, .66), (0.1, .7), (1.0, .5))]
+  weighed = paper_stats.claim_check([two] + rise_fall[1:] + flat)
+  assert ("A peaks at r = 0.1 (0.700): rises then falls (+0.225 over r = 0.01, +0.100 over "
+          "r = 1); E peaks at r = 0.1 (0.700): rises then falls (+0.040 over r = 0.01, +0.200 "
+          "over r = 1), the rise within the widest spread between one row's seeds (0.050): no "
+          "evidence of it") == weighed
   falling = [_summary("D", r, a) for r, a in ((0.01, .8), (0.1, .6), (1.0, .7))]
   assert "D peaks at r = 0.01 (0.800): highest at the smallest r run (+0.100 over r = 1)" \
       in paper_stats.claim_check(falling)
@@ -292,6 +303,8 @@ def test_outdated_records_are_not_reported(tmp_path):
     ((0.70, 0.70, 0.80), "", "accuracy off by -0.05 (the mean; 1 of 3 seeds within): reason "
      "not yet found"),
     ((0.70, 0.72), "", "accuracy off by -0.07: reason not yet found"),  # no seed within
+    # Beyond the tolerance by less than two decimals show: three.
+    ((0.749,), "", "accuracy off by -0.031: reason not yet found"),
 ])
 def test_summary_mean_spread_and_verdict(accuracies, reason, verdict):
   row = paper_tables.Row("FL-CS-DP", 0.05, paper_results.PaperResult(.78, 197, 1.0), "t",
@@ -548,6 +561,36 @@ def test_attack_rows_are_judged_on_both_metrics_and_on_divergence():
   above = _attack_summary(sign, 0.92, reduced=True).verdict
   assert above.startswith("reduced setting (--rounds 25), not the paper's: accuracy off by +0.13")
   assert above.endswith(sign.reason) and sign.reason.startswith("cause not found")
+
+
+def test_reduced_verdicts_say_within_and_seeds_count_on_both_metrics():
+  """A reduced row names each compared metric, within or off; a seed is
+  within only where its accuracy and its attack metric both are."""
+  t65 = paper_tables.get_table("thesis-6.5")
+  cs = t65.select(["FL-CS_r0.05_alpha0.4"])[0]  # paper .97 ; class .74
+  assert _attack_summary(cs, 0.96, 0.60, reduced=True).verdict == (
+      "reduced setting (--local-steps 300 --rounds 10), not the paper's: accuracy within "
+      "0.03 (-0.01); class_accuracy off by -0.14")
+  seeds = [{"seed": i, "record": {"best_accuracy": 0.96, "best_round": 5, "epsilon": None,
+                                  "rounds": 200, cs.attack_metric: attack}}
+           for i, attack in enumerate((0.74, 0.55, 0.45))]
+  off = paper_stats.summarize(cs, seeds)
+  assert off.attacks == (0.74, 0.55, 0.45) and off.seeds_within == 1
+  assert off.verdict.startswith("class_accuracy off by -0.16 (the mean; 1 of 3 seeds within)")
+
+
+def test_a_best_taken_from_a_non_finite_model_is_recounted():
+  """Records kept before record.best_entry skipped a NaN model's evaluations
+  gave its constant prediction as the best; the summary recounts them."""
+  row = paper_tables.get_table("thesis-6.1").select(["FL-STD_alpha0.4"])[0]
+  history = [{"round": 1, "accuracy": 0.0897}, {"round": 2, "accuracy": 0.098, "nonfinite": True},
+             {"round": 3, "accuracy": 0.098, "nonfinite": True}]
+  kept = {"best_accuracy": 0.098, "best_round": 2, "epsilon": None, "rounds": 3,
+          "history": history}
+  summary = paper_stats.summarize(row, [{"seed": 0, "record": kept}])
+  assert (summary.accuracy, summary.best_rounds) == (0.0897, (1,))
+  finite = dict(kept, history=history[:1] + [{"round": 2, "accuracy": 0.098}])
+  assert paper_stats.summarize(row, [{"seed": 0, "record": finite}]).best_rounds == (2,)
 
 
 def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
@@ -1593,6 +1636,12 @@ def test_a_studys_rows_count_apart_from_the_rows_a_claim_checks(tmp_path):
   paper_report.write_report(tmp_path, report, "cmd")
   assert ("no published cell (a table's claim checked instead): 1; beyond the papers (their "
           "setting, a mechanism they did not run): 1;") in report.read_text()
+  # A row without a cell in a table without a claim has no claim checked instead.
+  poster = paper_tables.get_table("poster-cdp-lq")
+  assert poster.rows[0].paper is None and not poster.claim and not poster.study
+  paper_runner.run_row(poster, poster.rows[0], 0, tmp_path, _fake_sweep([], 0.8), "x")
+  paper_report.write_report(tmp_path, report, "cmd")
+  assert "no published cell (a table's claim checked instead): 1;" in report.read_text()
 
 
 def test_the_committed_reports_counts_are_its_rows():
