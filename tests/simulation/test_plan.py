@@ -113,6 +113,20 @@ def test_target_epsilon_calibrates_sigma_under_every_accountant(small_federation
   assert simulation.privacy_report(less, [6]).epsilons[0] > 2.0
 
 
+def test_a_record_above_its_target_epsilon_says_so(small_federation):
+  """Monte Carlo calibrates on other draws than the record's bound, which can
+  land above the target: the record's epsilon is checked against it."""
+  from fedjax_dp.simulation import record as record_lib
+  data, _, public = small_federation
+  cfg = _CFG.replace(rounds=6, target_epsilon=2.0)
+  _, plan = simulation.prepare(tiny_linear(), get_scheme("FL-STD-DP"), data, public, cfg)
+  assert record_lib.target_missed(plan, 2.0) is None
+  assert record_lib.target_missed(plan, 2.04).startswith(
+      "FL-STD-DP: epsilon 2.04 after the last round, above --target-epsilon 2: sigma ")
+  assert record_lib.target_missed(dataclasses.replace(
+      plan, config=plan.config.replace(target_epsilon=None)), 2.04) is None
+
+
 def test_target_epsilon_for_fl_sign_dp_searches_past_theorem_3s_floor(small_federation):
   """A loose target puts FL-SIGN-DP's sigma near Theorem 3's least sigma
   (0.012 for n = 7,850, |K| = 16); the search probes below it, where the
