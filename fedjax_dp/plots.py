@@ -24,6 +24,7 @@ Files are written atomically (a temporary file renamed into place).
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 
@@ -145,19 +146,29 @@ def _epsilon_curve(record: dict, config: dict, rounds: list[int]) -> list[float]
   """The run's epsilon after each round, as its accountant gives it: the
   whole run's epsilon at every round where that is what it reports (Monte
   Carlo accounting, BLT's one Gaussian release); cyclic Poisson sampling's
-  ceil(t / b) steps; otherwise the subsampled Gaussian over t rounds."""
+  ceil(t / b) steps; otherwise the subsampled Gaussian over t rounds. A
+  curve that does not end at the record's own ``epsilon_final`` models
+  another mechanism than the run's (CDP-LQ's record-level steps, FL-SIGN-DP's
+  discrete Gaussian bound): the run's final epsilon is drawn flat instead,
+  an upper bound at every round, never a curve below the run's."""
+  final = [record["epsilon_final"]] * len(rounds)
   if record.get("epsilon_method") == "monte-carlo" or record.get("noise_correlation") == "blt":
-    return [record["epsilon_final"]] * len(rounds)
+    return final
   rate = record["clients_per_round"] / record["num_clients"]
   accountant = config.get("accountant", "moments")
   cycle = config.get("cycle_length") or 1
   if cycle > 1:
-    return accounting.cyclic_epsilon_curve(record["noise_multiplier"], rate, cycle, rounds,
-                                           record["delta"], accountant)
-  return accounting.epsilon_curve(
-      record["noise_multiplier"], rate, rounds, record["delta"], accountant,
-      config.get("sampling", "poisson"), num_clients=record["num_clients"],
-      truncated_cohort=config.get("max_cohort"))
+    curve = accounting.cyclic_epsilon_curve(record["noise_multiplier"], rate, cycle, rounds,
+                                            record["delta"], accountant)
+  else:
+    curve = accounting.epsilon_curve(
+        record["noise_multiplier"], rate, rounds, record["delta"], accountant,
+        config.get("sampling", "poisson"), num_clients=record["num_clients"],
+        truncated_cohort=config.get("max_cohort"))
+  if rounds[-1] == record.get("rounds") and not math.isclose(curve[-1], record["epsilon_final"],
+                                                         rel_tol=1e-3):
+    return final
+  return curve
 
 
 def plot_epsilon(records: list[dict], configs: list[dict],

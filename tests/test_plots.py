@@ -128,3 +128,10 @@ def test_the_epsilon_plot_follows_each_runs_accountant():
   plain = plots._epsilon_curve(base, {"accountant": "rdp"}, rounds)
   assert plain == accounting.epsilon_curve(1.3, 1 / 60, rounds, 1e-5, "rdp")
   assert plain != cyclic
+  # A record whose epsilon the client-level curve does not end at (CDP-LQ's
+  # record-level steps, FL-SIGN-DP's discrete Gaussian bound) is drawn flat
+  # at its own final epsilon; one it ends at keeps its curve.
+  ends = dict(base, rounds=20, epsilon_final=plain[-1])
+  assert plots._epsilon_curve(ends, {"accountant": "rdp"}, rounds) == plain
+  other = dict(base, rounds=20, epsilon_final=2 * plain[-1])
+  assert plots._epsilon_curve(other, {"accountant": "rdp"}, rounds) == [2 * plain[-1]] * 3
