@@ -151,9 +151,8 @@ def _epsilon_curve(record: dict, config: dict, rounds: list[int]) -> list[float]
   another mechanism than the run's (CDP-LQ's record-level steps, FL-SIGN-DP's
   discrete Gaussian bound): the run's final epsilon is drawn flat instead,
   an upper bound at every round, never a curve below the run's."""
-  final = [record["epsilon_final"]] * len(rounds)
   if record.get("epsilon_method") == "monte-carlo" or record.get("noise_correlation") == "blt":
-    return final
+    return [record["epsilon_final"]] * len(rounds)
   rate = record["clients_per_round"] / record["num_clients"]
   accountant = config.get("accountant", "moments")
   cycle = config.get("cycle_length") or 1
@@ -165,9 +164,10 @@ def _epsilon_curve(record: dict, config: dict, rounds: list[int]) -> list[float]
         record["noise_multiplier"], rate, rounds, record["delta"], accountant,
         config.get("sampling", "poisson"), num_clients=record["num_clients"],
         truncated_cohort=config.get("max_cohort"))
-  if rounds[-1] == record.get("rounds") and not math.isclose(curve[-1], record["epsilon_final"],
-                                                         rel_tol=1e-3):
-    return final
+  final = record.get("epsilon_final")  # None in records older than the field
+  if final is not None and rounds[-1] == record.get("rounds") and not math.isclose(
+      curve[-1], final, rel_tol=1e-3):
+    return [final] * len(rounds)
   return curve
 
 
