@@ -336,6 +336,14 @@ def _check_switched_flags(values: Mapping[str, Any]) -> None:
         raise ValueError(f"--{name.replace('_', '-')} needs {switch}")
 
 
+def _check_sigma_flags(values: Mapping[str, Any]) -> None:
+  """Refuses two flags that each set CDP-LQ's sigma: ``--target-epsilon``
+  calibrates over ``--lq-step-epsilon``'s, whose value the record would
+  still give."""
+  if values["lq_step_epsilon"] is not None and values["target_epsilon"] is not None:
+    raise ValueError("--lq-step-epsilon and --target-epsilon both set CDP-LQ's sigma; give one")
+
+
 def _check_secure_flag(values: Mapping[str, Any], schemes: list[Scheme]) -> None:
   """Refuses --secure-aggregation for a sweep whose schemes all send real
   values without noise, which the round sums in the clear
@@ -416,6 +424,7 @@ def resolve(args: argparse.Namespace, num_params: int | None = None) -> Request:
   _check_dp_flags(vars(args), schemes)  # as typed: the data set's defaults are not given
   _check_family_flags(vars(args), schemes)
   _check_switched_flags(values)
+  _check_sigma_flags(values)
   _check_secure_flag(values, schemes)
   if not str(values["out"]).strip():
     raise ValueError("--out must name a folder, got ''")

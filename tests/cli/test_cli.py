@@ -105,6 +105,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "--norm-bound needs --aggregator norm-bound"),
     (["--schemes", "FL-STD-DP", "--mc-samples", "10"],
      "--mc-samples needs --accountant monte-carlo"),
+    (["--schemes", "CDP-LQ", "--lq-step-epsilon", "1", "--target-epsilon", "2"],
+     "--lq-step-epsilon and --target-epsilon both set CDP-LQ's sigma; give one"),
     # Secure aggregation's own settings without it, or for schemes it leaves in the clear.
     (["--schemes", "FL-STD-DP", "--secure-bits", "20"], "--secure-bits needs --secure-aggregation"),
     (["--schemes", "FL-STD-DP", "--secure-frac-bits", "10"],
