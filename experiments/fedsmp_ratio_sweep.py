@@ -62,7 +62,8 @@ from fedjax_dp.simulation import record  # noqa: E402
 from fedjax_dp.schemes import fedsmp, get_scheme  # noqa: E402
 
 RATIOS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
-OWN = ("--ratio", "--noise-multiplier", "--out", "--schemes", "--overwrite")
+OWN = ("--ratio", "--noise-multiplier", "--target-epsilon", "--out", "--schemes",
+       "--overwrite")
 # sweep.py's options for several processes, refused here.
 PROCESSES = ("--coordinator", "--num-processes", "--process-id")
 PROG = "fedsmp_ratio_sweep.py"

@@ -51,7 +51,7 @@ from fedjax_dp import host_devices  # imports no JAX
 
 host_devices.configure([])  # one XLA CPU device per core, before JAX starts
 
-from fedjax_dp import datasets, runlock  # noqa: E402
+from fedjax_dp import datasets, keys, runlock  # noqa: E402
 from fedjax_dp.paper import report as paper_report  # noqa: E402
 from fedjax_dp.paper import runner as paper_runner  # noqa: E402
 from fedjax_dp.paper import stats as paper_stats  # noqa: E402
@@ -201,6 +201,8 @@ def _job(args: argparse.Namespace) -> Job:
   rows = table.select(args.rows)
   if args.seeds is not None and any(s < 0 for s in args.seeds):
     raise ValueError("--seeds must be >= 0")
+  if args.seeds is not None and any(s >= keys.SEED_LIMIT for s in args.seeds):
+    raise ValueError("--seeds must be below 2**63")
   try:
     extra = tuple(shlex.split(args.sweep_flags))
   except ValueError as e:  # an unclosed quote

@@ -9,6 +9,7 @@ no effect on a GPU, whose devices are the GPUs. This module imports no JAX.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -33,12 +34,35 @@ def default_count() -> int:
   return max(1, min(usable_cores(), DEFAULT_MAX))
 
 
+# The most CPU devices --cpu-devices creates (XLA aborts, in many lines,
+# past what it can create).
+MAX_COUNT = 1024
+
+
+def parse_count(text: str) -> int:
+  """``--cpu-devices``' value: an int in [1, :data:`MAX_COUNT`].
+
+  Raises:
+    argparse.ArgumentTypeError: One line naming the option (the type of
+      every script's ``--cpu-devices``).
+  """
+  try:
+    count = int(text)
+  except ValueError:
+    count = None
+  if count is None or not 1 <= count <= MAX_COUNT:
+    raise argparse.ArgumentTypeError(f"{OPTION} must be an int in [1, {MAX_COUNT}], "
+                                     f"got {text!r}")
+  return count
+
+
 def count_from_argv(argv: list[str]) -> int | None:
   """The value of ``--cpu-devices N`` / ``--cpu-devices=N`` in argv.
 
   Returns:
-    The count, or None when the option is absent or not a positive int (the
-    script's argparse then reports a bad value with its one-line error).
+    The count, or None when the option is absent or not an int in [1,
+    :data:`MAX_COUNT`] (the script's argparse then reports a bad value with
+    its one-line error, :func:`parse_count`).
   """
   value = None
   for i, arg in enumerate(argv):
@@ -47,10 +71,9 @@ def count_from_argv(argv: list[str]) -> int | None:
     elif arg == OPTION and i + 1 < len(argv):
       value = argv[i + 1]
   try:
-    count = int(value) if value is not None else None
-  except ValueError:
+    return None if value is None else parse_count(value)
+  except argparse.ArgumentTypeError:
     return None
-  return count if count is not None and count >= 1 else None
 
 
 def configure(argv: list[str] | None = None) -> int | None:

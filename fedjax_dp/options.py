@@ -67,8 +67,13 @@ def positive(text: str) -> float:
   return value
 
 
+#: The largest int an int option takes: counts reach jitted code as JAX's
+#: default int32, which a larger value overflows in the first call.
+INT_MAX = 2**31 - 1
+
+
 def positive_int(text: str) -> int:
-  """An int > 0.
+  """An int in [1, :data:`INT_MAX`].
 
   >>> positive_int("3")
   3
@@ -76,24 +81,47 @@ def positive_int(text: str) -> int:
   Traceback (most recent call last):
   ...
   ValueError: takes an int, got '1.5'
+  >>> positive_int("99999999999")
+  Traceback (most recent call last):
+  ...
+  ValueError: must be at most 2147483647, got 99999999999
   """
-  try:
-    value = int(text)
-  except ValueError:
-    raise ValueError(f"takes an int, got {text!r}") from None
+  value = _int(text)
   if not value > 0:
     raise ValueError(f"must be > 0, got {text}")
   return value
 
 
 def non_negative_int(text: str) -> int:
-  """An int >= 0."""
+  """An int in [0, :data:`INT_MAX`]."""
+  value = _int(text)
+  if value < 0:
+    raise ValueError(f"must be >= 0, got {text}")
+  return value
+
+
+#: The int options that take 64-bit values (seeds: ``keys.SEED_LIMIT``);
+#: every other plain ``int`` option is parsed by :func:`bounded_int`.
+SEED_OPTIONS = frozenset({"seed", "mc_seed"})
+
+
+def bounded_int(text: str) -> int:
+  """An int of at most :data:`INT_MAX` (a plain ``int`` option's flag: its
+  own checks bound it below).
+
+  >>> bounded_int("-3")
+  -3
+  """
+  return _int(text)
+
+
+def _int(text: str) -> int:
   try:
     value = int(text)
   except ValueError:
     raise ValueError(f"takes an int, got {text!r}") from None
-  if value < 0:
-    raise ValueError(f"must be >= 0, got {text}")
+  if value > INT_MAX:
+    raise ValueError(f"must be at most {INT_MAX}, got {text}")
   return value
 
 

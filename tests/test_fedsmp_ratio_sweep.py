@@ -27,6 +27,7 @@ def _ratio_sweep():
     (["--epsilon", "0"], "--epsilon must be > 0"),
     (["--noise-multiplier", "1"], "--noise-multiplier is set by this script"),
     (["--ratio=0.1"], "--ratio is set by this script"),
+    (["--target-epsilon", "2"], "--target-epsilon is set by this script"),
     (["--noise", "2"], "--noise-multiplier is set by this script"),
     (["--momentum", "2"], "--momentum must be in [0, 1)"),
     (["--schemes", "Fed-SMP-nope"], "unknown scheme"),

@@ -13,14 +13,16 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
+from fedjax_dp import options
 from fedjax_dp.cli import types
 from fedjax_dp.options import Option
 from fedjax_dp.schemes import Family
 
 
 def add_option(group: argparse._ArgumentGroup, option: Option) -> None:
-  """``option`` as a flag of ``group``: a switch for ``bool``, ``int`` and
-  ``str`` as argparse parses them, any other parser through
+  """``option`` as a flag of ``group``: a switch for ``bool``, ``str`` as
+  argparse parses it, a seed's ``int`` too, another ``int`` bounded by
+  ``options.INT_MAX``, and any other parser through
   :func:`~fedjax_dp.cli.types.flagged` (its message after the flag); its
   help states the declared default (``Option.described``)."""
   if option.parse is bool:
@@ -28,6 +30,8 @@ def add_option(group: argparse._ArgumentGroup, option: Option) -> None:
                        help=option.described)
     return
   parse = option.parse
+  if parse is int and option.name not in options.SEED_OPTIONS:
+    parse = options.bounded_int  # a count that jitted code takes as int32
   if parse not in (int, str):
     parse = types.flagged(option.flag, parse)
   group.add_argument(option.flag, type=None if parse is str else parse,

@@ -36,9 +36,10 @@ def _run(args, tmp_path, env_extra=None):
 # a validation error (--devices, checked once JAX runs), and the device flags,
 # which act before JAX starts. The other messages through sweep.main below.
 @pytest.mark.parametrize("args,needle", [
-    (["--rounds", "many"], "invalid int value"),
+    (["--rounds", "many"], "--rounds takes an int, got 'many'"),
     (["--devices", "99"], "--devices must be in [1,"),
-    (["--cpu-devices", "0"], "--cpu-devices must be > 0"),
+    (["--cpu-devices", "0"], "--cpu-devices must be an int in [1, 1024], got '0'"),
+    (["--cpu-devices", "99999999999"], "--cpu-devices must be an int in [1, 1024]"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path):
   proc = _run(args, tmp_path)
@@ -105,6 +106,10 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "--norm-bound needs --aggregator norm-bound"),
     (["--schemes", "FL-STD-DP", "--mc-samples", "10"],
      "--mc-samples needs --accountant monte-carlo"),
+    # A count beyond int32, which overflowed in the first jitted call.
+    (["--local-steps", "99999999999"], "--local-steps must be at most 2147483647"),
+    (["--schemes", "FL-CS", "--decoder-iters", "99999999999"],
+     "--decoder-iters must be at most 2147483647"),
     (["--schemes", "CDP-LQ", "--lq-step-epsilon", "1", "--target-epsilon", "2"],
      "--lq-step-epsilon and --target-epsilon both set CDP-LQ's sigma; give one"),
     # Secure aggregation's own settings without it, or for schemes it leaves in the clear.

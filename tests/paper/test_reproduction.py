@@ -419,6 +419,7 @@ def test_list_read_by_a_pipe_that_closes_early_ends_without_a_traceback():
 @pytest.mark.parametrize("args,needle", [
     (["thesis-5.3", "--rows", "FL-TOP"], "matches no row of thesis-5.3"),
     (["thesis-5.3", "--seeds", "-1"], "--seeds must be >= 0"),
+    (["thesis-5.3", "--seeds", str(2**63)], "--seeds must be below 2**63"),
     (["thesis-5.3", "--sweep-flags", "--rounds 0"], "--rounds must be"),
     (["thesis-5.3", "extra"], "only 'list', 'queue' and 'plan' take one"),
     (["queue"], "queue needs a file: reproduce.py queue FILE"),
