@@ -388,6 +388,12 @@ def check_records(request: Request) -> None:
                      f"{ways}")
 
 
+# The files a sweep writes in --out (fedjax_dp.cli.results), and the folder
+# of its checkpoints (Request.checkpoint_path).
+_WRITTEN = ("results.json", "results.csv", "results.md")
+_CHECKPOINTS = ".checkpoints"
+
+
 def check_out(out: str) -> None:
   """Checks that results can be written to ``out``, leaving nothing behind.
 
@@ -408,6 +414,14 @@ def check_out(out: str) -> None:
     raise ValueError(f"--out {out} cannot be written: {e.strerror or e}") from None
   finally:
     _remove_if_empty(missing)
+  # What the sweep writes there, found of the other kind: it failed after training.
+  folders = [name for name in (*_WRITTEN, runlock.NAME) if (path / name).is_dir()]
+  folders += sorted(p.name for p in path.glob("*.png") if p.is_dir())
+  if folders:
+    raise ValueError(f"--out {out} holds a folder {folders[0]} where the sweep writes a file")
+  if (path / _CHECKPOINTS).exists() and not (path / _CHECKPOINTS).is_dir():
+    raise ValueError(f"--out {out} holds a file {_CHECKPOINTS} where the sweep keeps its "
+                     "checkpoints")
 
 
 def _error(e: Exception) -> int:

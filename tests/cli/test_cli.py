@@ -425,6 +425,29 @@ def test_an_unwritable_out_stops_before_any_work(out, tmp_path, capsys, monkeypa
   assert not pathlib.Path("/proc/fedjax_dp_test").exists()
 
 
+@pytest.mark.parametrize("name,folder,needle", [
+    ("results.csv", True, "holds a folder results.csv where the sweep writes a file"),
+    ("accuracy.png", True, "holds a folder accuracy.png where the sweep writes a file"),
+    (runlock.NAME, True, f"holds a folder {runlock.NAME} where the sweep writes a file"),
+    (".checkpoints", False, "holds a file .checkpoints where the sweep keeps its checkpoints"),
+])
+def test_an_out_holding_the_wrong_kind_of_entry_stops_before_any_work(
+    name, folder, needle, tmp_path, capsys, monkeypatch):
+  """A folder where the sweep writes a file (or a file where it keeps its
+  checkpoints) failed after training with a traceback, half the results
+  written: refused at once, in one line."""
+  out = tmp_path / "res"
+  out.mkdir()
+  if folder:
+    (out / name).mkdir()
+  else:
+    (out / name).write_text("")
+  monkeypatch.setattr(sweep, "load_data", lambda *a: pytest.fail("data loaded"))
+  assert sweep.main(["--schemes", "FL-STD", "--rounds", "1", "--out", str(out)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == [f"sweep.py: error: --out {out} {needle}"]
+
+
 def test_an_out_in_use_by_another_sweep_is_refused(tmp_path, capsys):
   """Two sweeps continuing one checkpoint would overwrite each other's saves:
   the second exits 2 with one line naming the first, writing nothing; once
