@@ -64,6 +64,7 @@ import time
 import traceback
 
 from fedjax_dp import host_devices  # imports no JAX
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 # One XLA CPU device per core (before JAX starts); see fedjax_dp.host_devices.
 host_devices.configure()
@@ -245,7 +246,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--devices", type=int, default=None,
                  help="shard the cohort over this many devices (default: all)")
-  p.add_argument(host_devices.OPTION, type=host_devices.parse_count, default=None,
+  p.add_argument(host_devices.OPTION,
+                 type=flag_types.flagged(host_devices.OPTION, host_devices.parse_count),
+                 default=None,
                  help="XLA CPU devices to create (default: one per core, at most "
                       f"{host_devices.DEFAULT_MAX}; XLA_FLAGS={host_devices.FLAG} wins)")
   p.add_argument("--json", action="store_true", help="one JSON line per model")

@@ -97,6 +97,7 @@ import tempfile
 import time
 
 from fedjax_dp import host_devices  # imports no JAX
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 # One XLA CPU device per core (before JAX starts); see fedjax_dp.host_devices.
 host_devices.configure()
@@ -611,7 +612,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       "4 on a GPU)")
   p.add_argument("--pfl-timeout", type=_positive, default=7200,
                  help="seconds one pfl case may take (default 7200)")
-  p.add_argument(host_devices.OPTION, type=host_devices.parse_count, default=None,
+  p.add_argument(host_devices.OPTION,
+                 type=flag_types.flagged(host_devices.OPTION, host_devices.parse_count),
+                 default=None,
                  help="XLA CPU devices to create (default: one per core)")
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   p.add_argument("--out", default=None, help="also append the JSON lines to this file")

@@ -35,6 +35,7 @@ import time
 import traceback
 
 from fedjax_dp import host_devices  # imports no JAX
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 host_devices.configure()  # the worker's --cpu-devices, before JAX starts
 
@@ -152,7 +153,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--timeout", type=int, default=600, help="seconds per layout")
   p.add_argument("--json", action="store_true", help="JSON lines")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-  p.add_argument(host_devices.OPTION, type=host_devices.parse_count, default=None, help=argparse.SUPPRESS)
+  p.add_argument(host_devices.OPTION,
+                 type=flag_types.flagged(host_devices.OPTION, host_devices.parse_count),
+                 default=None, help=argparse.SUPPRESS)
   parser.add_process_flags(p.add_argument_group("worker processes (set by the layouts)"))
   return p
 

@@ -9,7 +9,6 @@ no effect on a GPU, whose devices are the GPUs. This module imports no JAX.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -40,19 +39,18 @@ MAX_COUNT = 1024
 
 
 def parse_count(text: str) -> int:
-  """``--cpu-devices``' value: an int in [1, :data:`MAX_COUNT`].
+  """``--cpu-devices``' value: an int in [1, :data:`MAX_COUNT`] (every
+  script's flag parses it, ``fedjax_dp.cli.types.flagged``).
 
   Raises:
-    argparse.ArgumentTypeError: One line naming the option (the type of
-      every script's ``--cpu-devices``).
+    ValueError: One line (the flag's message without its name).
   """
   try:
     count = int(text)
   except ValueError:
     count = None
   if count is None or not 1 <= count <= MAX_COUNT:
-    raise argparse.ArgumentTypeError(f"{OPTION} must be an int in [1, {MAX_COUNT}], "
-                                     f"got {text!r}")
+    raise ValueError(f"must be an int in [1, {MAX_COUNT}], got {text!r}")
   return count
 
 
@@ -72,7 +70,7 @@ def count_from_argv(argv: list[str]) -> int | None:
       value = argv[i + 1]
   try:
     return None if value is None else parse_count(value)
-  except argparse.ArgumentTypeError:
+  except ValueError:
     return None
 
 

@@ -17,7 +17,7 @@ import os
 
 from fedjax_dp import (aggregators, datasets, distributed, features, host_devices, options,
                        simulation)
-from fedjax_dp.cli import schemes
+from fedjax_dp.cli import schemes, types
 from fedjax_dp.paper import presets as paper_presets
 from fedjax_dp.schemes import FAMILIES, SCHEMES
 from fedjax_dp.schemes.coordinate_subset import MASKED_SCHEMES
@@ -130,7 +130,8 @@ def add_process_flags(group: argparse._ArgumentGroup) -> None:
 
 def _add_device_flags(dev: argparse._ArgumentGroup) -> None:
   """The XLA CPU devices to create (read before JAX starts)."""
-  dev.add_argument(host_devices.OPTION, type=host_devices.parse_count,
+  dev.add_argument(host_devices.OPTION, type=types.flagged(host_devices.OPTION,
+                                                                host_devices.parse_count),
                    default=None,
                    help="XLA CPU devices to create, read by sweep.py before JAX "
                         "starts (default: one per core, at most "

@@ -318,7 +318,7 @@ SIGN_SCHEMES = {
 # app's presets (fedjax_dp.paper.presets.SIGN), applied by the command line.
 
 
-OPTIONS = (options.Option("gamma", options.number, None,
+OPTIONS = (options.Option("gamma", options.positive, None,
                           "server step gamma (default: 0.001 for FL-SIGN and signSGD, 0.005 "
                           "for FL-SIGN-DP)"),)
 

@@ -106,6 +106,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
      "--norm-bound needs --aggregator norm-bound"),
     (["--schemes", "FL-STD-DP", "--mc-samples", "10"],
      "--mc-samples needs --accountant monte-carlo"),
+    (["--schemes", "FL-SIGN", "--gamma", "-1"], "--gamma must be > 0, got -1"),
     # A count beyond int32, which overflowed in the first jitted call.
     (["--local-steps", "99999999999"], "--local-steps must be at most 2147483647"),
     (["--schemes", "FL-CS", "--decoder-iters", "99999999999"],
