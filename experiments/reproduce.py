@@ -239,6 +239,8 @@ def _queue(path: str, out: str) -> list[Job]:
     text = pathlib.Path(path).read_text()
   except OSError as e:
     raise ValueError(f"queue {path}: {e.strerror or e}") from None
+  except UnicodeDecodeError:
+    raise ValueError(f"queue {path}: not a text file (UTF-8)") from None
   jobs = []
   for number, line in enumerate(text.splitlines(), 1):
     try:

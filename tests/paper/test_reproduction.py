@@ -460,6 +460,15 @@ def test_a_report_that_names_a_folder_writes_nothing(tmp_path, capsys):
   assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"] and not any(folder.iterdir())
 
 
+def test_a_queue_file_that_is_not_text_is_named_in_one_line(tmp_path, capsys):
+  """A binary queue file gave UTF-8's own message, without the file's name."""
+  queue = tmp_path / "q.bin"
+  queue.write_bytes(b"\xff\xfe\x00binary")
+  assert _script_main()(["plan", str(queue), "--out", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].endswith(f"queue {queue}: not a text file (UTF-8)"), err
+
+
 def test_a_queue_line_asking_for_help_is_refused(tmp_path, capsys):
   """A queue line with --help printed the help and exited 0, running nothing."""
   queue = tmp_path / "q.txt"
