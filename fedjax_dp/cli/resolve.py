@@ -44,6 +44,9 @@ __all__ = ["DATASET_FLAGS", "RUN_SETTINGS", "PlannedRun", "Request", "clip_for",
            "processes", "resolve", "run_config", "scheme_setting", "setting_source",
            "settings"]
 
+# The folder of a sweep's checkpoints in --out (:meth:`Request.checkpoint_path`).
+CHECKPOINTS = ".checkpoints"
+
 # A run's own layered settings (:func:`settings`): the options declared with
 # ``preset="scheme"`` and the local optimiser (the data set's, unless a flag says).
 RUN_SETTINGS = (*PRESET_FLAGS, "local_optimizer")
@@ -128,7 +131,7 @@ class Request:
 
   def checkpoint_path(self, run: PlannedRun) -> pathlib.Path:
     """Where a run of the sweep saves its progress (deleted when it finishes)."""
-    return pathlib.Path(self.out) / ".checkpoints" / f"{run.scheme.name}-r{run.ratio:g}.npz"
+    return pathlib.Path(self.out) / CHECKPOINTS / f"{run.scheme.name}-r{run.ratio:g}.npz"
 
 
 def layered(*layers: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,9 @@ import pathlib
 from fedjax_dp.atomic import atomic_file
 from fedjax_dp.paper import results as paper_results
 
+#: The files :func:`write_results` writes in ``--out``.
+FILES = ("results.json", "results.csv", "results.md")
+
 CSV_FIELDS = ("dataset", "scheme", "ratio", "best_accuracy", "best_round", "selection_metric",
               "balanced_accuracy", "auroc", "final_accuracy",
               "downstream_kb", "upstream_kb", "measured_upstream_kb", "epsilon",
@@ -224,11 +227,8 @@ def write_results(out_dir: str | os.PathLike, runs: list[dict], config: dict) ->
   """
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
-  files = {
-      "results.json": json.dumps({"config": config, "runs": runs}, indent=2) + "\n",
-      "results.csv": csv_text(runs),
-      "results.md": markdown_table(runs),
-  }
+  files = dict(zip(FILES, (json.dumps({"config": config, "runs": runs}, indent=2) + "\n",
+                            csv_text(runs), markdown_table(runs))))
   paths = []
   for name, text in files.items():
     _atomic_write(out / name, text)

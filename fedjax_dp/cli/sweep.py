@@ -360,7 +360,7 @@ def check_records(request: Request) -> None:
     return
   out = request.out
   mine = {request.checkpoint_path(run).name for run in request.runs}
-  theirs = sorted(p.name for p in (pathlib.Path(out) / ".checkpoints").glob("*.npz")
+  theirs = sorted(p.name for p in (pathlib.Path(out) / resolve_lib.CHECKPOINTS).glob("*.npz")
                   if p.name not in mine)
   if theirs:
     raise ValueError(f"--out {out} holds the checkpoint of an interrupted run this sweep "
@@ -388,12 +388,6 @@ def check_records(request: Request) -> None:
                      f"{ways}")
 
 
-# The files a sweep writes in --out (fedjax_dp.cli.results), and the folder
-# of its checkpoints (Request.checkpoint_path).
-_WRITTEN = ("results.json", "results.csv", "results.md")
-_CHECKPOINTS = ".checkpoints"
-
-
 def check_out(out: str) -> None:
   """Checks that results can be written to ``out``, leaving nothing behind.
 
@@ -415,12 +409,13 @@ def check_out(out: str) -> None:
   finally:
     _remove_if_empty(missing)
   # What the sweep writes there, found of the other kind: it failed after training.
-  folders = [name for name in (*_WRITTEN, runlock.NAME) if (path / name).is_dir()]
+  folders = [name for name in (*report.FILES, runlock.NAME) if (path / name).is_dir()]
   folders += sorted(p.name for p in path.glob("*.png") if p.is_dir())
   if folders:
     raise ValueError(f"--out {out} holds a folder {folders[0]} where the sweep writes a file")
-  if (path / _CHECKPOINTS).exists() and not (path / _CHECKPOINTS).is_dir():
-    raise ValueError(f"--out {out} holds a file {_CHECKPOINTS} where the sweep keeps its "
+  checkpoints = path / resolve_lib.CHECKPOINTS
+  if checkpoints.exists() and not checkpoints.is_dir():
+    raise ValueError(f"--out {out} holds a file {checkpoints.name} where the sweep keeps its "
                      "checkpoints")
 
 

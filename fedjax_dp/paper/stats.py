@@ -294,8 +294,7 @@ def summarize(row: Row, records: list[dict]) -> Summary:
   own = [r for r in records if "same_run_as" not in r]
   bests = [_best(r, row.model_metric) for r in runs]
   acc = [value for value, _, _ in bests]
-  eps = [entry.get("epsilon", r.get("epsilon")) for r, (_, _, entry) in zip(runs, bests)
-         if entry.get("epsilon", r.get("epsilon")) is not None]
+  eps = [r["epsilon"] for r in runs if r.get("epsilon") is not None]
   attack = [entry.get(row.attack_metric, r[row.attack_metric])
             for r, (_, _, entry) in zip(runs, bests) if row.attack_metric in r]
   lows = [settled_low(r.get("history", []), row.model_metric) for r in runs]
@@ -340,7 +339,8 @@ def _best(run: dict, metric: str) -> tuple[float, int, dict]:
   taken at (``{}`` for the record's own figures). A record whose model went
   non-finite is recounted from its history by ``record.best_entry`` (a NaN
   model's constant prediction is no best; records kept before that rule
-  counted it)."""
+  counted it; the record's epsilon at its own best round is kept, an upper
+  bound for the earlier round recounted)."""
   key = _HISTORY_KEYS.get(metric, metric)
   history = [h for h in run.get("history", []) if h.get(key) is not None]
   if not any(h.get("nonfinite") for h in history):
@@ -408,13 +408,14 @@ def claim_check(summaries: list[Summary]) -> str:
     peak = max(range(len(curve)), key=lambda i: curve[i][1])
     (low, first, *_), (r, best, *_), (high, last, *_) = curve[0], curve[peak], curve[-1]
     rise, fall = f"+{best - first:.3f} over r = {low:g}", f"+{best - last:.3f} over r = {high:g}"
-    shape, sides = ((f"rises then falls ({rise}, {fall})", (("rise", best - first),
-                                                            ("fall", best - last)))
-                    if 0 < peak < len(curve) - 1 else
-                    (f"highest at the smallest r run ({fall})", (("fall", best - last),))
-                    if peak == 0 else
-                    (f"highest at the largest r run ({rise})", (("rise", best - first),)))
-    weak = [name for name, d in sides if noise is not None and d <= noise + 1e-9]
+    sides = {"rise": best - first, "fall": best - last}
+    if peak == 0:
+      shape, sides = f"highest at the smallest r run ({fall})", {"fall": sides["fall"]}
+    elif peak == len(curve) - 1:
+      shape, sides = f"highest at the largest r run ({rise})", {"rise": sides["rise"]}
+    else:
+      shape = f"rises then falls ({rise}, {fall})"
+    weak = [name for name, d in sides.items() if noise is not None and d <= noise + 1e-9]
     if weak:
       shape += (f", the {' and the '.join(weak)} within the widest spread between one "
                 f"row's seeds ({noise:.3f}): no evidence of {'them' if len(weak) > 1 else 'it'}")
