@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import jax
 
+from fedjax_dp import options
+
 # Fixed integers for the purposes; changing them changes every run's draws.
 INIT, SETUP, ROUNDS = 0, 1, 2
 MALICIOUS = 3  # the pool of malicious clients (fedjax_dp.features.attack.adversary)
@@ -57,7 +59,7 @@ LQ_TRAIN, LQ_DITHER = 0, 1
 # ...): 1 drew the dropout from the batch's sort key; 2 is no such child.
 STEP_LOSS = 2
 # Seeds are PRNGKey's: a non-negative int64.
-SEED_LIMIT = 2 ** 63
+SEED_LIMIT = options.SEED_LIMIT
 
 
 def run_key(seed: int) -> jax.Array:

@@ -100,9 +100,32 @@ def non_negative_int(text: str) -> int:
   return value
 
 
-#: The int options that take 64-bit values (seeds: ``keys.SEED_LIMIT``);
+#: Seeds are PRNGKey's: a non-negative int64 (``keys.run_key`` takes
+#: [0, SEED_LIMIT)).
+SEED_LIMIT = 2 ** 63
+
+#: The int options that take 64-bit values (seeds: :data:`SEED_LIMIT`);
 #: every other plain ``int`` option is parsed by :func:`bounded_int`.
 SEED_OPTIONS = frozenset({"seed", "mc_seed"})
+
+
+def seed(text: str) -> int:
+  """A PRNG seed: an int in [0, 2**63).
+
+  >>> seed("7")
+  7
+  >>> seed("-1")
+  Traceback (most recent call last):
+  ...
+  ValueError: must be in [0, 2**63), got -1
+  """
+  try:
+    value = int(text)
+  except ValueError:
+    raise ValueError(f"takes an int, got {text!r}") from None
+  if not 0 <= value < SEED_LIMIT:
+    raise ValueError(f"must be in [0, 2**63), got {text}")
+  return value
 
 
 def bounded_int(text: str) -> int:
