@@ -33,6 +33,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp.errors import ConfigError
+
 SOLVERS = ("fista", "ista")
 
 
@@ -56,15 +58,23 @@ def soft_threshold(x: jax.Array, threshold: float | jax.Array) -> jax.Array:
 
 
 def check_params(lam: float, max_iters: int, tol: float, solver: str = "fista") -> None:
-  """Raises ValueError with a one-line message for a bad decoder setting."""
+  """Raises a one-line ``ConfigError`` naming the bad decoder setting
+  (``lam``, ``max_iters``, ``tol`` or ``decoder``, as FL-CS's fields are
+  called; the command line writes its flag instead).
+
+  >>> check_params(1e-5, 0, 0.0)
+  Traceback (most recent call last):
+  ...
+  fedjax_dp.errors.ConfigError: max_iters must be an int >= 1 (decoder steps), got 0
+  """
   if not lam >= 0:
-    raise ValueError(f"lambda must be >= 0, got {lam}")
+    raise ConfigError("lam", f"must be >= 0 (lambda), got {lam}")
   if int(max_iters) != max_iters or max_iters < 1:
-    raise ValueError(f"decoder max iterations must be an integer >= 1, got {max_iters}")
+    raise ConfigError("max_iters", f"must be an int >= 1 (decoder steps), got {max_iters}")
   if not tol >= 0:
-    raise ValueError(f"decoder tolerance must be >= 0, got {tol}")
+    raise ConfigError("tol", f"must be >= 0 (decoder tolerance), got {tol}")
   if solver not in SOLVERS:
-    raise ValueError(f"unknown decoder {solver!r}; choose one of {', '.join(SOLVERS)}")
+    raise ConfigError("decoder", f"{solver!r} is unknown; choose one of {', '.join(SOLVERS)}")
 
 
 def solve_bpdn(forward: Callable[[jax.Array], jax.Array],

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.data.idx import load_dataset
+from fedjax_dp.errors import ConfigError
 
 __all__ = ["ClientData", "FederatedData", "as_float", "holdout_indices", "load_federated",
            "load_federated_with_public", "partition_iid", "public_batch"]
@@ -154,7 +155,8 @@ def public_batch(size: int = 10, seed: int = 0,
     """
     images, labels = load_dataset(dataset, "train", as_uint8=True)
     if not 1 <= size <= len(images):
-        raise ValueError(f"public batch size must be in [1, {len(images)}], got {size}")
+        raise ConfigError("public_size", f"must be in [1, {len(images)}] (drawn from the "
+                          f"{dataset} training split), got {size}")
     idx = np.random.default_rng(seed).choice(len(images), size=size, replace=False)
     return images[idx].astype(np.float32) / np.float32(255.0), labels[idx].astype(np.int32)
 
@@ -239,8 +241,8 @@ def load_federated_with_public(dataset: str = "fashion-mnist", num_clients: int 
     """
     images, labels = load_dataset(dataset, "train", as_uint8=True)
     if not 1 <= public_size < len(images):
-        raise ValueError(f"public set size must be in [1, {len(images) - 1}], "
-                         f"got {public_size}")
+        raise ConfigError("public_size", f"must be in [1, {len(images) - 1}] (the "
+                          f"{dataset} training split less one), got {public_size}")
     total = num_clients * samples_per_client
     if total > len(images) - public_size:
         raise ValueError(f"{num_clients} clients x {samples_per_client} samples = {total} "

@@ -117,7 +117,7 @@ class LatticeScheme(Scheme):
     """Raises ValueError (one line) for a bad lattice or option, a ConfigError
     naming the option where one is at fault (``lattice_lib.make_lattice``
     checks the same step and size)."""
-    del num_params, ratio
+    del ratio
     if not (isinstance(self.step, (int, float)) and math.isfinite(self.step) and self.step > 0):
       raise ConfigError("step", f"must be > 0, got {self.step}")
     dim = self.dim
@@ -126,7 +126,11 @@ class LatticeScheme(Scheme):
     if self.lattice == "hexagonal" and dim is not None and dim % 2:
       raise ConfigError("dim", f"must be even for the hexagonal lattice (L/2 copies of A2), "
                         f"got {dim}")
-    self.quantizer  # pylint: disable=pointless-statement
+    # The update is cut into ceil(n / L) vectors of L: past n, one vector of
+    # padding (a 2**31-long one aborted in XLA).
+    if self.quantizer.dim > num_params:
+      raise ConfigError("dim", f"must be at most the model's size n = {num_params}, "
+                        f"got {self.quantizer.dim}")
     if self.microbatch < 1:
       raise ConfigError("microbatch", f"must be >= 1, got {self.microbatch}")
     if self.measured_clients < 0:

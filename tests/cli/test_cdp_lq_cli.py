@@ -16,6 +16,8 @@ from scheme_helpers import refusal
     (["--lattice", "cubic"], "invalid choice: 'cubic'"),
     (["--lattice", "hexagonal", "--lattice-dim", "5"], "must be even"),
     (["--lattice-dim", "0"], "--lattice-dim must be > 0"),
+    (["--lattice-dim", "1663371"], "--lattice-dim must be at most the model's size "
+     "n = 1663370, got 1663371"),
     (["--lq-step-epsilon", "-1"], "--lq-step-epsilon must be > 0"),
 ])
 def test_bad_lattice_input_is_one_line_exit_2(args, needle, tmp_path, capsys):

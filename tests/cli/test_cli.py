@@ -111,6 +111,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, needle, tmp_path)
     (["--local-steps", "99999999999"], "--local-steps must be at most 2147483647"),
     (["--schemes", "FL-CS", "--decoder-iters", "99999999999"],
      "--decoder-iters must be at most 2147483647"),
+    # l >= |K|: shares for at most one client, each the whole noise.
+    (["--clients-per-round", "10", "--max-dropouts", "10"],
+     "--max-dropouts must be below |K| = 10, the clients a round asks"),
+    # The decoder's own checks, under the flag's name.
+    (["--schemes", "FL-CS", "--decoder-iters", "0"],
+     "--decoder-iters must be an int >= 1 (decoder steps), got 0"),
+    (["--schemes", "FL-CS", "--decoder-tol", "-1"],
+     "--decoder-tol must be >= 0 (decoder tolerance), got -1.0"),
+    (["--schemes", "FL-CS", "--cs-lambda", "-1"], "--cs-lambda must be >= 0 (lambda), got -1.0"),
     (["--schemes", "CDP-LQ", "--lq-step-epsilon", "1", "--target-epsilon", "2"],
      "--lq-step-epsilon and --target-epsilon both set CDP-LQ's sigma; give one"),
     # Secure aggregation's own settings without it, or for schemes it leaves in the clear.
@@ -194,6 +203,8 @@ def test_an_unreachable_target_epsilon_is_one_line_and_leaves_no_folder(tmp_path
     (["--dataset", "medical-synth", "--dropout", "1.5"], "--dropout must be in [0, 1)"),
     (["--test-size", "10001"], "--test-size must be in [1, 10000] for fashion-mnist, got 10001"),
     (["--dataset", "medical-synth", "--public-size", "5"], "--public-size must be even"),
+    (["--public-size", "60001"],
+     "--public-size must be in [1, 60000] (drawn from the mnist training split), got 60001"),
     # One shard a client: an out-backdoor that takes class 0 leaves clients empty.
     (["--dataset", "mnist", "--partition", "shards", "--shards-per-client", "1",
       "--num-clients", "100", "--clients-per-round", "10", "--schemes", "FL-STD",

@@ -337,7 +337,7 @@ def test_public_batch_seeded_and_sized():
     np.testing.assert_array_equal(a, public_batch(seed=0)[0])
     assert not np.array_equal(a, public_batch(seed=1)[0])
     assert public_batch(size=3)[0].shape == (3, 28, 28, 1)
-    with pytest.raises(ValueError, match="public batch size"):
+    with pytest.raises(ValueError, match=r"public_size must be in \[1, 60000\]"):
         public_batch(size=0)
 
 

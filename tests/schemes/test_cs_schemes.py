@@ -58,11 +58,11 @@ def test_bandwidth_is_r_n_up_and_the_model_down(name, ratio):
 @pytest.mark.parametrize("kwargs,ratio,match", [
     (dict(chunks=20_000), 0.5, "exceeds the number of weights"),
     (dict(), 0.0001, "fewer than one DCT coefficient per chunk"),
-    (dict(lam=-1e-5), 0.05, "lambda must be >= 0"),
+    (dict(lam=-1e-5), 0.05, r"lam must be >= 0 \(lambda\)"),
     (dict(momentum=1.0), 0.05, "rho must be in"),
     (dict(server_lr=0.0), 0.05, "eta_G must be > 0"),
-    (dict(max_iters=0), 0.05, "max iterations"),
-    (dict(decoder="admm"), 0.05, "unknown decoder"),
+    (dict(max_iters=0), 0.05, "max_iters must be an int >= 1"),
+    (dict(decoder="admm"), 0.05, "decoder 'admm' is unknown"),
     (dict(dct_method="wavelet"), 0.05, "unknown DCT method"),
 ])
 def test_bad_parameters_are_rejected(kwargs, ratio, match):
