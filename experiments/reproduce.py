@@ -188,6 +188,19 @@ def _check_report(out: str, report: str) -> None:
                      "or cannot be written")
   if not pathlib.Path(out).is_dir() or not any(pathlib.Path(out).glob("*/*.json")):
     raise ValueError(f"--out {out} holds no records (a table's folder of .json records)")
+  unreadable = paper_runner.unreadable_records(out)
+  if unreadable:
+    path, why = unreadable[0]
+    more = f" and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+    raise ValueError(f"record {path}{more} cannot be read ({why}); the report would leave "
+                     "its row out: restore or delete it")
+
+
+def _check_records_folder(out: str) -> None:
+  """Refuses an ``out`` that is there but is not a folder (``list`` and
+  ``plan`` read it; a file listed every table as empty)."""
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise ValueError(f"--out {out} is not a folder (the records folder)")
 
 
 def _job(args: argparse.Namespace) -> Job:
@@ -491,6 +504,7 @@ def _main(argv: list[str]) -> int:
       raise ValueError(f"--report belongs to 'report', not to {args.target}")
     if args.target == "list":
       _no_row_flags(args)
+      _check_records_folder(args.out)
       return _list(args.table, args.out)
     if args.target == "report":
       _no_second_argument(args)
@@ -510,6 +524,7 @@ def _main(argv: list[str]) -> int:
     if args.target in ("queue", "plan"):
       _no_row_flags(args)
     if args.target == "plan":
+      _check_records_folder(args.out)
       return _plan(args.table, args.out)
     if args.target == "queue":
       jobs = _queue(args.table, args.out)

@@ -59,20 +59,37 @@ def work_dir(out: str | os.PathLike, table: Table, row: Row, seed: int,
           / f"seed{seed}{_suffix(extra, row)}")
 
 
-def load_record(path: pathlib.Path) -> dict | None:
-  """A kept (row, seed) record, or None if absent or (with a warning naming
-  the file: the report's figures change without it) unreadable."""
+def _read_record(path: pathlib.Path) -> tuple[dict | None, str]:
+  """(record, "") or (None, why it cannot be read; "" when absent)."""
   try:
     record = json.loads(path.read_text())
   except FileNotFoundError:
-    return None
+    return None, ""
   except (OSError, ValueError) as e:
-    warnings.warn(f"ignoring unreadable record {path}: {e}")
-    return None
+    return None, str(e)
   if not isinstance(record, dict):
-    warnings.warn(f"ignoring unreadable record {path}: not a JSON object")
-    return None
+    return None, "not a JSON object"
+  return record, ""
+
+
+def load_record(path: pathlib.Path) -> dict | None:
+  """A kept (row, seed) record, or None if absent or (with a warning naming
+  the file: the report's figures change without it) unreadable."""
+  record, why = _read_record(path)
+  if why:
+    warnings.warn(f"ignoring unreadable record {path}: {why}")
   return record
+
+
+def unreadable_records(out: str | os.PathLike) -> list[tuple[pathlib.Path, str]]:
+  """(path, why) of every record in ``out`` that cannot be read: the report
+  refuses them rather than leave their rows out."""
+  found = []
+  for path in sorted(pathlib.Path(out).glob("*/*.seed*.json")):
+    _, why = _read_record(path)
+    if why:
+      found.append((path, why))
+  return found
 
 
 def run_row(table: Table, row: Row, seed: int, out: str | os.PathLike,

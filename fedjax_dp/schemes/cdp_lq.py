@@ -303,7 +303,8 @@ OPTIONS = (
                    "CDP-LQ)", field="step_epsilon"),
     options.Option("lq_measured_clients", int, _DEFAULT.measured_clients,
                    "clients whose bzip2-coded stream is measured in the first round of every "
-                   "evaluation interval (default 1; 0: none)", field="measured_clients"),
+                   "evaluation interval, the first of its cohort, at most all of it (default "
+                   "1; 0: none)", field="measured_clients"),
     options.Option("lq_microbatch", options.positive_int, _DEFAULT.microbatch,
                    f"per-example gradients computed at once per client (memory; default "
                    f"{_DEFAULT.microbatch})", field="microbatch"),

@@ -460,6 +460,30 @@ def test_a_report_that_names_a_folder_writes_nothing(tmp_path, capsys):
   assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"] and not any(folder.iterdir())
 
 
+def test_a_report_over_an_unreadable_record_is_refused_and_writes_nothing(tmp_path, capsys):
+  """A corrupt record was left out of the report with a warning: over only
+  corrupt records, an empty report was written."""
+  (tmp_path / "out" / "thesis-5.3").mkdir(parents=True)
+  bad = tmp_path / "out" / "thesis-5.3" / "fl-cs.seed0.json"
+  bad.write_text("{bad")
+  report = tmp_path / "R.md"
+  assert _script_main()(["report", "--out", str(tmp_path / "out"), "--report", str(report)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and f"record {bad} cannot be read (Expecting" in err[0], err
+  assert "restore or delete it" in err[0] and not report.exists()
+  assert not (tmp_path / "R_plots").exists()
+
+
+@pytest.mark.parametrize("target", [["list"], ["plan", str(ROOT / "experiments" / "campaign.txt")]])
+def test_list_and_plan_refuse_an_out_that_is_a_file(target, tmp_path, capsys):
+  """A file as --out listed every table as empty, with exit code 0."""
+  out = tmp_path / "records.txt"
+  out.write_text("not a folder")
+  assert _script_main()([*target, "--out", str(out)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == [f"reproduce.py: error: --out {out} is not a folder (the records folder)"]
+
+
 def test_a_queue_file_that_is_not_text_is_named_in_one_line(tmp_path, capsys):
   """A binary queue file gave UTF-8's own message, without the file's name."""
   queue = tmp_path / "q.bin"
