@@ -1180,104 +1180,131 @@ def test_issue_41s_new_rows_state_the_papers_figures_and_settings():
     assert _planned(sixty[0])[1].config.feature("attack").fraction == 0.6
 
 
-def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_path, capsys,
-                                                                        monkeypatch):
-  """plan: each (row, seed) once, in the queue's order, without the kept ones
-  (nor those kept for another table); an interrupted run at its own pace, the
-  others at the pace of the row's kept seeds, else of runs of their size,
-  else scaled by size; a run with nothing to go by is counted apart. Records
-  kept on this machine's model, where there are any, outweigh the rest."""
-  import numpy as np
-  from fedjax_dp import checkpoint, host_devices
+_HERE = "AMD EPYC (family 26, model 2, AVX-512), 2 cores, load {}, 2 cpu device(s)"
+# Seconds a round of the two records :func:`_plan_kept` keeps (3 rounds in 7 s).
+_PACE = 7.0 / 3
 
-  here = "AMD EPYC (family 26, model 2, AVX-512), 2 cores, load {}, 2 cpu device(s)"
-  monkeypatch.setattr(host_devices, "machine", lambda: here.format(0.3))
 
-  plan = lambda queue: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
-  t53 = paper_tables.get_table("thesis-5.3")
-  uai = paper_tables.get_table("uai-table1")
+def _plan_queue(tmp_path, monkeypatch):
+  """``plan``'s command on a queue of 6 runs in ``tmp_path`` (this machine
+  is ``_HERE``): ``(plan, queue)``, ``plan(queue)`` its exit code."""
+  from fedjax_dp import host_devices
+  monkeypatch.setattr(host_devices, "machine", lambda: _HERE.format(0.3))
   queue = tmp_path / "q.txt"
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 0 1 2\n"
                    "thesis-5.3 --rows FL-CS-DP_r0.05 FL-RND-DP_r0.05 --seeds 1\n"
                    "thesis-4.2 --rows FL-STD signSGD\n")
-  assert plan(queue) == 0  # nothing kept: nothing to go by
+  return (lambda q: _script_main()(["plan", str(q), "--out", str(tmp_path)])), queue
+
+
+def _plan_kept(tmp_path):
+  """Keeps thesis 5.3's FL-CS-DP r=5% seed 0 and UAI's FL-STD seed 0 (thesis
+  4.2's too), each 3 rounds in 7 s on another machine, and FL-CS-DP's seed 2
+  interrupted at round 50 after 600 s."""
+  import numpy as np
+  from fedjax_dp import checkpoint
+  t53 = paper_tables.get_table("thesis-5.3")
+  uai = paper_tables.get_table("uai-table1")
+  [cs] = t53.select(["FL-CS-DP_r0.05"])
+  paper_runner.run_row(t53, cs, 0, tmp_path, _fake_sweep([]), "x")
+  [std] = uai.select(["FL-STD"])
+  paper_runner.run_row(uai, std, 0, tmp_path, _fake_sweep([]), "x")
+  work = paper_runner.work_dir(tmp_path, t53, cs, 2)
+  checkpoint.save(work / ".checkpoints" / "FL-CS-DP-r0.05.npz", "k",
+                  checkpoint.Saved(50, {"w": np.zeros(3)}, [], (0,), [], 600.0))
+
+
+def test_plan_without_a_kept_record_counts_its_runs_apart(tmp_path, capsys, monkeypatch):
+  """plan: a run with nothing to go by is counted apart."""
+  plan, queue = _plan_queue(tmp_path, monkeypatch)
+  assert plan(queue) == 0
   out = capsys.readouterr().out.splitlines()
   assert out[0] == "thesis-5.3 FL-CS-DP r=5% seed 0: no estimate (no kept record to go by)"
   assert out[-1] == ("6 runs to go: about 0.0 run-hours at the kept records' paces, "
                      "and 6 without an estimate")
 
-  [cs] = t53.select(["FL-CS-DP_r0.05"])
-  paper_runner.run_row(t53, cs, 0, tmp_path, _fake_sweep([]), "x")  # 3 rounds in 7 s
-  [std] = uai.select(["FL-STD"])
-  paper_runner.run_row(uai, std, 0, tmp_path, _fake_sweep([]), "x")  # thesis 4.2's FL-STD too
-  work = paper_runner.work_dir(tmp_path, t53, cs, 2)  # interrupted at round 50 after 600 s
-  checkpoint.save(work / ".checkpoints" / "FL-CS-DP-r0.05.npz", "k",
-                  checkpoint.Saved(50, {"w": np.zeros(3)}, [], (0,), [], 600.0))
+
+def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_path, capsys,
+                                                                        monkeypatch):
+  """plan: each (row, seed) once, in the queue's order, without the kept ones
+  (nor those kept for another table); an interrupted run at its own pace, the
+  others at the pace of the row's kept seeds, else of runs of their size,
+  else scaled by size. A record run on a GPU is no pace for this CPU."""
+  plan, queue = _plan_queue(tmp_path, monkeypatch)
+  _plan_kept(tmp_path)
   assert plan(queue) == 0
   out = capsys.readouterr().out.splitlines()
-  pace = 7.0 / 3  # seconds a round of both kept records
-  signsgd = 200 * pace * (3 * 6000 * 10 + 10_000) / (3 * 100 * 5 * 10 + 10_000)
+  signsgd = 200 * _PACE * (3 * 6000 * 10 + 10_000) / (3 * 100 * 5 * 10 + 10_000)
   assert out == [
-      f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * pace / 3600:.1f} h (200 rounds at the "
+      f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * _PACE / 3600:.1f} h (200 rounds at the "
       "pace of its kept seeds (1))",
       f"thesis-5.3 FL-CS-DP r=5% seed 2: about {150 * 12 / 3600:.1f} h (at round 50/200, "
       "interrupted; at its pace so far)",
-      f"thesis-5.3 FL-RND-DP r=5% seed 1: about {200 * pace / 3600:.1f} h (200 rounds at the "
+      f"thesis-5.3 FL-RND-DP r=5% seed 1: about {200 * _PACE / 3600:.1f} h (200 rounds at the "
       "pace of the kept runs without attack of its size (2))",
       f"thesis-4.2 signSGD seed 0: about {signsgd / 3600:.1f} h (200 rounds at the pace of "
       "the kept runs without attack, scaled by size (2))",
-      f"4 runs to go: about {(2 * 200 * pace + 1800 + signsgd) / 3600:.1f} run-hours at the "
+      f"4 runs to go: about {(2 * 200 * _PACE + 1800 + signsgd) / 3600:.1f} run-hours at the "
       "paces of the records kept on other CPU machines"]
   assert signsgd / 3600 > 0.5  # the sizes differ 7.6-fold: the estimate shows it
-  # A record run on a GPU is no pace for this CPU: FL-RND-DP's seed 0, kept on
-  # an H200, leaves its seed 1 at the pace of the CPU runs of its size.
+  # FL-RND-DP's seed 0, kept on an H200, leaves its seed 1 at the pace of the
+  # CPU runs of its size.
+  t53 = paper_tables.get_table("thesis-5.3")
   [rnd] = t53.select(["FL-RND-DP_r0.05"])
   paper_runner.run_row(t53, rnd, 0, tmp_path, _fake_sweep([]),
                        "Intel Xeon, 16 cores, 1 gpu device(s) (NVIDIA H200)")
   assert plan(queue) == 0
-  assert capsys.readouterr().out.splitlines()[2] == (
-      f"thesis-5.3 FL-RND-DP r=5% seed 1: about {200 * pace / 3600:.1f} h (200 rounds at the "
-      "pace of the kept runs without attack of its size (2))")
-  # A record kept on this machine's model (at another load) outweighs those
-  # of other machines: FL-FREQ-DP's 3 rounds in 30 s set FL-CS-DP's seed 1.
+  assert capsys.readouterr().out.splitlines()[2] == out[2]
+
+
+def test_plan_goes_by_this_machines_and_the_newest_records(tmp_path, capsys, monkeypatch):
+  """plan: records kept on this machine's model, where there are any,
+  outweigh the rest, and the newest of them set the pace."""
+  plan, queue = _plan_queue(tmp_path, monkeypatch)
+  _plan_kept(tmp_path)
+  t53 = paper_tables.get_table("thesis-5.3")
+  # FL-FREQ-DP's 3 rounds in 30 s, kept here (at another load), set FL-CS-DP's seed 1.
   [freq] = t53.select(["FL-FREQ-DP_r0.05"])
-  paper_runner.run_row(t53, freq, 0, tmp_path, _fake_sweep([], seconds=30.0), here.format(1.7))
+  paper_runner.run_row(t53, freq, 0, tmp_path, _fake_sweep([], seconds=30.0), _HERE.format(1.7))
   assert plan(queue) == 0
   out = capsys.readouterr().out.splitlines()
   assert out[0] == (f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 10 / 3600:.1f} h (200 "
                     "rounds at the pace of the kept runs without attack of its size (1))")
   assert out[-1].endswith("at the paces of the records kept on this machine")
   (tmp_path / "thesis-5.3" / "FL-FREQ-DP_r0.05.seed0.json").unlink()
-  # The newest records set the pace: two runs of a faster round (3 rounds in
-  # 3 s) kept after two slow ones (30 s) outweigh them (the median of the
-  # newest three is 1 s a round; of all four it would be 5.5 s).
+  # Two runs of a faster round (3 rounds in 3 s) kept after two slow ones
+  # (30 s) outweigh them: the median of the newest three is 1 s a round; of
+  # all four it would be 5.5 s.
   def keep(slug, seconds, finished):
     [row] = t53.select([slug])
     paper_runner.run_row(t53, row, 0, tmp_path, _fake_sweep([], seconds=seconds),
-                         here.format(0.5))
+                         _HERE.format(0.5))
     path = tmp_path / "thesis-5.3" / f"{slug}.seed0.json"
     path.write_text(json.dumps(dict(json.loads(path.read_text()), finished=finished)))
-    return path
-  kept = [keep(f"{scheme}_r{ratio}", seconds, f"2026-11-0{day}")
-          for ratio, seconds, day in (("0.1", 30.0, 1), ("0.2", 3.0, 2))
-          for scheme in ("FL-RND-DP", "FL-FREQ-DP")]
+  for ratio, seconds, day in (("0.1", 30.0, 1), ("0.2", 3.0, 2)):
+    for scheme in ("FL-RND-DP", "FL-FREQ-DP"):
+      keep(f"{scheme}_r{ratio}", seconds, f"2026-11-0{day}")
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[0] == (
       f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 1 / 3600:.1f} h (200 rounds at the "
       "pace of the kept runs without attack of its size (newest 3 of 4))")
-  for path in kept:
-    path.unlink()
-  # A quick check (--sweep-flags) is another run than the paper setting's checkpoint.
+
+
+def test_plan_of_other_settings_attacked_rows_and_a_bad_queue(tmp_path, capsys, monkeypatch):
+  """plan: a quick check (--sweep-flags) is another run than the paper
+  setting's checkpoint; an attacked row goes by attacked runs; a bad queue
+  stops before any output."""
+  plan, queue = _plan_queue(tmp_path, monkeypatch)
+  _plan_kept(tmp_path)
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 2 --sweep-flags '--rounds 100'\n")
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[0] == (
-      f"thesis-5.3 FL-CS-DP r=5% seed 2: about {100 * pace / 3600:.1f} h (100 rounds at the "
+      f"thesis-5.3 FL-CS-DP r=5% seed 2: about {100 * _PACE / 3600:.1f} h (100 rounds at the "
       "pace of its kept seeds (1))")
-  # An attacked row goes by attacked runs, and a bad queue stops before any output.
   queue.write_text("thesis-6.7 --reduced --rows FL-STD_alpha0.1 FL-SIGN_alpha0.1\n")
-  [std67] = paper_tables.get_table("thesis-6.7").select(["FL-STD_alpha0.1"])
-  paper_runner.run_row(paper_tables.get_table("thesis-6.7"), std67, 0, tmp_path,
-                       _fake_sweep([], 0.9), "x", std67.reduced)
+  t67 = paper_tables.get_table("thesis-6.7")
+  [std67] = t67.select(["FL-STD_alpha0.1"])
+  paper_runner.run_row(t67, std67, 0, tmp_path, _fake_sweep([], 0.9), "x", std67.reduced)
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[0] == (
       "thesis-6.7 FL-SIGN alpha=0.1 seed 0 (reduced): about 0.0 h (10 rounds at the pace of "
