@@ -33,7 +33,9 @@ import numpy as np
 from scipy import stats
 
 from common import OneLineParser, check_out, machine  # benchmarks/common.py
+from fedjax_dp import options
 from fedjax_dp.atomic import atomic_file
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 from fedjax_dp.privacy import analytic_gaussian, audit
 
 PROG = "audit_coverage.py"
@@ -172,14 +174,15 @@ def main(argv: list[str] | None = None) -> int:
                            "the shares of intervals wholly above / below the truth.")
   p.add_argument("--mus", default=",".join(f"{m:g}" for m in MUS),
                  help="comma-separated mu of the mu-GDP canaries (default %(default)s)")
-  p.add_argument("--draws", type=int, default=1000,
+  p.add_argument("--draws", type=flag_types.positive("--draws", int), default=1000,
                  help="independent draws per mu, seeds 0..draws-1 (default %(default)s)")
-  p.add_argument("--candidates", type=int, default=2000,
-                 help="candidates per draw (default %(default)s)")
+  p.add_argument("--candidates", type=flag_types.flagged("--candidates", options.bounded_int),
+                 default=2000, help="candidates per draw (default %(default)s)")
   p.add_argument("--delta", type=float, default=1e-5, help="delta (default %(default)s)")
   p.add_argument("--confidence", type=float, default=0.95,
                  help="the intervals' nominal coverage (default %(default)s)")
-  p.add_argument("--samples", type=int, default=audit.BOOTSTRAP_SAMPLES,
+  p.add_argument("--samples", type=flag_types.positive("--samples", int),
+                 default=audit.BOOTSTRAP_SAMPLES,
                  help="bootstrap resamples per draw (default %(default)s, the audit's)")
   p.add_argument("--out", help="also write the record (per-draw values included) as JSON; "
                  "an existing file is refused without --overwrite")
@@ -192,9 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     p.error(f"--mus must be comma-separated numbers, got {args.mus!r}")
   if not all(math.isfinite(m) and m > 0 for m in mus):
     p.error(f"--mus must be positive, got {args.mus}")
-  for name in ("draws", "samples"):
-    if getattr(args, name) < 1:
-      p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
   check_out(p, args.out)  # its folder missing, a folder itself, read-only: before measuring
   if args.out and os.path.exists(args.out) and not args.overwrite:
     p.error(f"--out {args.out} exists (another run's record): choose another --out, or "

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -27,13 +26,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import host_devices
+from fedjax_dp import host_devices, options
 from common import OneLineParser  # benchmarks/common.py
 from fedjax_dp.compression import dct_cs, fista
 
 PROG = "cs_decoder.py"
 SEEDS = 2 ** 63  # --seed in [0, 2**63): JAX's PRNGKey overflows above
-MAX_PARAMS = 2 ** 31 - 1  # the permutation's and the chunks' int32 indices
+# Counts reach jitted code as int32 (the permutation's and chunks' indices, the steps).
+MAX_COUNT = options.INT_MAX
 
 
 def _check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -41,14 +41,14 @@ def _check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
   for name in ("num_params", "chunks", "iters", "repeats"):
     if getattr(args, name) < 1:
       p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-  if args.num_params > MAX_PARAMS:
-    p.error(f"--num-params must be <= 2**31 - 1, got {args.num_params}")
+    if getattr(args, name) > MAX_COUNT:
+      p.error(f"--{name.replace('_', '-')} must be <= 2**31 - 1, got {getattr(args, name)}")
   if args.chunks > args.num_params:
     p.error(f"--chunks {args.chunks} exceeds --num-params {args.num_params}")
   if not 0 < args.ratio <= 1:
     p.error(f"--ratio must be in (0, 1], got {args.ratio}")
-  for name in ("tol", "lam"):
-    if not 0 <= getattr(args, name) < math.inf:
+  for name in ("tol", "lam"):  # finite in float32, the decoder's precision
+    if not 0 <= getattr(args, name) <= options.FLOAT32_MAX:
       p.error(f"--{name} must be finite and >= 0, got {getattr(args, name)}")
   if not 0 < args.spikes <= 1:
     p.error(f"--spikes must be in (0, 1] (nonzeros per kept coefficient), got {args.spikes}")

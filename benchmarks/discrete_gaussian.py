@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from common import OneLineParser, machine  # benchmarks/common.py
 from fedjax_dp import fast_prng
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 from fedjax_dp.privacy import dg_table, sample_discrete_gaussian
 
 PAPER_N = 1_663_370
@@ -93,18 +94,17 @@ def measure(size: int, repeats: int, scales=SCALES, paper_vector: bool = True,
   return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
   p = OneLineParser(description=__doc__.splitlines()[0])
-  p.add_argument("--size", type=int, default=1_000_000, help="samples per call")
-  p.add_argument("--repeats", type=int, default=3)
+  p.add_argument("--size", type=flag_types.positive("--size", int), default=1_000_000,
+                 help="samples per call")
+  p.add_argument("--repeats", type=flag_types.positive("--repeats", int), default=3)
   p.add_argument("--scales", default=",".join(f"{s:g}" for s in SCALES),
                  help="comma-separated scales xi (default %(default)s)")
   p.add_argument("--no-paper-vector", action="store_true",
                  help="skip FL-SIGN-DP's paper-CNN client vector")
   p.add_argument("--json", action="store_true", help="one JSON line per row")
-  args = p.parse_args()
-  if args.size < 1 or args.repeats < 1:
-    p.error("--size and --repeats must be positive")
+  args = p.parse_args(argv)
   try:
     scales = tuple(float(s) for s in args.scales.split(","))
   except ValueError:

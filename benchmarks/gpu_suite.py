@@ -46,6 +46,7 @@ import ast
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import shlex
@@ -540,6 +541,14 @@ def run(out: str, start: float | None = None) -> int:
   return 0
 
 
+def _is_number(text: str) -> bool:
+  """``text`` is a finite number."""
+  try:
+    return math.isfinite(float(text))
+  except ValueError:
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
   argv = sys.argv[1:] if argv is None else argv
   out = os.environ.get("OUT") or "/tmp/gpu-suite"
@@ -547,7 +556,12 @@ def main(argv: list[str] | None = None) -> int:
     return plan(out, as_json=len(argv) == 2)
   if argv == ["run"]:
     start = os.environ.get("GPU_SUITE_T0")
-    return run(out, float(start) if start else None)
+    t0 = float(start) if start and _is_number(start) else None
+    if start and t0 is None:  # gpu_suite.sh's `date +%s.%N`: the device call's start
+      print(f"{PROG}: error: GPU_SUITE_T0 must be a time in seconds since the epoch, "
+            f"got {start!r}", file=sys.stderr)
+      return 2
+    return run(out, t0)
   if argv == ["prepare-identity"]:
     print(json.dumps(prepare_identity(ROOT / ".gpu-data" / "source.json")))
     return 0

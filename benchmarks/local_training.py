@@ -25,36 +25,36 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import host_devices
+from fedjax_dp import host_devices, options
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 from common import OneLineParser  # benchmarks/common.py
 from fedjax_dp.models import cnn, fast_train
 
 
 def main(argv: list[str] | None = None) -> int:
   p = OneLineParser(description=__doc__.splitlines()[0])
-  p.add_argument("--clients", type=int, default=10, help="clients trained under vmap")
-  p.add_argument("--steps", type=int, default=300, help="T_gd")
-  p.add_argument("--batch-size", type=int, default=10, help="|B|")
-  p.add_argument("--samples", type=int, default=600, help="examples per client")
-  p.add_argument("--lr", type=float, default=0.05, help="eta")
+  p.add_argument("--clients", type=flag_types.positive("--clients", int), default=10,
+                 help="clients trained under vmap")
+  p.add_argument("--steps", type=flag_types.positive("--steps", int), default=300, help="T_gd")
+  p.add_argument("--batch-size", type=flag_types.positive("--batch-size", int), default=10,
+                 help="|B|")
+  p.add_argument("--samples", type=flag_types.positive("--samples", int), default=600,
+                 help="examples per client")
+  p.add_argument("--lr", type=flag_types.positive("--lr"), default=0.05, help="eta")
   p.add_argument("--forms", nargs="+", choices=fast_train.DENSE_FORMS,
                  default=["factored", "per-client"], help="dense-layer forms to time")
-  p.add_argument("--repeats", type=int, default=2)
-  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--repeats", type=flag_types.positive("--repeats", int), default=2)
+  p.add_argument("--seed", type=flag_types.flagged("--seed", options.seed), default=0)
   p.add_argument("--json", action="store_true", help="one JSON line only")
   args = p.parse_args(argv)
-  for name in ("clients", "steps", "batch_size", "samples", "repeats"):
-    if getattr(args, name) < 1:
-      print(f"local_training.py: error: --{name.replace('_', '-')} must be >= 1",
-            file=sys.stderr)
-      return 2
-
   model = cnn.paper_cnn()
   w = model.init(jax.random.PRNGKey(args.seed))
   rng = np.random.default_rng(args.seed)
   x = jnp.asarray(rng.random((args.clients, args.samples, 28, 28, 1), np.float32))
   y = jnp.asarray(rng.integers(0, 10, (args.clients, args.samples)))
-  train_keys = jax.random.split(jax.random.PRNGKey(args.seed + 1), args.clients)
+  # The next seed, wrapped at 2**63 (PRNGKey's limit).
+  train_key = jax.random.PRNGKey((args.seed + 1) % options.SEED_LIMIT)
+  train_keys = jax.random.split(train_key, args.clients)
   results, updates = {}, {}
   for form in args.forms:
     fn = jax.jit(jax.vmap(lambda xk, yk, kk, form=form: fast_train.local_update(

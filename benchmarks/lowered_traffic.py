@@ -49,6 +49,7 @@ from jax._src.lib.mlir import ir
 
 # benchmarks/common.py
 from common import OneLineParser, check_out  # noqa: E402
+from fedjax_dp.cli import types as flag_types  # noqa: E402
 from fedjax_dp.models import cohort_ops, paper_cnn  # noqa: E402
 
 PRODUCTS = ("stablehlo.dot_general", "stablehlo.convolution")
@@ -307,26 +308,19 @@ def _names(value: str) -> list[str]:
   return names
 
 
-def _positive(value: str) -> int:
-  try:
-    n = int(value)
-  except ValueError:
-    n = 0
-  if n <= 0:
-    raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
-  return n
-
-
 def parse_args(argv=None):
   p = OneLineParser(description=__doc__.split("\n", 1)[0])
   p.add_argument("--batching", type=_names, default=list(DEFAULT_BATCHINGS),
                  help=f"comma-separated, of {', '.join(cohort_ops.BATCHINGS)} "
                       f"(default: {','.join(DEFAULT_BATCHINGS)})")
-  p.add_argument("--clients", type=_positive, default=128,
+  p.add_argument("--clients", type=flag_types.positive("--clients", int), default=128,
                  help="the cohort (default 128: the round's chunk on a GPU)")
-  p.add_argument("--samples", type=_positive, default=10, help="examples a client (10)")
-  p.add_argument("--steps", type=_positive, default=5, help="local SGD steps (5)")
-  p.add_argument("--batch-size", type=_positive, default=10, help="batch (10)")
+  p.add_argument("--samples", type=flag_types.positive("--samples", int), default=10,
+                 help="examples a client (10)")
+  p.add_argument("--steps", type=flag_types.positive("--steps", int), default=5,
+                 help="local SGD steps (5)")
+  p.add_argument("--batch-size", type=flag_types.positive("--batch-size", int), default=10,
+                 help="batch (10)")
   p.add_argument("--platform", choices=("cuda", "rocm", "tpu", "cpu"), default="cuda")
   p.add_argument("--top", type=int, default=0,
                  help="also list the N largest sources of data movement per batching")

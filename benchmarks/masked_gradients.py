@@ -33,6 +33,8 @@ import numpy as np
 
 # benchmarks/common.py
 import common  # noqa: E402
+from fedjax_dp import options
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 # The paper CNN's second convolution: 5x5 SAME on 14x14x32 inputs, 64 outputs.
 SHAPE = dict(height=14, width=14, cin=32, cout=64, window=5)
@@ -115,12 +117,14 @@ def _positive_ints(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
   p = common.OneLineParser(description=__doc__.splitlines()[0])
-  p.add_argument("--clients", type=int, default=10, help="clients under vmap")
-  p.add_argument("--batch-size", type=int, default=10, help="|B|")
+  p.add_argument("--clients", type=flag_types.positive("--clients", int), default=10,
+                 help="clients under vmap")
+  p.add_argument("--batch-size", type=flag_types.positive("--batch-size", int), default=10,
+                 help="|B|")
   p.add_argument("--entries", default="2837,4869",
                  help="comma-separated kernel entries to gather (of 51,200)")
-  p.add_argument("--repeats", type=int, default=5)
-  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--repeats", type=flag_types.positive("--repeats", int), default=5)
+  p.add_argument("--seed", type=flag_types.flagged("--seed", options.seed), default=0)
   p.add_argument("--json", action="store_true", help="one JSON line only")
   args = p.parse_args(argv)
   try:
@@ -130,9 +134,6 @@ def main(argv: list[str] | None = None) -> int:
   limit = SHAPE["window"] ** 2 * SHAPE["cin"] * SHAPE["cout"]
   if any(e > limit for e in entries):
     p.error(f"--entries: the kernel has {limit} weights")
-  for name in ("clients", "batch_size", "repeats"):
-    if getattr(args, name) < 1:
-      p.error(f"--{name.replace('_', '-')} must be >= 1")
   rec = measure(args.clients, args.batch_size, entries, args.repeats, args.seed)
   rec.update(machine=common.machine(), jax=jax.__version__,
              load=[round(v, 2) for v in os.getloadavg()])

@@ -63,7 +63,7 @@ import sys
 import time
 import traceback
 
-from fedjax_dp import host_devices  # imports no JAX
+from fedjax_dp import host_devices, options  # imports no JAX
 from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 # One XLA CPU device per core (before JAX starts); see fedjax_dp.host_devices.
@@ -199,7 +199,9 @@ def measure(name: str, fast: bool, mesh, args, matmul: float) -> dict:
   run = cohort_fn(model, mesh, steps=args.steps, batch=args.batch_size, lr=args.lr)
   w, data = sharding.replicate((w, (x, y)), mesh)
   idx = jnp.arange(args.clients)
-  keys = jax.random.split(jax.random.PRNGKey(args.seed + 1), args.clients)
+  # The next seed, wrapped at 2**63 (PRNGKey's limit).
+  train_key = jax.random.PRNGKey((args.seed + 1) % options.SEED_LIMIT)
+  keys = jax.random.split(train_key, args.clients)
   out = []
   first = best_seconds(lambda: out.append(jax.block_until_ready(run(w, data, idx, keys))), 1)
   max_update = float(jnp.max(jnp.abs(out.pop())))
@@ -237,13 +239,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       "they run in that order)")
   p.add_argument("--plain", action="store_true",
                  help="also run each flax model with fast=False ('<model>-plain')")
-  p.add_argument("--clients", type=int, default=100, help="clients in the cohort")
-  p.add_argument("--samples", type=int, default=10, help="examples per client")
-  p.add_argument("--batch-size", type=int, default=10, help="|B|")
-  p.add_argument("--steps", type=int, default=5, help="local SGD steps T_gd")
-  p.add_argument("--lr", type=float, default=0.05, help="eta")
-  p.add_argument("--repeats", type=int, default=3, help="timed repeats (best is kept)")
-  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--clients", type=flag_types.positive("--clients", int), default=100,
+                 help="clients in the cohort")
+  p.add_argument("--samples", type=flag_types.positive("--samples", int), default=10,
+                 help="examples per client")
+  p.add_argument("--batch-size", type=flag_types.positive("--batch-size", int), default=10,
+                 help="|B|")
+  p.add_argument("--steps", type=flag_types.positive("--steps", int), default=5,
+                 help="local SGD steps T_gd")
+  p.add_argument("--lr", type=flag_types.positive("--lr"), default=0.05, help="eta")
+  p.add_argument("--repeats", type=flag_types.positive("--repeats", int), default=3,
+                 help="timed repeats (best is kept)")
+  p.add_argument("--seed", type=flag_types.flagged("--seed", options.seed), default=0)
   p.add_argument("--devices", type=int, default=None,
                  help="shard the cohort over this many devices (default: all)")
   p.add_argument(host_devices.OPTION,
@@ -257,11 +264,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       "model); an existing file is refused without --overwrite")
   p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   args = p.parse_args(argv)
-  for name in ("clients", "samples", "batch_size", "steps", "repeats"):
-    if getattr(args, name) < 1:
-      p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-  if not args.lr > 0:
-    p.error(f"--lr must be > 0, got {args.lr}")
   names = [n.strip() for n in args.models.split(",") if n.strip()]
   unknown = [n for n in names if n not in MODELS]
   if unknown or not names:

@@ -24,7 +24,8 @@ import sys
 import time
 import warnings
 
-from fedjax_dp import host_devices
+from fedjax_dp import host_devices, options
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 host_devices.configure()
 
@@ -118,6 +119,8 @@ def _bands(text: str) -> tuple[int, ...]:
     raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
   if any(b < 1 for b in values):
     raise argparse.ArgumentTypeError(f"bands must be >= 1, got {text!r}")
+  if any(b > options.INT_MAX for b in values):
+    raise argparse.ArgumentTypeError(f"bands must be at most {options.INT_MAX}, got {text!r}")
   return values
 
 
@@ -126,13 +129,14 @@ def main(argv=None) -> int:
   p.add_argument("--rounds", type=int, default=200, help="T (default %(default)s)")
   p.add_argument("--rate", type=float, default=1 / 60, help="q (default 1/60)")
   p.add_argument("--delta", type=float, default=1e-5, help="delta (default %(default)s)")
-  p.add_argument("--samples", type=int, default=monte_carlo.DEFAULT_SAMPLES,
+  p.add_argument("--samples", type=flag_types.flagged("--samples", options.bounded_int),
+                 default=monte_carlo.DEFAULT_SAMPLES,
                  help="draws of each direction (default %(default)s)")
   p.add_argument("--bands", type=_bands, default=(4,),
                  help="banded cases' bands, comma-separated (default 4)")
   p.add_argument("--cases", type=_cases, default=CASES,
                  help="comma-separated, of independent, banded, blt (default all)")
-  p.add_argument("--blt-bins", type=int, default=60,
+  p.add_argument("--blt-bins", type=flag_types.positive("--blt-bins", int), default=60,
                  help="balls-in-bins' bins of the BLT cases (default 60 = 1/q)")
   p.add_argument("--blt-separations", type=_bands, default=(3,),
                  help="the min-separations the BLT cases are optimised for, "
@@ -143,12 +147,14 @@ def main(argv=None) -> int:
                  help="calibrate each case's sigma to --epsilon first (seed 1's draws)")
   p.add_argument("--epsilon", type=float, default=None,
                  help=f"--calibrate's target (default {DEFAULT_EPSILON:g}; needs --calibrate)")
-  p.add_argument("--tolerance", type=float, default=5e-3,
+  p.add_argument("--tolerance", type=flag_types.positive("--tolerance"), default=5e-3,
                  help="--calibrate's resolution of sigma (default %(default)s)")
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   args = p.parse_args(argv)
   if args.rounds < 1:
     p.error(f"--rounds must be >= 1, got {args.rounds}")
+  if args.rounds > options.INT_MAX:
+    p.error(f"--rounds must be at most {options.INT_MAX}, got {args.rounds}")
   if not 0 < args.rate <= 1:
     p.error(f"--rate must be in (0, 1], got {args.rate}")
   if not 0 < args.delta < 1:
@@ -164,10 +170,6 @@ def main(argv=None) -> int:
     args.epsilon = DEFAULT_EPSILON
   if not 0 < args.epsilon < math.inf:
     p.error(f"--epsilon must be finite and > 0, got {args.epsilon}")
-  if args.blt_bins < 1:
-    p.error(f"--blt-bins must be >= 1, got {args.blt_bins}")
-  if not args.tolerance > 0:
-    p.error(f"--tolerance must be > 0, got {args.tolerance}")
   if any(b * args.rate > 1 + 1e-9 for b in args.bands):
     p.error(f"--bands must be at most 1/rate = {1 / args.rate:g}")
   try:

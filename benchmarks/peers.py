@@ -574,14 +574,12 @@ def _cases(value: str) -> list[str]:
   return [c for c in CASES if c in names]  # ours first, then pfl's, at each cohort
 
 
-def _positive(value: str) -> int:
+def _words(value: str) -> list[str]:
+  """--pfl-pip-args: the words of a shell command line (quotes closed)."""
   try:
-    number = int(value)
-  except ValueError:
-    number = 0
-  if number < 1:
-    raise argparse.ArgumentTypeError(f"expected a positive integer: {value!r}")
-  return number
+    return shlex.split(value)
+  except ValueError as e:  # "No closing quotation"
+    raise argparse.ArgumentTypeError(f"{e}: {value!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -590,9 +588,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="cohorts, comma-separated (default 10,100,1000)")
   p.add_argument("--cases", type=_cases, default=list(CASES),
                  help=f"comma-separated, of: {', '.join(CASES)} (default: all)")
-  p.add_argument("--repeats", type=_positive, default=3,
+  p.add_argument("--repeats", type=throughput._positive, default=3,
                  help="timed rounds after the warm-up; the best is kept (default 3)")
-  p.add_argument("--passes", type=_positive, default=1,
+  p.add_argument("--passes", type=throughput._positive, default=1,
                  help="run the cases this many times in turn at each cohort (default 1): "
                       "each pfl case's ratios are against our rounds of its own pass, and "
                       "the table ends with every pass's ratio (a shared machine's pace "
@@ -604,13 +602,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--pfl-env", type=pathlib.Path, default=None,
                  help="pfl's virtual environment, built when missing (default: "
                       "$FEDJAX_DP_CACHE or ~/.cache/fedjax_dp, pfl-env-<own|shared>)")
-  p.add_argument("--pfl-pip-args", default="",
+  p.add_argument("--pfl-pip-args", type=_words, default="",
                  help="more arguments for pip when building it (e.g. \"--no-index "
                       "--find-links DIR\")")
-  p.add_argument("--pfl-processes", type=_positive, default=None,
+  p.add_argument("--pfl-processes", type=throughput._positive, default=None,
                  help="processes of pfl's multi-process setting (default: the cores; "
                       "4 on a GPU)")
-  p.add_argument("--pfl-timeout", type=_positive, default=7200,
+  p.add_argument("--pfl-timeout", type=throughput._positive, default=7200,
                  help="seconds one pfl case may take (default 7200)")
   p.add_argument(host_devices.OPTION,
                  type=flag_types.flagged(host_devices.OPTION, host_devices.parse_count),
@@ -645,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
   env = None
   if any(c in PFL for c in args.cases):
     try:
-      env = dict(ensure_pfl_env(args.pfl_env, args.pfl_torch, shlex.split(args.pfl_pip_args)),
+      env = dict(ensure_pfl_env(args.pfl_env, args.pfl_torch, args.pfl_pip_args),
                  path=str(args.pfl_env))
     except PflEnvError as e:
       return _fail(str(e), 2)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import resource
@@ -50,6 +51,11 @@ import torch_cnn  # benchmarks/torch_cnn.py, this script's folder
 
 # Runs before anything heavy: --probe needs only the versions.
 _PROBE = ("pfl", "torch", "dp_accounting", "numpy")
+# The flags' ranges (the project's own parsers are not importable here): counts
+# as int32, seeds as np.random.seed takes them.
+INT_MAX = 2 ** 31 - 1
+SEEDS = 2 ** 32
+DATA_FILES = ("x.npy", "y.npy", "weights.npz")  # what peers.py writes into --data
 
 
 def probe() -> dict:
@@ -278,25 +284,64 @@ def peak_mb(pid="self") -> float | None:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 if pid == "self" else None
 
 
+def _int(low: int, high: int):
+  """An argparse type: an int in [low, high] (the parser names the flag)."""
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"takes an int, got {text!r}") from None
+    if not low <= value <= high:
+      raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
+    return value
+  return parse
+
+
+def _positive(text: str) -> float:
+  """An argparse type: a finite number > 0."""
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"takes a number, got {text!r}") from None
+  if not 0 < value < math.inf:
+    raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+  return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p = argparse.ArgumentParser(prog="benchmarks/pfl_worker.py",
                               description=__doc__.splitlines()[0])
   p.add_argument("--probe", action="store_true", help="print versions and files, and exit")
   p.add_argument("--data", help="folder of x.npy, y.npy and weights.npz")
   p.add_argument("--out", help="folder for rank<r>.json")
-  p.add_argument("--cohort", type=int, default=10)
-  p.add_argument("--rounds", type=int, default=3, help="timed rounds")
-  p.add_argument("--warmup", type=int, default=1)
-  p.add_argument("--steps", type=int, default=5)
-  p.add_argument("--batch", type=int, default=10)
-  p.add_argument("--lr", type=float, default=0.215)
+  p.add_argument("--cohort", type=_int(1, INT_MAX), default=10)
+  p.add_argument("--rounds", type=_int(1, INT_MAX), default=3, help="timed rounds")
+  p.add_argument("--warmup", type=_int(0, INT_MAX), default=1)
+  p.add_argument("--steps", type=_int(1, INT_MAX), default=5)
+  p.add_argument("--batch", type=_int(1, INT_MAX), default=10)
+  p.add_argument("--lr", type=_positive, default=0.215)
   p.add_argument("--dp", action="store_true", help="pfl's central Gaussian DP")
-  p.add_argument("--clip", type=float, default=0.6)
-  p.add_argument("--sigma", type=float, default=1.54)
-  p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+  p.add_argument("--clip", type=_positive, default=0.6)
+  p.add_argument("--sigma", type=_positive, default=1.54)
+  p.add_argument("--threads", type=_int(0, INT_MAX), default=0,
+                 help="torch threads (0: torch's default)")
   p.add_argument("--tf32", action="store_true", help="TF32 products on a GPU")
-  p.add_argument("--seed", type=int, default=0)
-  return p.parse_args(argv)
+  p.add_argument("--seed", type=_int(0, SEEDS - 1), default=0)
+  args = p.parse_args(argv)
+  if not args.probe:
+    _check_folders(p, args)
+  return args
+
+
+def _check_folders(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+  """Refuses, in one line, a run without its input files or with an --out that is a file."""
+  if args.data is None or args.out is None:
+    p.error("--data and --out are required (unless --probe)")
+  missing = [n for n in DATA_FILES if not os.path.isfile(os.path.join(args.data, n))]
+  if missing:
+    p.error(f"--data {args.data} holds no {missing[0]}")
+  if os.path.exists(args.out) and not os.path.isdir(args.out):
+    p.error(f"--out {args.out} is a file; give a folder")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ import sys
 import time
 import traceback
 
-from fedjax_dp import host_devices  # imports no JAX
+from fedjax_dp import host_devices, options  # imports no JAX
 from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 host_devices.configure()  # the worker's --cpu-devices, before JAX starts
@@ -53,6 +53,8 @@ from common import OneLineParser  # noqa: E402  (benchmarks/common.py)
 from throughput import prepared_round, round_config  # noqa: E402  (benchmarks/throughput.py)
 
 PROG = "benchmarks/processes.py"
+# subprocess waits on the workers in milliseconds held as int32.
+MAX_TIMEOUT = options.INT_MAX // 1000
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -160,13 +162,28 @@ def _parser() -> argparse.ArgumentParser:
   return p
 
 
-def main() -> int:
-  p = _parser()
-  args = p.parse_args()
-  if args.worker:
-    return _worker(args)
+def _check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+  """Refuses, in one line naming the flag, a count or --ratio out of its range."""
   if args.timeout < 1:  # each layout's processes are given this long
     p.error(f"--timeout must be >= 1 (seconds), got {args.timeout}")
+  if args.timeout > MAX_TIMEOUT:
+    p.error(f"--timeout must be at most {MAX_TIMEOUT} (seconds), got {args.timeout}")
+  for name in ("clients_per_round", "num_clients", "repeats", "alternations"):
+    if getattr(args, name) > options.INT_MAX:
+      p.error(f"--{name.replace('_', '-')} must be at most {options.INT_MAX}, "
+              f"got {getattr(args, name)}")
+  if args.devices > host_devices.MAX_COUNT:  # each worker's --cpu-devices
+    p.error(f"--devices must be at most {host_devices.MAX_COUNT}, got {args.devices}")
+  if not 0 < args.ratio <= 1:  # the scheme's config refuses it, without the flag's name
+    p.error(f"--ratio must be in (0, 1], got {args.ratio}")
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = _parser()
+  args = p.parse_args(argv)
+  if args.worker:
+    return _worker(args)
+  _check_ranges(p, args)
   if args.devices < 2 or min(args.repeats, args.alternations, args.clients_per_round) < 1:
     print(f"{PROG}: error: --devices must be >= 2 and --repeats, --alternations, "
           "--clients-per-round >= 1", file=sys.stderr)

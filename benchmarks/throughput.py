@@ -87,7 +87,7 @@ import resource
 import sys
 from typing import NamedTuple
 
-from fedjax_dp import host_devices  # imports no JAX
+from fedjax_dp import host_devices, options  # imports no JAX
 from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 # One XLA CPU device per core (before JAX starts); see fedjax_dp.host_devices.
@@ -786,6 +786,7 @@ def _cohorts(value: str) -> list[int]:
     sizes = []
   if not sizes or min(sizes) < 1:
     raise argparse.ArgumentTypeError(f"expected positive integers, comma-separated: {value!r}")
+  _int32(sizes, value)
   return sizes
 
 
@@ -800,6 +801,7 @@ def _chunks(value: str) -> list[int | None]:
   if not chunks or any(c is not None and c < 1 for c in chunks):
     raise argparse.ArgumentTypeError(
         f"expected positive integers or 'all', comma-separated, or 'none': {value!r}")
+  _int32(chunks, value)
   return chunks
 
 
@@ -813,6 +815,7 @@ def _count(value: str) -> int | None:
     count = -1
   if count < 0:
     raise argparse.ArgumentTypeError(f"expected a count >= 0 or 'all': {value!r}")
+  _int32([count], value)
   return count
 
 
@@ -823,7 +826,14 @@ def _positive(value: str) -> int:
     number = 0
   if number < 1:
     raise argparse.ArgumentTypeError(f"expected a positive integer: {value!r}")
+  _int32([number], value)
   return number
+
+
+def _int32(counts: list[int | None], value: str) -> None:
+  """Refuses a count above ``options.INT_MAX``: jitted code holds it as int32."""
+  if any(c is not None and c > options.INT_MAX for c in counts):
+    raise argparse.ArgumentTypeError(f"must be at most {options.INT_MAX}, got {value!r}")
 
 
 def _check_noise(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -874,10 +884,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--rounds-per-call", type=_positive, default=1,
                  help="rounds per compiled call (rounds between evaluations)")
   p.add_argument("--repeats", type=_positive, default=3, help="timed repeats (best is kept)")
-  p.add_argument("--split-max-clients", type=int, default=1000,
+  p.add_argument("--split-max-clients",
+                 type=flag_types.flagged("--split-max-clients", options.non_negative_int),
+                 default=1000,
                  help="time the round's stages on their own only up to this cohort (they "
                       "hold every client's update at once)")
-  p.add_argument("--client-chunk", type=int, default=None,
+  p.add_argument("--client-chunk", type=flag_types.flagged("--client-chunk", options.bounded_int),
+                 default=None,
                  help="slots trained and summed at a time (default: the run's, "
                       "simulation.default_chunk)")
   p.add_argument("--devices", type=int, default=None,
@@ -904,6 +917,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   p.add_argument("--out", default=None, help="also append the JSON lines to this file")
   args = p.parse_args(argv)
+  if not 0 < args.ratio <= 1:  # the scheme's config would refuse it after the data loaded
+    p.error(f"--ratio must be in (0, 1], got {args.ratio}")
   _check_noise(p, args)
   check_out(p, args.out)
   return args

@@ -55,6 +55,7 @@ import sys
 from typing import NamedTuple
 
 from common import OneLineParser, check_out  # benchmarks/common.py
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 # Kernel names of matrix products and convolutions: cuBLAS (sm90_xmma_gemm_*,
 # *_cublas), CUTLASS, cuDNN (cudnn::*, *_fprop_*, implicit_convolve_sgemm,
@@ -466,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--hlo", default=None,
                  help="a CPU trace's optimized HLO text (default: the newest *.hlo.txt in "
                       "the trace's folder or above it)")
-  p.add_argument("--matmul-gflops", type=float, default=None,
+  p.add_argument("--matmul-gflops", type=flag_types.positive("--matmul-gflops"), default=None,
                  help="the machine's float32 matrix-product GFLOP/s, all cores (a CPU trace; "
                       "throughput.py records it as matmul_gflops_per_sec)")
   p.add_argument("--cores", type=int, default=None,
@@ -476,8 +477,6 @@ def main(argv: list[str] | None = None) -> int:
   args = p.parse_args(argv)
   if args.top < 1:
     p.error("--top must be >= 1")
-  if args.matmul_gflops is not None and not args.matmul_gflops > 0:
-    p.error("--matmul-gflops must be > 0")
   if args.cores is not None and args.cores < 1:
     p.error("--cores must be >= 1")
   check_out(p, args.out)

@@ -37,6 +37,8 @@ os.environ.setdefault("FEDJAX_DP_NO_DOWNLOAD", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import golden_cases  # noqa: E402  (after XLA's environment)
+from fedjax_dp.atomic import atomic_file  # noqa: E402
+from fedjax_dp.data import DataError  # noqa: E402
 
 
 def _clients(record: dict) -> float:
@@ -82,34 +84,118 @@ def diffs(got: dict, want: dict) -> dict:
   return out
 
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", help="save each case's output here")
-  parser.add_argument("--load", help="compare the outputs saved here instead of running")
-  parser.add_argument("--against", help="compare with outputs saved here, not tests/golden")
-  parser.add_argument("--cases", help="comma-separated case names (default: all)")
-  parser.add_argument("--shard", default="0/1", help="I/N: every N-th case from the I-th")
-  args = parser.parse_args(argv)
+def _shard(text: str) -> tuple[int, int]:
+  """--shard's ``I/N``: the I-th of N parts, 0 <= I < N."""
+  try:
+    i, n = map(int, text.split("/"))
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"takes I/N (e.g. 0/2), got {text!r}") from None
+  if not 0 <= i < n:
+    raise argparse.ArgumentTypeError(f"must be I/N with 0 <= I < N, got {text!r}")
+  return i, n
+
+
+def _folder(text: str) -> pathlib.Path:
+  """--load's and --against's folder of saved outputs: it must exist."""
+  path = pathlib.Path(text)
+  if not path.is_dir():
+    raise argparse.ArgumentTypeError(f"no such folder: {text}")
+  return path
+
+
+def _out(text: str) -> pathlib.Path:
+  """--out's folder: a folder, or a path whose nearest existing folder can be written."""
+  path = pathlib.Path(text)
+  if path.exists() and not path.is_dir():
+    raise argparse.ArgumentTypeError(f"{text} is a file; give a folder")
+  nearest = next(p for p in (path, *path.absolute().parents) if p.exists())
+  if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+    raise argparse.ArgumentTypeError(f"{text} cannot be written")
+  return path
+
+
+def _case_names(text: str) -> list[str]:
+  """--cases: names of golden cases, comma-separated."""
+  names = [n for n in text.split(",") if n]
+  known = [c.name for c in golden_cases.cases()]
+  bad = [n for n in names if n not in known]
+  if bad or not names:
+    raise argparse.ArgumentTypeError(
+        f"unknown case {bad[0]!r} (choose from {', '.join(known)})" if bad
+        else f"names no case, got {text!r}")
+  return names
+
+
+def _read(parser: argparse.ArgumentParser, path: pathlib.Path, want: dict | None) -> dict:
+  """A saved output, checked against ``want`` (None: against itself, a reference)."""
+  try:
+    got = json.loads(path.read_text(encoding="utf-8"))
+    diffs(got, got if want is None else want)
+  except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
+    # Unreadable, not JSON (a ValueError), or without a field diffs() compares.
+    parser.error(f"{path}: not a golden case's output ({type(e).__name__}: {e})")
+  return got
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(prog="tests/golden_diff.py",
+                                   description=__doc__.splitlines()[0])
+  parser.add_argument("--out", type=_out, help="save each case's output here")
+  parser.add_argument("--load", type=_folder,
+                      help="compare the outputs saved here instead of running")
+  parser.add_argument("--against", type=_folder,
+                      help="compare with outputs saved here, not tests/golden")
+  parser.add_argument("--cases", type=_case_names,
+                      help="comma-separated case names (default: all)")
+  parser.add_argument("--shard", type=_shard, default=(0, 1),
+                      help="I/N: every N-th case from the I-th")
+  return parser
+
+
+def _inputs(parser, args) -> list[tuple]:
+  """(case, file name, its reference, its saved output or None) of each case
+  compared, every file read and checked before anything runs or is written."""
   cases = golden_cases.cases()
   if args.cases:
-    cases = [c for c in cases if c.name in args.cases.split(",")]
-  i, n = map(int, args.shard.split("/"))
-  cases = cases[i::n]
-  worst = {}
-  for case in cases:
+    cases = [c for c in cases if c.name in args.cases]
+  i, n = args.shard
+  out = []
+  for case in cases[i::n]:
     name = golden_cases.path(case).name
-    if args.load:
-      src = pathlib.Path(args.load) / name
-      if not src.exists():
-        continue
-      got = json.loads(src.read_text())
-    else:
+    ref = args.against / name if args.against else golden_cases.path(case)
+    if not ref.is_file():
+      where = f"--against {args.against}" if args.against else "tests/golden"
+      parser.error(f"{where} holds no {name} (case {case.name})")
+    want = _read(parser, ref, None)
+    src = args.load / name if args.load else None
+    if src is not None and not src.exists():
+      continue  # not saved there (another shard's)
+    out.append((case, name, want, None if src is None else _read(parser, src, want)))
+  if args.load and not out:
+    parser.error(f"--load {args.load} holds none of the cases' outputs (<case>.json)")
+  return out
+
+
+def main(argv=None) -> None:
+  parser = _parser()
+  args = parser.parse_args(argv)
+  if args.load and args.out:
+    parser.error("--out saves a run's outputs; --load runs nothing")
+  inputs = _inputs(parser, args)
+  if not args.load:
+    try:
+      golden_cases.setting()  # the data, before any case runs
+    except DataError as e:
+      parser.exit(2, f"{parser.prog}: error: {e}\n")
+  worst = {}
+  for case, name, want, got in inputs:
+    if got is None:
       got = golden_cases.run_case(case)
       if args.out:
-        pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
-        (pathlib.Path(args.out) / name).write_text(json.dumps(got, indent=1, sort_keys=True))
-    ref = pathlib.Path(args.against) / name if args.against else golden_cases.path(case)
-    d = diffs(got, json.loads(ref.read_text()))
+        args.out.mkdir(parents=True, exist_ok=True)
+        with atomic_file(args.out / name, "w") as f:
+          f.write(json.dumps(got, indent=1, sort_keys=True))
+    d = diffs(got, want)
     print(f"{case.name:28s} " + " ".join(f"{k}={v:.2g}" for k, v in sorted(d.items()) if v),
           flush=True)
     for k, v in d.items():

@@ -91,7 +91,7 @@ def test_models_benchmark_runs_small(tmp_path):
 
 @pytest.mark.parametrize("args, says", [
     (["--models", "small-cnn,resnet"], "'resnet'"),
-    (["--steps", "0"], "--steps must be >= 1"),
+    (["--steps", "0"], "--steps must be > 0, got 0"),
     (["--clients", "many"], "--clients")])
 def test_models_benchmark_bad_flags_exit_2_in_one_line(args, says, capsys):
   with pytest.raises(SystemExit) as exit_:
