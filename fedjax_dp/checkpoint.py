@@ -51,6 +51,8 @@ class Saved(NamedTuple):
     noise_multiplier: The sigma the rounds ran at (a run of a target
       epsilon calibrates it at every start: a resume at another sigma is
       another run); None: not kept.
+    devices: The devices the rounds' sums were split over (a resume on
+      another count sums in another order); None: not kept.
   """
 
   round: int
@@ -60,6 +62,7 @@ class Saved(NamedTuple):
   coded_sizes: list
   seconds: float = 0.0
   noise_multiplier: float | None = None
+  devices: int | None = None
 
 
 class Mismatch(ValueError):
@@ -97,7 +100,8 @@ def save(path: str | os.PathLike, key: str, saved: Saved) -> None:
   meta = json.dumps({"version": VERSION, "key": key, "round": saved.round,
                      "history": saved.history, "counters": list(saved.counters),
                      "coded_sizes": saved.coded_sizes, "seconds": saved.seconds,
-                     "noise_multiplier": saved.noise_multiplier})
+                     "noise_multiplier": saved.noise_multiplier,
+                     "devices": saved.devices})
   arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
   with atomic_file(path) as f:
     np.savez(f, meta=np.array(meta), **arrays)
@@ -201,4 +205,5 @@ def load(path: str | os.PathLike, key: str, like_state: Any, *,
   # JSON kept each CodedSize as a list: the tuples again, as the record reads them.
   coded = [universal_coding.CodedSize(*size) for size in meta["coded_sizes"]]
   return Saved(meta["round"], state, meta["history"], tuple(meta["counters"]), coded,
-               float(meta.get("seconds", 0.0)), meta.get("noise_multiplier"))
+               float(meta.get("seconds", 0.0)), meta.get("noise_multiplier"),
+               meta.get("devices"))

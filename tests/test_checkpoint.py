@@ -3,6 +3,7 @@ exactly what the uninterrupted run computes."""
 
 import json
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -126,3 +127,33 @@ def test_a_resume_at_another_calibrated_sigma_is_another_run(small_federation, t
   record = simulation.run(model, scheme, data, test, public, cfg, progress=rounds.append,
                           checkpoint=path)
   assert rounds[0] == 2 and record["noise_multiplier"] == sigma
+
+
+def test_a_resume_on_another_device_count_is_said_in_one_warning(small_federation, tmp_path):
+  """The checkpoint keeps the device count its rounds' sums were split over.
+  A resume on another count sums in another order from there, so it is not
+  the uninterrupted run of either count: one warning says so and how to
+  continue it as it ran. A checkpoint written before the count was kept
+  (no ``devices``) and a resume on the same count continue without one."""
+  data, test, public = small_federation
+  model, scheme = tiny_linear(), get_scheme("FL-STD")
+  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1)
+  path = tmp_path / "run.npz"
+  with pytest.raises(Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
+                   checkpoint=path)
+  meta = checkpoint.peek(path)
+  assert meta["devices"] == 1
+  with np.load(path) as f:
+    arrays = {name: f[name] for name in f.files if name != "meta"}
+  for kept, warned in ((2, True), (None, False), (1, False)):
+    np.savez(path, meta=np.array(json.dumps(dict(meta, devices=kept))), **arrays)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      record = simulation.run(model, scheme, data, test, public, cfg, checkpoint=path)
+    said = [str(w.message) for w in caught if "device" in str(w.message)]
+    assert record["devices"] == 1 and len(record["history"]) == 3
+    assert said == ([
+        "FL-STD: resuming at round 3 on 1 device(s) from a checkpoint whose rounds ran on 2: "
+        "the sums run in another order from here, so the numbers are not an uninterrupted "
+        "run's (--devices 2 continues it as it ran)"] if warned else []), (kept, said)

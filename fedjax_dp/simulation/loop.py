@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -173,6 +174,12 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
     # at another sigma than the record's epsilon would count.
     raise checkpoint_lib.Mismatch(checkpoint[0], f"of another run (its rounds ran at sigma "
                                   f"{saved.noise_multiplier:g}; this run's is {sigma:g})")
+  devices = sharding.mesh_size(plan.mesh)
+  if saved is not None and saved.devices not in (None, devices):
+    warnings.warn(f"{scheme.name}: resuming at round {saved.round + 1} on {devices} device(s) "
+                  f"from a checkpoint whose rounds ran on {saved.devices}: the sums run in "
+                  "another order from here, so the numbers are not an uninterrupted run's "
+                  f"(--devices {saved.devices} continues it as it ran)")
   if saved is not None:
     earlier = saved.seconds
     state, history, coded_sizes = saved.state, saved.history, saved.coded_sizes
@@ -206,7 +213,7 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
     if checkpoint is not None and distributed.is_main():
       checkpoint_lib.save(checkpoint[0], checkpoint[1], checkpoint_lib.Saved(
           t - 1, state, history, tuple(counters), coded_sizes,
-          earlier + running_clock.now() - started, sigma))
+          earlier + running_clock.now() - started, sigma, devices))
     if progress is not None:
       progress(chunk)
   return Trained(state, history, counters, coded_sizes, earlier)
