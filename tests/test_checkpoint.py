@@ -14,6 +14,20 @@ from scheme_helpers import Killed, kill_after
 from tiny_model import tiny_linear
 
 
+def _interrupted(small_federation, tmp_path, name, **settings):
+  """A 3-round run of ``name`` killed after its second round, its checkpoint
+  kept: ``(run, path)``, ``run(**kw)`` runs it again (``simulation.run``)."""
+  data, test, public = small_federation
+  model, scheme = tiny_linear(), get_scheme(name)
+  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1, **settings)
+  path = tmp_path / "run.npz"
+  with pytest.raises(Killed):
+    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
+                   checkpoint=path)
+  return (lambda **kw: simulation.run(model, scheme, data, test, public, cfg,
+                                      checkpoint=path, **kw)), path
+
+
 # Schemes with server state beyond the weights (Top-K set and its public-data
 # start; FL-CS's momentum and error feedback; Fed-SMP's rounds), and DP noise;
 # CDP-LQ's measured coded streams (their sizes carried in the checkpoint).
@@ -102,14 +116,8 @@ def test_a_resume_at_another_calibrated_sigma_is_another_run(small_federation, t
   another sigma than the record's epsilon counts. The checkpoint keeps the
   sigma its rounds ran at, and a resume at another is refused before any
   round; at the same sigma it continues."""
-  data, test, public = small_federation
-  model, scheme = tiny_linear(), get_scheme("FL-STD-DP")
-  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1, clip_norm=1.0,
-                                target_epsilon=20.0)
-  path = tmp_path / "run.npz"
-  with pytest.raises(Killed):
-    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
-                   checkpoint=path)
+  run, path = _interrupted(small_federation, tmp_path, "FL-STD-DP", clip_norm=1.0,
+                           target_epsilon=20.0)
   meta = checkpoint.peek(path)
   sigma = meta["noise_multiplier"]
   assert 0 < sigma < 1.54  # calibrated, not the config's placeholder
@@ -120,12 +128,10 @@ def test_a_resume_at_another_calibrated_sigma_is_another_run(small_federation, t
   rounds = []
   with pytest.raises(checkpoint.Mismatch, match=f"its rounds ran at sigma {sigma + 0.01:g}; "
                      f"this run's is {sigma:g}"):
-    simulation.run(model, scheme, data, test, public, cfg, progress=rounds.append,
-                   checkpoint=path)
+    run(progress=rounds.append)
   assert rounds == []
   np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
-  record = simulation.run(model, scheme, data, test, public, cfg, progress=rounds.append,
-                          checkpoint=path)
+  record = run(progress=rounds.append)
   assert rounds[0] == 2 and record["noise_multiplier"] == sigma
 
 
@@ -135,13 +141,7 @@ def test_a_resume_on_another_device_count_is_said_in_one_warning(small_federatio
   the uninterrupted run of either count: one warning says so and how to
   continue it as it ran. A checkpoint written before the count was kept
   (no ``devices``) and a resume on the same count continue without one."""
-  data, test, public = small_federation
-  model, scheme = tiny_linear(), get_scheme("FL-STD")
-  cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1)
-  path = tmp_path / "run.npz"
-  with pytest.raises(Killed):
-    simulation.run(model, scheme, data, test, public, cfg, progress=kill_after(2),
-                   checkpoint=path)
+  run, path = _interrupted(small_federation, tmp_path, "FL-STD")
   meta = checkpoint.peek(path)
   assert meta["devices"] == 1
   with np.load(path) as f:
@@ -150,7 +150,7 @@ def test_a_resume_on_another_device_count_is_said_in_one_warning(small_federatio
     np.savez(path, meta=np.array(json.dumps(dict(meta, devices=kept))), **arrays)
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
-      record = simulation.run(model, scheme, data, test, public, cfg, checkpoint=path)
+      record = run()
     said = [str(w.message) for w in caught if "device" in str(w.message)]
     assert record["devices"] == 1 and len(record["history"]) == 3
     assert said == ([
