@@ -2,6 +2,10 @@
 exactly what the uninterrupted run computes."""
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
 import warnings
 
@@ -12,6 +16,7 @@ from fedjax_dp import checkpoint, simulation
 from fedjax_dp.schemes import get_scheme
 from scheme_helpers import Killed, kill_after
 from tiny_model import tiny_linear
+from xla_env import xla_flags
 
 
 def _interrupted(small_federation, tmp_path, name, **settings):
@@ -156,4 +161,47 @@ def test_a_resume_on_another_device_count_is_said_in_one_warning(small_federatio
     assert said == ([
         "FL-STD: resuming at round 3 on 1 device(s) from a checkpoint whose rounds ran on 2: "
         "the sums run in another order from here, so the numbers are not an uninterrupted "
-        "run's (--devices 2 continues it as it ran)"] if warned else []), (kept, said)
+        "run's (run it where it has 2 devices to continue it as it ran: on a CPU, "
+        "--cpu-devices 2)"] if warned else []), (kept, said)
+
+
+# The run of _interrupted resumed in a process of the device count XLA_FLAGS
+# sets (what --cpu-devices does): its record's devices, and the warnings.
+_RESUME_ELSEWHERE = """
+import json, sys, warnings
+sys.path.insert(0, sys.argv[2])
+import jax.numpy as jnp
+from fedjax_dp import simulation
+from fedjax_dp.data import load_federated, public_batch
+from fedjax_dp.schemes import get_scheme
+from tiny_model import tiny_linear
+fed, test_x, test_y = load_federated("fashion-mnist", 600, 10, seed=0)
+data = simulation.ClientData(jnp.asarray(fed.x), jnp.asarray(fed.y))
+cfg = simulation.RunConfig.of(rounds=3, clients_per_round=10, eval_every=1)
+resumed = []
+with warnings.catch_warnings(record=True) as caught:
+  warnings.simplefilter("always")
+  record = simulation.run(tiny_linear(), get_scheme("FL-STD"), data,
+                          (test_x[:2000], test_y[:2000]), public_batch(10, seed=0), cfg,
+                          checkpoint=sys.argv[1], progress=resumed.append)
+print(json.dumps({"devices": record["devices"], "resumed": resumed[0],
+                  "warned": [str(w.message) for w in caught]}))
+"""
+
+
+def test_the_device_warnings_advice_continues_the_checkpoint(small_federation, tmp_path):
+  """Following the warning's advice (2 CPU devices, as --cpu-devices 2
+  makes them) resumes the same checkpoint, without a warning: the device
+  count is not part of the run's key."""
+  _, path = _interrupted(small_federation, tmp_path, "FL-STD")
+  meta = checkpoint.peek(path)
+  with np.load(path) as f:
+    arrays = {name: f[name] for name in f.files if name != "meta"}
+  np.savez(path, meta=np.array(json.dumps(dict(meta, devices=2))), **arrays)
+  env = dict(os.environ, XLA_FLAGS=xla_flags(2), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", _RESUME_ELSEWHERE, str(path),
+                         str(pathlib.Path(__file__).parent)], env=env, capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert out == {"devices": 2, "resumed": 2, "warned": []}

@@ -20,12 +20,13 @@ where |K| is private, the accountant does not count what that reveals
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp.features.base import At, Feature, Noise
+from fedjax_dp.errors import ConfigError
+from fedjax_dp.features.base import At, Feature, Noise, RunView
 
 
 class Counts(NamedTuple):
@@ -33,6 +34,16 @@ class Counts(NamedTuple):
 
   dropped: jax.Array
   under_noised: jax.Array
+
+
+def shares_noise(run: RunView) -> bool:
+  """The clients add the noise in shares (thesis 5.2.5), so a failed
+  client's share is missing from the sum. Not so for CDP-LQ, whose clients
+  each add their own records' whole noise (record-level DP), nor under
+  correlated noise, which the server adds whole: there a failure takes no
+  noise away."""
+  return (run.traits.dp and run.mechanism.level == "client"
+          and "correlated_noise" not in run.kinds)
 
 
 class Dropouts(Feature):
@@ -43,14 +54,18 @@ class Dropouts(Feature):
 
   @property
   def shared_noise(self) -> bool:
-    """The clients add the noise in shares (thesis 5.2.5), so a failed
-    client's share is missing from the sum. Not so for CDP-LQ, whose clients
-    each add their own records' whole noise (record-level DP), nor under
-    correlated noise, which the server adds whole: there a failure takes no
-    noise away."""
-    run = self.run
-    return (run.traits.dp and run.mechanism.level == "client"
-            and "correlated_noise" not in run.kinds)
+    """:func:`shares_noise` of the run."""
+    return shares_noise(self.run)
+
+  @classmethod
+  def check(cls, config: Any, run: RunView) -> None:
+    """Refuses l >= |K| where the clients add the noise in shares: the
+    shares would be sized for at most one client, each the whole noise."""
+    super().check(config, run)
+    tolerated, cohort = config.max_dropouts, run.clients_per_round
+    if shares_noise(run) and tolerated >= cohort:
+      raise ConfigError("max_dropouts", f"must be below |K| = {cohort}, the clients a round "
+                        f"asks (noise shares are sized for |K| - l of them), got {tolerated}")
 
   @property
   def tolerated(self) -> int:

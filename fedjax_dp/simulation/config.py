@@ -489,10 +489,6 @@ class RunConfig:
                         f"{num_clients / self.training.clients_per_round:g})")
     self.secure.validate()
     self.dropouts.validate()
-    tolerated, cohort = self.dropouts.max_dropouts, self.training.clients_per_round
-    if tolerated and tolerated >= cohort:  # |K| - l shares: at most one, each the whole noise
-      raise ConfigError("max_dropouts", f"must be below |K| = {cohort}, the clients a round "
-                        f"asks (noise shares are sized for |K| - l of them), got {tolerated}")
     self.execution.validate()
     if self.aggregator is not None:
       self.aggregator.validate()

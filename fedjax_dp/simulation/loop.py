@@ -167,20 +167,9 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
   # Seconds the process ran (running_clock: a pause by job control is left out).
   t, started, earlier = 1, running_clock.now(), 0.0
   saved = None if checkpoint is None else _resume(checkpoint, state)
-  sigma = float(plan.noise_multiplier)
-  if saved is not None and saved.noise_multiplier not in (None, sigma):
-    # A target epsilon's sigma, calibrated anew at this start (another
-    # machine, accountant version or Monte Carlo draw): the rounds kept ran
-    # at another sigma than the record's epsilon would count.
-    raise checkpoint_lib.Mismatch(checkpoint[0], f"of another run (its rounds ran at sigma "
-                                  f"{saved.noise_multiplier:g}; this run's is {sigma:g})")
-  devices = sharding.mesh_size(plan.mesh)
-  if saved is not None and saved.devices not in (None, devices):
-    warnings.warn(f"{scheme.name}: resuming at round {saved.round + 1} on {devices} device(s) "
-                  f"from a checkpoint whose rounds ran on {saved.devices}: the sums run in "
-                  "another order from here, so the numbers are not an uninterrupted run's "
-                  f"(--devices {saved.devices} continues it as it ran)")
+  sigma, devices = float(plan.noise_multiplier), sharding.mesh_size(plan.mesh)
   if saved is not None:
+    _check_resume(checkpoint[0], saved, scheme.name, sigma, devices)
     earlier = saved.seconds
     state, history, coded_sizes = saved.state, saved.history, saved.coded_sizes
     counters, t = Counters(*saved.counters), saved.round + 1
@@ -217,6 +206,29 @@ def train_loop(model: FlatModel, state: ServerState, plan: Plan, data: ClientDat
     if progress is not None:
       progress(chunk)
   return Trained(state, history, counters, coded_sizes, earlier)
+
+
+def _check_resume(path: str, saved: checkpoint_lib.Saved, name: str, sigma: float,
+                  devices: int) -> None:
+  """Refuses a checkpoint whose rounds ran at another sigma; warns of one
+  whose rounds ran on another device count.
+
+  Raises:
+    checkpoint.Mismatch: A target epsilon's sigma, calibrated anew at this
+      start (another machine, accountant version or Monte Carlo draw): the
+      rounds kept ran at another sigma than the record's epsilon would count.
+  """
+  if saved.noise_multiplier not in (None, sigma):
+    raise checkpoint_lib.Mismatch(path, f"of another run (its rounds ran at sigma "
+                                  f"{saved.noise_multiplier:g}; this run's is {sigma:g})")
+  # Every device count of a run without --devices has one key (the count is
+  # not a setting), so the advice below resumes the same checkpoint.
+  if saved.devices not in (None, devices):
+    warnings.warn(f"{name}: resuming at round {saved.round + 1} on {devices} device(s) from a "
+                  f"checkpoint whose rounds ran on {saved.devices}: the sums run in another "
+                  "order from here, so the numbers are not an uninterrupted run's (run it "
+                  f"where it has {saved.devices} devices to continue it as it ran: on a CPU, "
+                  f"--cpu-devices {saved.devices})")
 
 
 def _resume(checkpoint: tuple[str, str], state: ServerState) -> checkpoint_lib.Saved | None:

@@ -100,9 +100,6 @@ BAD = [
     (dict(secure_frac_bits=25), "secure_frac_bits", "must be in [0, 24], got 25"),
     (dict(secure_neighbours=0), "secure_neighbours", "must be >= 1, got 0"),
     (dict(max_dropouts=-1), "max_dropouts", "must be >= 0, got -1"),
-    (dict(clients_per_round=10, max_dropouts=10), "max_dropouts",
-     "must be below |K| = 10, the clients a round asks (noise shares are sized for |K| - l "
-     "of them), got 10"),
     (dict(dropout_rate=1.0), "dropout_rate", "must be in [0, 1), got 1.0"),
     (dict(client_chunk=0), "client_chunk", "must be >= 1, got 0"),
     (dict(devices=0), "devices", "must be >= 1, got 0"),
@@ -125,7 +122,6 @@ GOOD = [
     dict(ratio=1.0), dict(clients_per_round=N), dict(clip_ratio=1.0), dict(noise_multiplier=0.0),
     dict(secure_bits=2), dict(secure_bits=31), dict(secure_frac_bits=0),
     dict(secure_frac_bits=24), dict(dropout_rate=0.0), dict(max_dropouts=0),
-    dict(clients_per_round=10, max_dropouts=9),
     dict(max_cohort=1, accountant="pld"), dict(sampler="fixed", accountant="rdp"),
     dict(cycle_length=3, min_separation=3), dict(clients_per_round=10, cycle_length=60),
     dict(MC, mc_samples=FEWEST, mc_confidence=0.99),
