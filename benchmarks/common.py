@@ -16,7 +16,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import host_devices, sharding, simulation
+from fedjax_dp import host_devices, options, sharding, simulation
+from fedjax_dp.cli.types import OneLineParser  # noqa: F401  (the benchmarks' parser)
 from fedjax_dp.data import load_federated
 
 NUM_CLIENTS = 6000
@@ -99,9 +100,15 @@ def check_out(parser: argparse.ArgumentParser, out: str | None) -> None:
     parser.error(f"--out {out} cannot be written")
 
 
-class OneLineParser(argparse.ArgumentParser):
-  """argparse whose errors are one line on stderr, ``<prog>: error: ...``, exit
-  code 2 (without the usage argparse prints)."""
+#: The longest wait a benchmark gives its subprocesses: subprocess holds the
+#: timeout in milliseconds as an int32 (OverflowError past it).
+MAX_TIMEOUT = options.INT_MAX // 1000
 
-  def error(self, message):
-    self.exit(2, f"{self.prog}: error: {message}\n")
+
+def timeout_seconds(text: str) -> int:
+  """A subprocess timeout: an int of seconds in [1, :data:`MAX_TIMEOUT`]
+  (raises ValueError; ``flag_types.flagged`` names the flag)."""
+  value = options.positive_int(text)
+  if value > MAX_TIMEOUT:
+    raise ValueError(f"must be at most {MAX_TIMEOUT} (seconds), got {text}")
+  return value

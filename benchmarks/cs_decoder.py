@@ -27,22 +27,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import host_devices, options
+from fedjax_dp.cli import types as flag_types  # imports no JAX
 from common import OneLineParser  # benchmarks/common.py
 from fedjax_dp.compression import dct_cs, fista
 
 PROG = "cs_decoder.py"
-SEEDS = 2 ** 63  # --seed in [0, 2**63): JAX's PRNGKey overflows above
-# Counts reach jitted code as int32 (the permutation's and chunks' indices, the steps).
-MAX_COUNT = options.INT_MAX
 
 
 def _check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-  """Refuses, in one line naming the flag, a numeric flag out of its range."""
-  for name in ("num_params", "chunks", "iters", "repeats"):
-    if getattr(args, name) < 1:
-      p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if getattr(args, name) > MAX_COUNT:
-      p.error(f"--{name.replace('_', '-')} must be <= 2**31 - 1, got {getattr(args, name)}")
+  """Refuses, in one line naming the flag, a numeric flag out of its range
+  (the counts and the seed are refused as they parse)."""
   if args.chunks > args.num_params:
     p.error(f"--chunks {args.chunks} exceeds --num-params {args.num_params}")
   if not 0 < args.ratio <= 1:
@@ -52,16 +46,17 @@ def _check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
       p.error(f"--{name} must be finite and >= 0, got {getattr(args, name)}")
   if not 0 < args.spikes <= 1:
     p.error(f"--spikes must be in (0, 1] (nonzeros per kept coefficient), got {args.spikes}")
-  if not 0 <= args.seed < SEEDS:
-    p.error(f"--seed must be in [0, 2**63), got {args.seed}")
 
 
 def main(argv: list[str] | None = None) -> int:
   p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
-  p.add_argument("--num-params", type=int, default=1_663_370, help="n (paper CNN)")
+  # Counts reach jitted code as int32 (the permutation's and chunks' indices, the steps).
+  p.add_argument("--num-params", type=flag_types.positive("--num-params", int),
+                 default=1_663_370, help="n (paper CNN)")
   p.add_argument("--ratio", type=float, default=0.05, help="r")
-  p.add_argument("--chunks", type=int, default=200, help="P")
-  p.add_argument("--iters", type=int, default=100, help="decoder steps (max)")
+  p.add_argument("--chunks", type=flag_types.positive("--chunks", int), default=200, help="P")
+  p.add_argument("--iters", type=flag_types.positive("--iters", int), default=100,
+                 help="decoder steps (max)")
   p.add_argument("--tol", type=float, default=0.0, help="stopping tolerance (0: all steps)")
   p.add_argument("--lam", type=float, default=1e-5, help="lambda")
   p.add_argument("--solver", choices=fista.SOLVERS, default="fista")
@@ -69,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--method", choices=dct_cs.METHODS, default="auto", help="DCT path")
   p.add_argument("--spikes", type=float, default=0.05,
                  help="nonzeros of the test signal per kept coefficient (default 0.05)")
-  p.add_argument("--repeats", type=int, default=3)
-  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--repeats", type=flag_types.positive("--repeats", int), default=3)
+  p.add_argument("--seed", type=flag_types.flagged("--seed", options.seed), default=0)
   p.add_argument("--json", action="store_true", help="one JSON line only")
   args = p.parse_args(argv)
   _check_ranges(p, args)

@@ -108,7 +108,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import throughput  # noqa: E402  (benchmarks/throughput.py)
-from common import OneLineParser, check_out, load_paper_data, machine  # noqa: E402
+from common import (OneLineParser, check_out, load_paper_data, machine,  # noqa: E402
+                    timeout_seconds)
 from fedjax_dp.data import DataError, public_batch  # noqa: E402
 from fedjax_dp.data.idx import cache_dir  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
@@ -588,9 +589,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="cohorts, comma-separated (default 10,100,1000)")
   p.add_argument("--cases", type=_cases, default=list(CASES),
                  help=f"comma-separated, of: {', '.join(CASES)} (default: all)")
-  p.add_argument("--repeats", type=throughput._positive, default=3,
+  p.add_argument("--repeats", type=flag_types.positive("--repeats", int), default=3,
                  help="timed rounds after the warm-up; the best is kept (default 3)")
-  p.add_argument("--passes", type=throughput._positive, default=1,
+  p.add_argument("--passes", type=flag_types.positive("--passes", int), default=1,
                  help="run the cases this many times in turn at each cohort (default 1): "
                       "each pfl case's ratios are against our rounds of its own pass, and "
                       "the table ends with every pass's ratio (a shared machine's pace "
@@ -605,10 +606,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--pfl-pip-args", type=_words, default="",
                  help="more arguments for pip when building it (e.g. \"--no-index "
                       "--find-links DIR\")")
-  p.add_argument("--pfl-processes", type=throughput._positive, default=None,
+  p.add_argument("--pfl-processes", type=flag_types.positive("--pfl-processes", int), default=None,
                  help="processes of pfl's multi-process setting (default: the cores; "
                       "4 on a GPU)")
-  p.add_argument("--pfl-timeout", type=throughput._positive, default=7200,
+  p.add_argument("--pfl-timeout", type=flag_types.flagged("--pfl-timeout", timeout_seconds),
+                 default=7200,
                  help="seconds one pfl case may take (default 7200)")
   p.add_argument(host_devices.OPTION,
                  type=flag_types.flagged(host_devices.OPTION, host_devices.parse_count),

@@ -308,8 +308,16 @@ def _positive(text: str) -> float:
   return value
 
 
+class _Parser(argparse.ArgumentParser):
+  """One line on stderr, exit code 2, without argparse's usage block (the
+  project's ``OneLineParser``, which this script cannot import)."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="benchmarks/pfl_worker.py",
+  p = _Parser(prog="benchmarks/pfl_worker.py",
                               description=__doc__.splitlines()[0])
   p.add_argument("--probe", action="store_true", help="print versions and files, and exit")
   p.add_argument("--data", help="folder of x.npy, y.npy and weights.npz")

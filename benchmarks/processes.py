@@ -34,7 +34,7 @@ import sys
 import time
 import traceback
 
-from fedjax_dp import host_devices, options  # imports no JAX
+from fedjax_dp import host_devices  # imports no JAX
 from fedjax_dp.cli import types as flag_types  # imports no JAX
 
 host_devices.configure()  # the worker's --cpu-devices, before JAX starts
@@ -49,12 +49,10 @@ from fedjax_dp.cli import parser, resolve  # noqa: E402
 from fedjax_dp.data import DataError, load_federated, public_batch  # noqa: E402
 from fedjax_dp.models import paper_cnn  # noqa: E402
 from fedjax_dp.schemes import get_scheme  # noqa: E402
-from common import OneLineParser  # noqa: E402  (benchmarks/common.py)
+from common import OneLineParser, timeout_seconds  # noqa: E402  (benchmarks/common.py)
 from throughput import prepared_round, round_config  # noqa: E402  (benchmarks/throughput.py)
 
 PROG = "benchmarks/processes.py"
-# subprocess waits on the workers in milliseconds held as int32.
-MAX_TIMEOUT = options.INT_MAX // 1000
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -143,16 +141,19 @@ def _layout(args: argparse.Namespace, processes: int) -> dict:
 def _parser() -> argparse.ArgumentParser:
   p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
   p.add_argument("--scheme", default="FL-TOP-DP")
-  p.add_argument("--clients-per-round", type=int, default=100)
+  p.add_argument("--clients-per-round", type=flag_types.positive("--clients-per-round", int),
+                 default=100)
   p.add_argument("--ratio", type=float, default=0.005)
-  p.add_argument("--num-clients", type=int, default=6000,
+  p.add_argument("--num-clients", type=flag_types.positive("--num-clients", int), default=6000,
                  help="Fashion-MNIST clients of 10 images (default 6000, UAI Table 5)")
   p.add_argument("--devices", type=int, default=2,
                  help="N: devices of both layouts (default 2)")
-  p.add_argument("--repeats", type=int, default=3, help="timed rounds (best is kept)")
-  p.add_argument("--alternations", type=int, default=1,
+  p.add_argument("--repeats", type=flag_types.positive("--repeats", int), default=3,
+                 help="timed rounds (best is kept)")
+  p.add_argument("--alternations", type=flag_types.positive("--alternations", int), default=1,
                  help="times each layout runs, alternating (default 1)")
-  p.add_argument("--timeout", type=int, default=600, help="seconds per layout")
+  p.add_argument("--timeout", type=flag_types.flagged("--timeout", timeout_seconds),
+                 default=600, help="seconds per layout")
   p.add_argument("--json", action="store_true", help="JSON lines")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   p.add_argument(host_devices.OPTION,
@@ -163,15 +164,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-  """Refuses, in one line naming the flag, a count or --ratio out of its range."""
-  if args.timeout < 1:  # each layout's processes are given this long
-    p.error(f"--timeout must be >= 1 (seconds), got {args.timeout}")
-  if args.timeout > MAX_TIMEOUT:
-    p.error(f"--timeout must be at most {MAX_TIMEOUT} (seconds), got {args.timeout}")
-  for name in ("clients_per_round", "num_clients", "repeats", "alternations"):
-    if getattr(args, name) > options.INT_MAX:
-      p.error(f"--{name.replace('_', '-')} must be at most {options.INT_MAX}, "
-              f"got {getattr(args, name)}")
+  """Refuses, in one line naming the flag, --devices or --ratio out of its
+  range (the counts are refused as they parse)."""
+  if args.devices < 2:
+    p.error(f"--devices must be >= 2 (two layouts of them), got {args.devices}")
   if args.devices > host_devices.MAX_COUNT:  # each worker's --cpu-devices
     p.error(f"--devices must be at most {host_devices.MAX_COUNT}, got {args.devices}")
   if not 0 < args.ratio <= 1:  # the scheme's config refuses it, without the flag's name
@@ -184,10 +180,6 @@ def main(argv: list[str] | None = None) -> int:
   if args.worker:
     return _worker(args)
   _check_ranges(p, args)
-  if args.devices < 2 or min(args.repeats, args.alternations, args.clients_per_round) < 1:
-    print(f"{PROG}: error: --devices must be >= 2 and --repeats, --alternations, "
-          "--clients-per-round >= 1", file=sys.stderr)
-    return 2
   try:  # here, in one line, rather than in every worker
     load_federated("fashion-mnist", args.num_clients, 10, seed=0)
     simulation.validate(round_config(args.clients_per_round, args.ratio, None,

@@ -889,7 +889,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  default=1000,
                  help="time the round's stages on their own only up to this cohort (they "
                       "hold every client's update at once)")
-  p.add_argument("--client-chunk", type=flag_types.flagged("--client-chunk", options.bounded_int),
+  p.add_argument("--client-chunk", type=flag_types.positive("--client-chunk", int),
                  default=None,
                  help="slots trained and summed at a time (default: the run's, "
                       "simulation.default_chunk)")

@@ -38,6 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import golden_cases  # noqa: E402  (after XLA's environment)
 from fedjax_dp.atomic import atomic_file  # noqa: E402
+from fedjax_dp.cli.types import OneLineParser  # noqa: E402
 from fedjax_dp.data import DataError  # noqa: E402
 
 
@@ -138,7 +139,7 @@ def _read(parser: argparse.ArgumentParser, path: pathlib.Path, want: dict | None
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="tests/golden_diff.py",
+  parser = OneLineParser(prog="tests/golden_diff.py",
                                    description=__doc__.splitlines()[0])
   parser.add_argument("--out", type=_out, help="save each case's output here")
   parser.add_argument("--load", type=_folder,

@@ -36,12 +36,7 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
   def error(self, message):  # one line, exit code 2 (argparse prints usage too)
-    # "argument --lr: --lr must be ..." says the flag once: the flags' types
-    # (fedjax_dp.cli.types) name it themselves.
-    head, _, rest = message.partition(": ")
-    if head.startswith("argument --") and rest.startswith(head.removeprefix("argument ") + " "):
-      message = rest
-    raise UsageError(message)
+    raise UsageError(types.once(message))
 
 
 # Flags whose default is the scheme's preset, then the data set's setting: the

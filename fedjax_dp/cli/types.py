@@ -14,6 +14,30 @@ from typing import Any, Callable
 from fedjax_dp import options
 
 
+def once(message: str) -> str:
+  """argparse's ``"argument --lr: --lr must be > 0"`` with the flag said once
+  (the types here name it themselves): ``"--lr must be > 0"``.
+
+  >>> once("argument --lr: --lr must be > 0, got 0")
+  '--lr must be > 0, got 0'
+  >>> once("argument --lr: invalid float value: 'x'")
+  "argument --lr: invalid float value: 'x'"
+  """
+  head, _, rest = message.partition(": ")
+  if head.startswith("argument --") and rest.startswith(head.removeprefix("argument ") + " "):
+    return rest
+  return message
+
+
+class OneLineParser(argparse.ArgumentParser):
+  """argparse whose errors are one line on stderr, ``<prog>: error: ...``
+  (the flag said :func:`once`), exit code 2, without the usage block
+  argparse prints first: the scripts' and benchmarks' parser."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {once(message)}\n")
+
+
 def flagged(flag: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
   """``parse`` (raising ``ValueError("must be > 0, got 0")``) as the type of
   ``flag`` (raising ``ArgumentTypeError("--flag must be > 0, got 0")``)."""

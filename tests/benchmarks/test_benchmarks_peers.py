@@ -159,9 +159,9 @@ def test_passes_run_the_cases_in_turn_and_ratio_each_pass_on_its_own(peers, monk
     (["--cases", "FL-STD-DP,pfl-nope"], "unknown case pfl-nope"),
     (["--clients-per-round", "10,0"], "expected positive integers"),
     (["--clients-per-round", "ten"], "expected positive integers"),
-    (["--repeats", "0"], "expected a positive integer"),
-    (["--passes", "0"], "expected a positive integer"),
-    (["--pfl-processes", "-2"], "expected a positive integer"),
+    (["--repeats", "0"], "--repeats must be > 0, got 0"),
+    (["--passes", "0"], "--passes must be > 0, got 0"),
+    (["--pfl-processes", "-2"], "--pfl-processes must be > 0, got -2"),
     (["--pfl-torch", "borrowed"], "invalid choice"),
     # At parse time (FL-TOP-DP's config refused it in a ConfigError traceback
     # after the data loaded).
