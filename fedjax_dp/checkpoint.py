@@ -117,19 +117,20 @@ def peek(path: str | os.PathLike) -> dict | None:
     return None
 
 
-def _read(path: pathlib.Path, content: bytes | None,
-          arrays: bool) -> tuple[dict, list] | None:
+def _read(path: pathlib.Path, content: bytes | None, arrays: bool,
+          then: str = "") -> tuple[dict, list] | None:
   """A checkpoint's metadata and (with ``arrays``) its leaves; None, with a
-  warning, if the file is unreadable."""
+  warning (``then``: what follows), if the file is unreadable."""
   try:
     with np.load(path if content is None else io.BytesIO(content)) as f:
       meta = json.loads(str(f["meta"]))
       leaves = [f[f"leaf{i}"] for i in range(len(f.files) - 1)] if arrays else []
   except _UNREADABLE as e:
-    warnings.warn(f"ignoring unreadable checkpoint {path}: {e}")
+    warnings.warn(f"ignoring unreadable checkpoint {path}: {e}{then}")
     return None
   if not isinstance(meta, dict):
-    warnings.warn(f"ignoring unreadable checkpoint {path}: its metadata is not an object")
+    warnings.warn(f"ignoring unreadable checkpoint {path}: its metadata is not an "
+                  f"object{then}")
     return None
   return meta, leaves
 
@@ -191,7 +192,8 @@ def load(path: str | os.PathLike, key: str, like_state: Any, *,
   path = pathlib.Path(path)
   if content is None and not path.is_file():
     return None
-  found = _read(path, content, arrays=True)
+  # It holds nothing to resume (checkpoints are written whole: atomic_file).
+  found = _read(path, content, arrays=True, then="; the run starts at round 1 and replaces it")
   if found is None:
     return None
   meta, leaves = found

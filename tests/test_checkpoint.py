@@ -108,7 +108,8 @@ def test_a_checkpoint_of_another_run_or_version_is_refused_not_overwritten(
   # Garbage, a truncated zip (a copy cut short), an empty file: each ignored.
   for content in (b"not a checkpoint", saved[:100], b""):
     path.write_bytes(content)
-    with pytest.warns(UserWarning, match="unreadable checkpoint"):
+    with pytest.warns(UserWarning, match="unreadable checkpoint .*; the run starts at round 1 "
+                                         "and replaces it$"):
       assert checkpoint.load(path, "key", None) is None
     with pytest.warns(UserWarning, match="unreadable checkpoint"):
       assert checkpoint.verify(path, "key") is None
