@@ -205,6 +205,8 @@ def test_an_unreachable_target_epsilon_is_one_line_and_leaves_no_folder(tmp_path
     (["--dataset", "medical-synth", "--public-size", "5"], "--public-size must be even"),
     (["--public-size", "60001"],
      "--public-size must be in [1, 60000] (drawn from the mnist training split), got 60001"),
+    (["--schemes", "Fed-SMP-topk", "--public-holdout", "60000"],
+     "--public-holdout must be in [1, 59999] (the training set less one), got 60000"),
     # One shard a client: an out-backdoor that takes class 0 leaves clients empty.
     (["--dataset", "mnist", "--partition", "shards", "--shards-per-client", "1",
       "--num-clients", "100", "--clients-per-round", "10", "--schemes", "FL-STD",

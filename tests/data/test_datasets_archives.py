@@ -17,6 +17,7 @@ from fedjax_dp.data import settings as data_settings
 from fedjax_dp.cli import sweep
 from fedjax_dp.data import PADDING_LABEL, archives, as_float
 from fedjax_dp.data.sets import cifar10
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.schemes import fedsmp
 
 NEW = ("svhn", "cifar10", "imdb", "femnist")
@@ -130,6 +131,13 @@ def test_svhn_trains_on_train_plus_extra_without_the_public_examples(files):
   with pytest.raises(ValueError, match="exceeds the 15 training samples left after holding "
                                        "out 2 public examples"):
     datasets.load("svhn", 6, 3, seed=0, public_size=2)
+  # A hold-out of the whole training set names the setting that asked it.
+  for settings, field in ((dict(public_size=17), "public_size"),
+                          (dict(public_size=2, holdout=17), "holdout")):
+    with pytest.raises(ConfigError) as error:
+      datasets.load("svhn", 1, 1, seed=0, **settings)
+    assert (error.value.field, error.value.detail) == (
+        field, "must be in [1, 16] (the training set less one), got 17")
 
 
 # --- cifar10 -------------------------------------------------------------------------------

@@ -262,10 +262,12 @@ def hold_out_rows(images, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]
   ``size`` rows drawn by :func:`~fedjax_dp.data.holdout_indices`.
 
   Raises:
-    ValueError: ``size`` outside [1, rows - 1].
+    ValueError: ``size`` outside [1, rows - 1] (the message says what
+      follows the setting's name).
   """
   if not 1 <= size < len(images):
-    raise ValueError(f"public set size must be in [1, {len(images) - 1}], got {size}")
+    raise ValueError(f"must be in [1, {len(images) - 1}] (the training set less one), "
+                     f"got {size}")
   return holdout_indices(len(images), size, seed)
 
 
@@ -313,7 +315,10 @@ def partition_federation(
   # or the data set's public set).
   held_out = request.holdout or (request.public_size if dataset.holds_out_public else 0)
   if held_out:
-    held, rest = hold_out(images, held_out, seed)
+    try:
+      held, rest = hold_out(images, held_out, seed)
+    except ValueError as e:  # the size's range: named by the setting that asked it
+      raise ConfigError("holdout" if request.holdout else "public_size", str(e)) from None
     if n * k > len(rest):
       raise ValueError(f"{n} clients x {k} samples = {n * k} exceeds the {len(rest)} "
                        f"training samples left after holding out {held_out} public examples")

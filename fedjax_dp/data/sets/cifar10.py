@@ -181,7 +181,8 @@ def hold_out_originals(images: AugmentedImages, size: int,
   """
   n, factor = len(images.originals), images.factor
   if not 1 <= size <= (n - 1) * factor:
-    raise ValueError(f"public set size must be in [1, {(n - 1) * factor}], got {size}")
+    raise ValueError(f"must be in [1, {(n - 1) * factor}] (the transforms of all originals "
+                     f"but one), got {size}")
   held, rest = holdout_indices(n, math.ceil(size / factor), seed)
   copies = np.arange(factor)[:, None] * n
   public = (np.sort(held)[None, :] + copies).T.reshape(-1)[:size]
