@@ -104,11 +104,6 @@ def non_negative_int(text: str) -> int:
 #: [0, SEED_LIMIT)).
 SEED_LIMIT = 2 ** 63
 
-#: The int options that take 64-bit values (seeds: :data:`SEED_LIMIT`);
-#: every other plain ``int`` option is parsed by :func:`bounded_int`.
-SEED_OPTIONS = frozenset({"seed", "mc_seed"})
-
-
 def seed(text: str) -> int:
   """A PRNG seed: an int in [0, 2**63).
 
@@ -130,7 +125,7 @@ def seed(text: str) -> int:
 
 def bounded_int(text: str) -> int:
   """An int of at most :data:`INT_MAX` (a plain ``int`` option's flag: its
-  own checks bound it below).
+  own checks bound it below; seeds declare :func:`seed`).
 
   >>> bounded_int("-3")
   -3

@@ -30,7 +30,7 @@ def add_option(group: argparse._ArgumentGroup, option: Option) -> None:
                        help=option.described)
     return
   parse = option.parse
-  if parse is int and option.name not in options.SEED_OPTIONS:
+  if parse is int:
     parse = options.bounded_int  # a count that jitted code takes as int32
   if parse not in (int, str):
     parse = types.flagged(option.flag, parse)

@@ -106,7 +106,7 @@ class Training:
       choices=local_training.OPTIMIZERS, preset="dataset")
   init_steps: int = setting(_UAI["init_steps"], "T_init, the server's public-data steps "
                             "(Top-K selection, calibration)", int, preset="dataset")
-  seed: int = setting(0, "the seed of every random draw", int)
+  seed: int = setting(0, "the seed of every random draw", options.seed)
   eval_every: int = setting(1, "evaluate the test metrics every k rounds", int)
   selection_metric: str = "accuracy"
 
@@ -210,7 +210,7 @@ class Privacy:
                                  "the probability with which its epsilon bound holds",
                                  options.number)
   mc_seed: int = setting(0, "--accountant monte-carlo: the seed of its draws (kept in the "
-                         "record)", int)
+                         "record)", options.seed)
   target_epsilon: float | None = setting(
       None, "calibrate sigma of DP schemes so that the run's epsilon after its last round "
       "is at most this, under its --accountant and --sampling (overrides "
