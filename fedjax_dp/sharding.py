@@ -162,3 +162,61 @@ def shard_privatize(fn: Callable, mesh: jax.sharding.Mesh | None) -> Callable:
     return (contributions[:slots] if pad else contributions), count
 
   return wrapped
+
+
+def on_first_device(fn: Callable, mesh: jax.sharding.Mesh | None) -> Callable:
+  """Runs ``fn`` on the first device of ``mesh`` alone; every device gets its result.
+
+  For serial work on values every device holds whole (Fed-SMP top_k's
+  1,000 server steps a round, ``Traits.serial_server``): a sharded round
+  would have each device compute it again at the same time, and on a CPU
+  the copies share the cores (those steps took 15.0 ms each on two devices
+  against 9.4 ms run once; docs/performance.md, "Two runs side by side").
+  The other devices skip it (``lax.cond``) and receive the result as a sum
+  of its bits with their zeros, which copies it bit for bit.
+
+  Args:
+    fn: A function of pytrees of arrays, each argument whole on every device,
+      returning a pytree of arrays of numbers or bools (raw uint32 keys,
+      not typed ones).
+    mesh: From :func:`client_mesh`; None (or one device) runs ``fn`` as it is.
+
+  Returns:
+    A function of the same arguments and outputs, the outputs whole on every device.
+  """
+  if mesh is None or mesh_size(mesh) == 1:
+    return fn
+
+  def per_device(*args):
+    shapes = jax.eval_shape(fn, *args)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, _bits_dtype(s.dtype)), shapes)
+    bits = jax.lax.cond(jax.lax.axis_index(AXIS) == 0,
+                        lambda: jax.tree.map(_to_bits, fn(*args)), lambda: zeros)
+    return jax.tree.map(lambda b, s: _from_bits(jax.lax.psum(b, AXIS), s.dtype), bits, shapes)
+
+  def wrapped(*args):
+    whole = jax.sharding.PartitionSpec()
+    return jax.shard_map(per_device, mesh=mesh, in_specs=(whole,) * len(args),
+                         out_specs=whole, check_vma=False)(*args)
+
+  return wrapped
+
+
+def _bits_dtype(dtype) -> np.dtype:
+  """The signed integer type of ``dtype``'s width."""
+  if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+    raise TypeError("on_first_device copies arrays of numbers and bools; a typed PRNG key "
+                    "(jax.random.key) goes as its jax.random.key_data")
+  return np.dtype(f"int{8 * np.dtype(dtype).itemsize}")
+
+
+def _to_bits(x: jax.Array) -> jax.Array:
+  if x.dtype == jnp.bool_:
+    return x.astype(jnp.int8)
+  return jax.lax.bitcast_convert_type(x, _bits_dtype(x.dtype))
+
+
+def _from_bits(bits: jax.Array, dtype) -> jax.Array:
+  if dtype == jnp.bool_:
+    return bits != 0
+  return jax.lax.bitcast_convert_type(bits, dtype)
