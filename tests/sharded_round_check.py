@@ -127,20 +127,23 @@ def main():
         "scale": float(np.abs(one).max()),
         "same_cohorts": bool((sampled_one == sampled_many).all()),
         "compiled": fn._cache_size()})
-  # A whole run (evaluation sharded too), with the device count as an option.
+  # Whole runs (evaluation sharded too), with the device count as an option:
+  # on one device, then on all of them.
   test = (np.asarray(data.x[:40, 0]), np.asarray(data.y[:40, 0]))
   public = (np.asarray(data.x[40:50, 0], np.float32) / 255.0, np.asarray(data.y[40:50, 0]))
-  records = [simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public,
-                            simulation.RunConfig.of(rounds=2, clients_per_round=6, eval_every=2,
-                                                 clip_norm=0.5, devices=d))
-             for d in (1, None)]
+
+  def one_and_all(name, rounds, eval_every):
+    return [simulation.run(tiny_linear(), get_scheme(name), data, test, public,
+                           simulation.RunConfig.of(rounds=rounds, clients_per_round=6,
+                                                   eval_every=eval_every, clip_norm=0.5,
+                                                   devices=d))
+            for d in (1, None)]
+
+  records = one_and_all("FL-STD-DP", 2, 2)
   out["run"] = {"capacity": [r["capacity"] for r in records],
                 "accuracy": [[h["accuracy"] for h in r["history"]] for r in records]}
   # Fed-SMP top_k's server training (Traits.serial_server) on the first device.
-  smp = [simulation.run(tiny_linear(), get_scheme("Fed-SMP-topk"), data, test, public,
-                        simulation.RunConfig.of(rounds=3, clients_per_round=6, eval_every=1,
-                                                clip_norm=0.5, devices=d))
-         for d in (1, None)]
+  smp = one_and_all("Fed-SMP-topk", 3, 1)
   out["smp"] = {"devices": [r["devices"] for r in smp],
                 "accuracy": [[h["accuracy"] for h in r["history"]] for r in smp]}
   out["privatize_count"] = privatize_count(mesh)
