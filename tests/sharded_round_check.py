@@ -72,40 +72,6 @@ def privatize_count(mesh) -> dict:
   return out
 
 
-def on_first_device(mesh) -> dict:
-  """``sharding.on_first_device``: whether the compiled function runs ``fn``
-  in a branch taken by one device (a conditional on the device's index) and
-  copies its outputs by all-reduces, and whether every device's result has
-  the bits of ``fn``'s own (-0.0, a NaN, raw keys, bools)."""
-
-  def fn(x, tree):
-    return {"x": -x, "n": tree["n"] * 3, "key": tree["key"] + 1, "b": ~tree["b"]}
-
-  x = jnp.array([0.0, 1.5, jnp.nan, -2.0], jnp.float32)
-  tree = {"n": jnp.arange(5, dtype=jnp.int32) - 2, "key": jnp.array([7, 2**32 - 1], jnp.uint32),
-          "b": jnp.array([True, False])}
-  args = sharding.replicate((x, tree), mesh)
-  want = fn(x, tree)
-  out = {}
-  for name, f in (("replicated", fn), ("first", sharding.on_first_device(fn, mesh))):
-    compiled = jax.jit(f)
-    got = compiled(*args)
-    text = compiled.lower(*args).compile().as_text()
-    out[name] = {
-        "conditional": " conditional(" in text,
-        "device_index": "partition-id(" in text or "replica-id(" in text,
-        "all_reduces": text.count(" all-reduce("),
-        "bits_equal": all(np.array_equal(np.asarray(shard.data).view(np.uint8),
-                                         np.asarray(want[k]).view(np.uint8))
-                          for k in want for shard in got[k].addressable_shards)}
-  try:
-    jax.jit(sharding.on_first_device(lambda k: k, mesh))(jax.random.key(0))
-    out["typed_key"] = "accepted"
-  except TypeError as e:
-    out["typed_key"] = str(e)
-  return out
-
-
 def main():
   mesh = sharding.client_mesh()
   rng = np.random.default_rng(0)
@@ -127,27 +93,16 @@ def main():
         "scale": float(np.abs(one).max()),
         "same_cohorts": bool((sampled_one == sampled_many).all()),
         "compiled": fn._cache_size()})
-  # Whole runs (evaluation sharded too), with the device count as an option:
-  # on one device, then on all of them.
+  # A whole run (evaluation sharded too), with the device count as an option.
   test = (np.asarray(data.x[:40, 0]), np.asarray(data.y[:40, 0]))
   public = (np.asarray(data.x[40:50, 0], np.float32) / 255.0, np.asarray(data.y[40:50, 0]))
-
-  def one_and_all(name, rounds, eval_every):
-    return [simulation.run(tiny_linear(), get_scheme(name), data, test, public,
-                           simulation.RunConfig.of(rounds=rounds, clients_per_round=6,
-                                                   eval_every=eval_every, clip_norm=0.5,
-                                                   devices=d))
-            for d in (1, None)]
-
-  records = one_and_all("FL-STD-DP", 2, 2)
+  records = [simulation.run(tiny_linear(), get_scheme("FL-STD-DP"), data, test, public,
+                            simulation.RunConfig.of(rounds=2, clients_per_round=6, eval_every=2,
+                                                 clip_norm=0.5, devices=d))
+             for d in (1, None)]
   out["run"] = {"capacity": [r["capacity"] for r in records],
                 "accuracy": [[h["accuracy"] for h in r["history"]] for r in records]}
-  # Fed-SMP top_k's server training (Traits.serial_server) on the first device.
-  smp = one_and_all("Fed-SMP-topk", 3, 1)
-  out["smp"] = {"devices": [r["devices"] for r in smp],
-                "accuracy": [[h["accuracy"] for h in r["history"]] for r in smp]}
   out["privatize_count"] = privatize_count(mesh)
-  out["on_first_device"] = on_first_device(mesh)
   print(json.dumps(out))
 
 

@@ -129,12 +129,6 @@ class Traits(NamedTuple):
       round (FL-BASIC, FL-BAS-2, FL-RND, Fed-SMP), where correlated noise
       would land on other weights each round and never cancel (refused
       below r = 1, ``fedjax_dp.features.correlated_noise``).
-    serial_server: ``server_update`` does serial work worth doing once
-      (Fed-SMP top_k's public-data training): over several devices the
-      round runs it on the first and copies its result to the others
-      (``fedjax_dp.sharding.on_first_device``), the same numbers bit for
-      bit, instead of every device repeating it on the same cores. Its
-      state and outputs must then be arrays of numbers or bools.
   """
 
   dp: bool = False
@@ -151,7 +145,6 @@ class Traits(NamedTuple):
   run_constants: bool = False
   trains_by_local_update: bool = True
   fixed_positions: bool = True
-  serial_server: bool = False
 
   def check(self, name: str) -> None:
     """Raises ValueError where the declaration contradicts itself."""

@@ -146,11 +146,9 @@ class FedSMPScheme(Scheme):
   def traits(self) -> Traits:
     """k real values up, the full model down; top_k holds out a public set."""
     # Sec. 6.2: local momentum SGD (its learning-rate decay, its server's top_k pass).
-    # Its mask changes every round (rand_k redrawn, top_k recomputed); top_k's
-    # server trains serially on its public set every round.
+    # Its mask changes every round (rand_k redrawn, top_k recomputed).
     return Traits(dp=self.private, public_holdout=self.public_holdout,
-                  local_optimizers=("sgd",), fixed_positions=False,
-                  serial_server=self.sparsifier == "topk")
+                  local_optimizers=("sgd",), fixed_positions=False)
 
   def validate(self, num_params: int, ratio: float) -> None:
     """Raises ValueError (one line) for a bad setting."""
@@ -272,10 +270,7 @@ class FedSMPScheme(Scheme):
                     plan: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, FedSMPState]:
     """``w[mask] += mean`` (Alg. 2 line 16); top_k: the next round's mask."""
     indices, _ = plan
-    # The same sum as ``w.at[indices].add(mean)`` (distinct indices); a
-    # scatter-add into w made top_k's server training on the first device
-    # (``Traits.serial_server``) 1.5x slower.
-    new_w = w + masks.decompress(mean, indices, w.shape[0])
+    new_w = w.at[indices].add(mean)
     new_state = dataclasses.replace(state, round=state.round + 1)
     if self.sparsifier == "topk":
       new_state = dataclasses.replace(

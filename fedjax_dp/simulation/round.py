@@ -301,8 +301,6 @@ def make_round_fn(model: FlatModel, plan: Plan
   fast_prng.use_unrolled_threefry()
   scheme, features = plan.scheme, plan.features
   aggregate = make_aggregate_fn(model, plan)
-  server_update = (sharding.on_first_device(scheme.server_update, plan.mesh)
-                   if scheme.traits.serial_server else scheme.server_update)
 
   def round_fn(state: ServerState, data: ClientData, run_key: jax.Array,
                t: jax.Array) -> tuple[ServerState, RoundInfo]:
@@ -314,8 +312,8 @@ def make_round_fn(model: FlatModel, plan: Plan
       mean = agg.total / plan.clients_per_round
     else:
       mean = agg.total / jnp.maximum(agg.num_present, 1)  # equal |D_k|: FedAvg
-    new_w, new_scheme_state = server_update(state.weights, state.scheme_state, mean,
-                                            inputs.shared)
+    new_w, new_scheme_state = scheme.server_update(state.weights, state.scheme_state, mean,
+                                                   inputs.shared)
     at = [At(fstate, value, t=t, run_key=run_key, inputs=inputs, noise=agg.noise,
              observed=Observed(agg.total, tally, inputs.cohort.mask, agg.present, agg.noise,
                                inputs.keys.round))

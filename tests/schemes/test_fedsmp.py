@@ -73,10 +73,6 @@ def test_registry_alias_and_presets():
   for name in NEW:  # k values up, the full model down
     assert get_scheme(name).num_kept(1_663_370, 0.01) == 16_634
     assert get_scheme(name).num_downstream(1_663_370, 0.01) == 1_663_370
-  # Only top_k's server trains (on its public set): that work runs once over
-  # several devices (tests/test_sharding.py checks the round).
-  assert [get_scheme(name).traits.serial_server for name in NEW] == [False, True, False, True]
-  assert not any(SCHEMES[name].traits.serial_server for name in SCHEMES if "topk" not in name)
 
 
 # --- Local momentum SGD, reset every round. -----------------------------------
