@@ -120,6 +120,12 @@ def cpu_name(cpuinfo: str) -> str:
 def machine() -> str:
   """One line naming the host: CPU model, cores, load, JAX devices.
 
+  ``Intel Xeon (family 6, model 207, AVX-512), 2 cores (1 usable), load 1.9,
+  1 cpu device(s)``: the cores this process may use are named when its
+  affinity (``taskset``) leaves it fewer than the machine has, since a pinned
+  run's pace and numbers differ from an unpinned one's with as many devices
+  (docs/performance.md, "Two runs side by side").
+
   Imports JAX (call it after :func:`configure`); recorded with benchmark and
   reproduction results, which name the machine they were measured on.
   """
@@ -134,7 +140,9 @@ def machine() -> str:
   except OSError:
     pass
   load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-  return f"{cpu}, {os.cpu_count()} cores{load}, {devices_name(jax.devices())}"
+  cores, usable = os.cpu_count() or 1, usable_cores()
+  cores = f"{cores} cores" + (f" ({usable} usable)" if usable < cores else "")
+  return f"{cpu}, {cores}{load}, {devices_name(jax.devices())}"
 
 
 def devices_name(devices) -> str:

@@ -100,7 +100,7 @@ def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
 # The child pins itself before fedjax_dp and JAX start (as `taskset` would).
 _COUNT_DEVICES = ("import os, sys; os.sched_setaffinity(0, map(int, sys.argv[1:])); "
                   "from fedjax_dp import host_devices; host_devices.configure([]); "
-                  "import jax; print(jax.device_count())")
+                  "import jax; print(host_devices.machine()); print(jax.device_count())")
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity off Linux")
@@ -108,7 +108,9 @@ def test_a_process_pinned_to_one_core_makes_one_device_and_unpinned_one_a_core()
   """What docs/cli.md's pinned campaign queues rely on: a process pinned to
   one core (``taskset -c 0``) makes one XLA CPU device without --cpu-devices,
   and one allowed every core makes one per core (two or more here, where the
-  machine has them, so that the pinned count is not one by accident)."""
+  machine has them, so that the pinned count is not one by accident). The
+  pinned process's machine line names its one usable core, so that its
+  records tell it from an unpinned one."""
   cores = sorted(os.sched_getaffinity(0))
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags())  # no device count
 
@@ -116,7 +118,10 @@ def test_a_process_pinned_to_one_core_makes_one_device_and_unpinned_one_a_core()
     proc = subprocess.run([sys.executable, "-c", _COUNT_DEVICES, *map(str, sorted(pin))],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return int(proc.stdout.split()[-1])
+    machine, count = proc.stdout.strip().splitlines()[-2:]
+    usable = "" if len(pin) == os.cpu_count() else f" ({len(pin)} usable)"
+    assert f", {os.cpu_count()} cores{usable}, " in machine, machine
+    return int(count)
 
   assert devices({cores[0]}) == 1
   assert devices(set(cores)) == min(len(cores), host_devices.DEFAULT_MAX)

@@ -267,7 +267,8 @@ def on_accelerator(machine: str) -> bool:
 
 def machine_model(machine: str) -> str:
   """A machine line without its load: what tells runs of like pace apart
-  (``AMD EPYC (family 26, model 2, AVX-512), 2 cores, 2 cpu device(s)``)."""
+  (``AMD EPYC (family 26, model 2, AVX-512), 2 cores, 2 cpu device(s)``; a
+  pinned run's ``2 cores (1 usable)`` sets it apart)."""
   return re.sub(r", load [\d.]+", "", machine)
 
 
