@@ -122,7 +122,8 @@ def machine() -> str:
 
   ``Intel Xeon (family 6, model 207, AVX-512), 2 cores (1 usable), load 1.9,
   1 cpu device(s)``: the cores this process may use are named when its
-  affinity (``taskset``) leaves it fewer than the machine has, since a pinned
+  affinity (``taskset``, a container's cpuset) leaves it fewer than the
+  machine has (:func:`cores_name`), since a pinned
   run's pace and numbers differ from an unpinned one's with as many devices
   (docs/performance.md, "Two runs side by side").
 
@@ -140,9 +141,17 @@ def machine() -> str:
   except OSError:
     pass
   load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-  cores, usable = os.cpu_count() or 1, usable_cores()
-  cores = f"{cores} cores" + (f" ({usable} usable)" if usable < cores else "")
-  return f"{cpu}, {cores}{load}, {devices_name(jax.devices())}"
+  return f"{cpu}, {cores_name()}{load}, {devices_name(jax.devices())}"
+
+
+def cores_name() -> str:
+  """The machine's cores, and those its affinity leaves this process when
+  fewer (``2 cores (1 usable)``). A CPU time quota (``docker --cpus``) is
+  not an affinity and is not shown."""
+  usable = usable_cores()
+  # Python 3.13's -X cpu_count / PYTHON_CPU_COUNT can make os.cpu_count() smaller.
+  cores = max(os.cpu_count() or 1, usable)
+  return f"{cores} cores" + (f" ({usable} usable)" if usable < cores else "")
 
 
 def devices_name(devices) -> str:

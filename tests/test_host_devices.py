@@ -79,6 +79,16 @@ def test_devices_name_names_an_accelerator_model(devices, name):
   assert host_devices.devices_name(devices) == name
 
 
+@pytest.mark.parametrize("cpu_count, usable, name", [
+    (2, 2, "2 cores"), (2, 1, "2 cores (1 usable)"), (64, 2, "64 cores (2 usable)"),
+    (1, 2, "2 cores"),  # os.cpu_count() lowered below the affinity (-X cpu_count)
+])
+def test_cores_name_names_the_usable_cores_when_fewer(monkeypatch, cpu_count, usable, name):
+  monkeypatch.setattr(os, "cpu_count", lambda: cpu_count)
+  monkeypatch.setattr(host_devices, "usable_cores", lambda: usable)
+  assert host_devices.cores_name() == name
+
+
 def test_sweep_creates_and_shards_over_the_cpu_devices_asked_for(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags())  # no device count
   out = tmp_path / "out"
@@ -119,7 +129,7 @@ def test_a_process_pinned_to_one_core_makes_one_device_and_unpinned_one_a_core()
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     machine, count = proc.stdout.strip().splitlines()[-2:]
-    usable = "" if len(pin) == os.cpu_count() else f" ({len(pin)} usable)"
+    usable = f" ({len(pin)} usable)" if len(pin) < os.cpu_count() else ""
     assert f", {os.cpu_count()} cores{usable}, " in machine, machine
     return int(count)
 

@@ -1393,6 +1393,15 @@ def test_on_accelerator_reads_the_machine_line(machine, accelerator):
   assert paper_stats.on_accelerator(machine) is accelerator
 
 
+def test_machine_model_drops_the_load_and_keeps_the_layout():
+  """plan's pace groups: the load goes, the usable cores and devices stay."""
+  pinned = paper_stats.machine_model("Xeon (family 6), 2 cores (1 usable), load 1.3, "
+                                     "1 cpu device(s)")
+  assert pinned == "Xeon (family 6), 2 cores (1 usable), 1 cpu device(s)"
+  assert pinned != paper_stats.machine_model("Xeon (family 6), 2 cores, load 0.2, "
+                                             "1 cpu device(s)")
+
+
 def test_every_stated_reason_reaches_its_row():
   """A reason keyed to a row that does not exist (a typo'd slug) would go
   unseen: each entry of the reasons file is its row's reason, and no other
