@@ -123,9 +123,9 @@ def machine() -> str:
   ``Intel Xeon (family 6, model 207, AVX-512), 2 cores (1 usable), load 1.9,
   1 cpu device(s)``: the cores this process may use are named when its
   affinity (``taskset``, a container's cpuset) leaves it fewer than the
-  machine has (:func:`cores_name`), since a pinned
-  run's pace and numbers differ from an unpinned one's with as many devices
-  (docs/performance.md, "Two runs side by side").
+  machine has (:func:`cores_name`), since a pinned run's pace and numbers
+  differ from an unpinned one's with as many devices (docs/performance.md,
+  "Two runs side by side").
 
   Imports JAX (call it after :func:`configure`); recorded with benchmark and
   reproduction results, which name the machine they were measured on.
