@@ -356,9 +356,34 @@ def _kind(row: paper_tables.Row, images: int) -> tuple[str, int, bool]:
 class _Paces(NamedTuple):
   """What a plan's estimates go by (:func:`_paces`)."""
 
-  kept: list[_Pace]  # the kept records' paces, of machines like this one
-  where: str  # where those were kept: "on this machine", or machines of its kind
+  kept: list[_Pace]  # the kept records' paces on this machine's model (see ``where``)
+  where: str  # where ``kept`` were kept: "on this machine", or machines of its kind
   running: list[_Pace]  # the runs training on this machine now, at their pace so far
+  # The records kept on the other machines of this one's kind (``there``,
+  # "on other CPU machines"), and this machine's pace over theirs with the
+  # kinds of run compared (:func:`_scale`); empty and None where no kind of
+  # run was both kept there and kept or training here.
+  elsewhere: list[_Pace]
+  there: str
+  scale: tuple[float, int] | None
+
+
+def _median_pace(paces: list[_Pace]) -> float:
+  """The median seconds a round of the :data:`_NEWEST` newest of ``paces``."""
+  return statistics.median(p.seconds_per_round for p in _newest(paces))
+
+
+def _scale(here: list[_Pace], elsewhere: list[_Pace]) -> tuple[float, int] | None:
+  """(this machine's pace over the other machines', kinds compared): the
+  median over the kinds of run kept or training ``here`` and kept
+  ``elsewhere`` of the ratio of their paces (each the median of the newest
+  three); None without such a kind."""
+  ratios = []
+  for kind in sorted({p.kind for p in here}):
+    theirs = [p for p in elsewhere if p.kind == kind]
+    if theirs:
+      ratios.append(_median_pace([p for p in here if p.kind == kind]) / _median_pace(theirs))
+  return (statistics.median(ratios), len(ratios)) if ratios else None
 
 
 def _paces(out: str, here: str) -> _Paces:
@@ -369,7 +394,9 @@ def _paces(out: str, here: str) -> _Paces:
   (the 2-core CPU VMs of this project differed five-fold in pace, and a GPU
   run took 40-130 s where such a CPU takes hours). Also the paces so far of
   the runs a process trains now (a lock's holder is on this machine), which
-  set a scheme's pace until it keeps a record."""
+  set a scheme's pace until it keeps a record. Where a kind of run was kept
+  on the other machines of its kind and kept or training here, their
+  records count too, scaled by this machine's pace over theirs."""
   paces, running, index = [], [], paper_runner.record_index(out)
   for table in paper_tables.tables().values():
     for row in table.rows:
@@ -385,12 +412,16 @@ def _paces(out: str, here: str) -> _Paces:
             running.append(pace)
   model = paper_stats.machine_model(here)
   same = [p for m, p in paces if paper_stats.machine_model(m) == model]
-  if same:
-    return _Paces(same, "on this machine", running)
   accelerator = paper_stats.on_accelerator(here)
-  kind = "accelerator" if accelerator else "CPU"
-  return _Paces([p for m, p in paces if paper_stats.on_accelerator(m) == accelerator],
-                f"on other {kind} machines", running)
+  there = f"on other {'accelerator' if accelerator else 'CPU'} machines"
+  others = [p for m, p in paces if paper_stats.machine_model(m) != model
+            and paper_stats.on_accelerator(m) == accelerator]
+  scale = _scale(same + running, others)
+  if scale is not None:
+    return _Paces(same, "on this machine", running, others, there, scale)
+  if same:
+    return _Paces(same, "on this machine", running, [], there, None)
+  return _Paces(others, there, running, [], there, None)
 
 
 def _pace(paces: _Paces, table: paper_tables.Table, row: paper_tables.Row,
@@ -399,30 +430,50 @@ def _pace(paces: _Paces, table: paper_tables.Table, row: paper_tables.Row,
   on, the first of: the row's kept seeds; kept runs of its scheme and size
   (attacked or not, as it is); the runs of its scheme and size training
   now, at their pace so far (a scheme's first run sets its pace before it
-  lands); kept runs of its size; runs of its size training now; every kept
-  run's seconds per image. Each kept pace is the median of the
-  :data:`_NEWEST` newest such records, so the estimate follows the code's
-  pace as it changes. None without a kept or running run."""
+  lands); kept runs of its size; runs of its size training now; the runs of
+  its scheme and size, then of its size, kept on other machines, scaled by
+  this machine's pace over theirs (``paces.scale``); every kept run's
+  seconds per image. Each kept pace is the median of the :data:`_NEWEST`
+  newest such records, so the estimate follows the code's pace as it
+  changes. None without a kept or running run."""
   scheme, _, attacked = kind = _kind(row, images)
-  alike = [p for p in paces.kept if p.kind[2] == attacked]
-  what = "attacked runs" if attacked else "runs without attack"
-  if not alike:
-    alike, what = paces.kept, "runs"
+  alike, what = _alike(paces.kept, attacked)
+  elsewhere, what_elsewhere = _alike(paces.elsewhere, attacked)
+  factor = paces.scale[0] if paces.scale else 1.0
+  there = f"kept {paces.there}, times {factor:.2f}"
   now = "training now, so far"
-  for chosen, basis in (
+  for chosen, basis, times in (
       ([p for p in paces.kept if (p.table, p.slug, p.kind) == (table.name, row.slug, kind)],
-       "its kept seeds"),
-      ([p for p in alike if p.kind == kind], f"the kept {scheme} {what} of its size"),
-      ([p for p in paces.running if p.kind == kind], f"the {scheme} runs of its size {now}"),
-      ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size"),
-      ([p for p in paces.running if p.kind[1:] == kind[1:]], f"the runs of its size {now}")):
+       "its kept seeds", 1.0),
+      ([p for p in alike if p.kind == kind], f"the kept {scheme} {what} of its size", 1.0),
+      ([p for p in paces.running if p.kind == kind],
+       f"the {scheme} runs of its size {now}", 1.0),
+      ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size", 1.0),
+      ([p for p in paces.running if p.kind[1:] == kind[1:]], f"the runs of its size {now}",
+       1.0),
+      ([p for p in elsewhere if p.kind == kind],
+       f"the {scheme} {what_elsewhere} of its size {there}", factor),
+      ([p for p in elsewhere if p.kind[1:] == kind[1:]],
+       f"the {what_elsewhere} of its size {there}", factor)):
     if chosen:
-      return (statistics.median(p.seconds_per_round for p in _newest(chosen)),
-              f"{basis} ({_count(chosen)})")
-  if not alike:
-    return None
-  per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(alike))
-  return images * per_image, f"the kept {what}, scaled by size ({_count(alike)})"
+      return _median_pace(chosen) * times, f"{basis} ({_count(chosen)})"
+  if alike:
+    per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(alike))
+    return images * per_image, f"the kept {what}, scaled by size ({_count(alike)})"
+  if elsewhere:
+    per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(elsewhere))
+    return (images * per_image * factor,
+            f"the {what_elsewhere} {there}, scaled by size ({_count(elsewhere)})")
+  return None
+
+
+def _alike(paces: list[_Pace], attacked: bool) -> tuple[list[_Pace], str]:
+  """The attacked ``paces`` for an attacked run, the others for one without
+  an attack, and their name; all of them, "runs", where there are none."""
+  alike = [p for p in paces if p.kind[2] == attacked]
+  if alike:
+    return alike, "attacked runs" if attacked else "runs without attack"
+  return paces, "runs"
 
 
 def _count(paces: list[_Pace]) -> str:
@@ -474,11 +525,22 @@ def _plan(path: str, out: str) -> int:
           continue
         hours += left / 3600
   runs = f"{len(planned)} run{'' if len(planned) == 1 else 's'}"
-  basis = (f"the paces of the records kept {paces.where}" if paces.kept
-           else "the kept records' paces")
+  basis = _basis(paces)
   print(f"{runs} to go: about {hours:.1f} run-hours at {basis}"
         + (f", and {without} without an estimate" if without else ""))
   return 0
+
+
+def _basis(paces: _Paces) -> str:
+  """What a plan's sum counts at (its last line)."""
+  if paces.scale is None:
+    return (f"the paces of the records kept {paces.where}" if paces.kept
+            else "the kept records' paces")
+  factor, compared = paces.scale
+  ours = "the records kept on this machine" if paces.kept else "the runs training on this machine"
+  return (f"the paces of {ours} and of the records kept {paces.there} times {factor:.2f} "
+          f"(this machine's pace over theirs on {compared} kind{'' if compared == 1 else 's'} "
+          "of run both have)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1315,15 +1315,18 @@ def test_plan_of_other_settings_attacked_rows_and_a_bad_queue(tmp_path, capsys, 
   assert captured.out == "" and ":1:" in captured.err
 
 
-def test_plan_paces_a_scheme_by_its_run_training_now_until_one_is_kept(tmp_path, capsys):
-  """plan: before a scheme keeps a record, the run of it training now (its
-  lock held on this machine) sets the pace of the scheme's other rows, and
-  of other schemes' rows of its size (Fed-SMP top_k's server training makes
-  its rounds several times rand_k's); an interrupted checkpoint does not (its
-  machine is unknown), and a kept record of the scheme outranks it."""
+def test_plan_paces_a_scheme_by_its_run_training_now_until_one_is_kept(tmp_path, capsys,
+                                                                      monkeypatch):
+  """plan: before a scheme keeps a record here, the run of it training now
+  (its lock held on this machine) sets the pace of the scheme's other rows,
+  and of other schemes' rows of its size (Fed-SMP top_k's server training
+  makes its rounds several times rand_k's); an interrupted checkpoint does
+  not (its machine is unknown), and a record of the scheme kept on this
+  machine outranks it."""
   import numpy as np
-  from fedjax_dp import checkpoint
+  from fedjax_dp import checkpoint, host_devices
 
+  monkeypatch.setattr(host_devices, "machine", lambda: _HERE.format(0.3))
   table1 = paper_tables.get_table("fedsmp-table1")
   [topk] = table1.select(["Fed-SMP-topk_r0.001"])
   queue = tmp_path / "q.txt"
@@ -1346,15 +1349,71 @@ def test_plan_paces_a_scheme_by_its_run_training_now_until_one_is_kept(tmp_path,
       "fedsmp FedAvg-randk r=0.5% seed 0: no estimate (no kept record to go by)",
       "3 runs to go: about 10.0 run-hours at the kept records' paces, and 1 without an "
       "estimate"]
-  # A kept Fed-SMP-topk record (3 rounds in 7 s) outranks the run training now.
+  # A Fed-SMP-topk record (3 rounds in 7 s) kept here outranks the run training now.
   [topk1] = table1.select(["Fed-SMP-topk_r0.01"])
-  paper_runner.run_row(table1, topk1, 0, tmp_path, _fake_sweep([]), "x")
+  paper_runner.run_row(table1, topk1, 0, tmp_path, _fake_sweep([]), _HERE.format(1.1))
   with runlock.hold(paper_runner.lock_path(work)):
     assert plan() == 0
     out = capsys.readouterr().out.splitlines()
   assert out[0] == (f"fedsmp-table1 Fed-SMP-topk r=0.5% seed 0: about {200 * 7 / 3 / 3600:.1f} h "
                     "(200 rounds at the pace of the kept Fed-SMP-topk runs without attack of "
                     "its size (1))")
+
+
+def test_plan_scales_other_machines_records_by_this_ones_pace(tmp_path, capsys, monkeypatch):
+  """plan on a machine with no record of a kind of run: the records kept on
+  other machines count, times this machine's pace over theirs on the kinds
+  of run both have (its runs training now, then its kept records); without
+  such a kind they count as they are (the tests above)."""
+  import numpy as np
+  from fedjax_dp import checkpoint, host_devices
+
+  monkeypatch.setattr(host_devices, "machine", lambda: _HERE.format(0.3))
+  table1 = paper_tables.get_table("fedsmp-table1")
+  t53 = paper_tables.get_table("thesis-5.3")
+  # Kept on another machine: Fed-SMP-topk r=1% (3 rounds in 6 s) and
+  # thesis 5.3's FL-CS-DP r=5% (3 rounds in 12 s).
+  [topk1] = table1.select(["Fed-SMP-topk_r0.01"])
+  paper_runner.run_row(table1, topk1, 0, tmp_path, _fake_sweep([], seconds=6.0), "y")
+  [cs] = t53.select(["FL-CS-DP_r0.05"])
+  paper_runner.run_row(t53, cs, 0, tmp_path, _fake_sweep([], seconds=12.0), "y")
+  queue = tmp_path / "q.txt"
+  queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 1\n"
+                   "thesis-5.3 --rows FL-FREQ-DP_r0.05\n")
+  plan = lambda: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
+  # Nothing here yet: the other machine's records count as they are.
+  assert plan() == 0
+  assert capsys.readouterr().out.splitlines()[-1] == (
+      f"2 runs to go: about {2 * 200 * 4 / 3600:.1f} run-hours at the paces of the records "
+      "kept on other CPU machines")
+  # Fed-SMP-topk r=0.1% training here at 3 s a round (20 rounds in 60 s),
+  # 1.5 times the other machine's 2 s: its FL-CS-DP pace of 4 s counts 6 s.
+  [topk] = table1.select(["Fed-SMP-topk_r0.001"])
+  work = paper_runner.work_dir(tmp_path, table1, topk, 0)
+  checkpoint.save(work / ".checkpoints" / "Fed-SMP-topk-r0.001.npz", "k",
+                  checkpoint.Saved(20, {"w": np.zeros(3)}, [], (0,), [], 60.0))
+  with runlock.hold(paper_runner.lock_path(work)):
+    assert plan() == 0
+    out = capsys.readouterr().out.splitlines()
+  there = "kept on other CPU machines, times 1.50"
+  assert out == [
+      f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 6 / 3600:.1f} h (200 rounds at the pace "
+      f"of the FL-CS-DP runs without attack of its size {there} (1))",
+      f"thesis-5.3 FL-FREQ-DP r=5% seed 0: about {200 * 6 / 3600:.1f} h (200 rounds at the "
+      f"pace of the runs without attack of its size {there} (1))",
+      f"2 runs to go: about {2 * 200 * 6 / 3600:.1f} run-hours at the paces of the runs "
+      "training on this machine and of the records kept on other CPU machines times 1.50 "
+      "(this machine's pace over theirs on 1 kind of run both have)"]
+  # A record of the kind kept here sets the factor as well (3 rounds in 4.5 s
+  # over the other machine's 6 s: 0.75), and its own rows' pace.
+  paper_runner.run_row(t53, cs, 2, tmp_path, _fake_sweep([], seconds=9.0), _HERE.format(1.0))
+  assert plan() == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0] == (f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 3 / 3600:.1f} h (200 "
+                    "rounds at the pace of its kept seeds (1))")
+  assert out[-1].endswith("at the paces of the records kept on this machine and of the "
+                          "records kept on other CPU machines times 0.75 (this machine's "
+                          "pace over theirs on 1 kind of run both have)")
 
 
 def test_fedsmp_claim_line_weighs_one_seed_per_ratio():
