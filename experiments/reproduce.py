@@ -356,16 +356,20 @@ def _kind(row: paper_tables.Row, images: int) -> tuple[str, int, bool]:
 class _Paces(NamedTuple):
   """What a plan's estimates go by (:func:`_paces`)."""
 
-  kept: list[_Pace]  # the kept records' paces on this machine's model (see ``where``)
-  where: str  # where ``kept`` were kept: "on this machine", or machines of its kind
+  kept: list[_Pace]  # the records kept on this machine's model
   running: list[_Pace]  # the runs training on this machine now, at their pace so far
-  # The records kept on the other machines of this one's kind (``there``,
-  # "on other CPU machines"), and this machine's pace over theirs with the
-  # kinds of run compared (:func:`_scale`); empty and None where no kind of
-  # run was both kept there and kept or training here.
+  # The records kept on the other machines of this one's kind (``there``:
+  # "on other CPU machines"), each scaled by its machine's factor, or as
+  # they are where no factor was measured (``factors`` empty).
   elsewhere: list[_Pace]
   there: str
-  scale: tuple[float, int] | None
+  factors: list[float]  # this machine's pace over each other machine's (:func:`_factor`)
+  compared: int  # the kinds of run the factors were measured on
+
+
+#: A run training now enters a machine's factor from this round on (the
+#: first rounds' time includes compiling).
+_SETTLED_ROUNDS = 5
 
 
 def _median_pace(paces: list[_Pace]) -> float:
@@ -373,31 +377,36 @@ def _median_pace(paces: list[_Pace]) -> float:
   return statistics.median(p.seconds_per_round for p in _newest(paces))
 
 
-def _scale(here: list[_Pace], elsewhere: list[_Pace]) -> tuple[float, int] | None:
-  """(this machine's pace over the other machines', kinds compared): the
-  median over the kinds of run kept or training ``here`` and kept
-  ``elsewhere`` of the ratio of their paces (each the median of the newest
-  three); None without such a kind."""
+def _factor(mine: list[_Pace], theirs: list[_Pace]) -> tuple[float, int] | None:
+  """(this machine's pace over another's, the kinds of run compared): the
+  median, over the kinds of run in both ``mine`` and ``theirs`` (the other
+  machine's records), of the ratio of their paces, each the median of the
+  newest three; None without such a kind."""
   ratios = []
-  for kind in sorted({p.kind for p in here}):
-    theirs = [p for p in elsewhere if p.kind == kind]
-    if theirs:
-      ratios.append(_median_pace([p for p in here if p.kind == kind]) / _median_pace(theirs))
+  for kind in {p.kind for p in mine} & {p.kind for p in theirs}:
+    ours = _median_pace([p for p in mine if p.kind == kind])
+    other = _median_pace([p for p in theirs if p.kind == kind])
+    if ours > 0 and other > 0:  # a record without its seconds says nothing
+      ratios.append(ours / other)
   return (statistics.median(ratios), len(ratios)) if ratios else None
 
 
 def _paces(out: str, here: str) -> _Paces:
   """The paces of the records kept in ``out``, each run once (a record
-  reused from another table's run is left out), and where they were kept:
-  on this machine's model (``here``, a ``host_devices.machine`` line) when
-  any was, else on machines of its kind, with an accelerator or without
-  (the 2-core CPU VMs of this project differed five-fold in pace, and a GPU
-  run took 40-130 s where such a CPU takes hours). Also the paces so far of
-  the runs a process trains now (a lock's holder is on this machine), which
-  set a scheme's pace until it keeps a record. Where a kind of run was kept
-  on the other machines of its kind and kept or training here, their
-  records count too, scaled by this machine's pace over theirs."""
-  paces, running, index = [], [], paper_runner.record_index(out)
+  reused from another table's run is left out): those kept on this
+  machine's model (``here``, a ``host_devices.machine`` line), and those of
+  the other machines of its kind, with an accelerator or without (the
+  2-core CPU VMs of this project differed five-fold in pace, and a GPU run
+  took 40-130 s where such a CPU takes hours). Also the paces so far of the
+  runs a process trains now (a lock's holder is on this machine), which set
+  a scheme's pace until it keeps a record here.
+
+  Another machine's records count scaled by this machine's pace over its
+  own, measured on the kinds of run it kept that this machine kept or is
+  training (past :data:`_SETTLED_ROUNDS`). Where no other machine has such
+  a kind, their records count as they are if this machine kept none, and
+  not at all if it kept some."""
+  paces, running, settled, index = [], [], [], paper_runner.record_index(out)
   for table in paper_tables.tables().values():
     for row in table.rows:
       for state in paper_runner.run_states(out, table, row, index):
@@ -410,18 +419,28 @@ def _paces(out: str, here: str) -> _Paces:
             paces.append((state.machine, pace))
           else:
             running.append(pace)
+            if state.round >= _SETTLED_ROUNDS:
+              settled.append(pace)
   model = paper_stats.machine_model(here)
-  same = [p for m, p in paces if paper_stats.machine_model(m) == model]
   accelerator = paper_stats.on_accelerator(here)
+  same, others = [], {}
+  for machine, pace in paces:
+    if paper_stats.machine_model(machine) == model:
+      same.append(pace)
+    elif paper_stats.on_accelerator(machine) == accelerator:
+      others.setdefault(paper_stats.machine_model(machine), []).append(pace)
   there = f"on other {'accelerator' if accelerator else 'CPU'} machines"
-  others = [p for m, p in paces if paper_stats.machine_model(m) != model
-            and paper_stats.on_accelerator(m) == accelerator]
-  scale = _scale(same + running, others)
-  if scale is not None:
-    return _Paces(same, "on this machine", running, others, there, scale)
-  if same:
-    return _Paces(same, "on this machine", running, [], there, None)
-  return _Paces(others, there, running, [], there, None)
+  scaled, factors, compared = [], [], 0
+  for theirs in others.values():
+    if (measured := _factor(same + settled, theirs)) is not None:
+      factors.append(measured[0])
+      compared += measured[1]
+      scaled += [p._replace(seconds_per_round=p.seconds_per_round * measured[0])
+                 for p in theirs]
+  if factors:
+    return _Paces(same, running, scaled, there, factors, compared)
+  as_kept = [] if same else [p for theirs in others.values() for p in theirs]
+  return _Paces(same, running, as_kept, there, [], 0)
 
 
 def _pace(paces: _Paces, table: paper_tables.Table, row: paper_tables.Row,
@@ -430,40 +449,35 @@ def _pace(paces: _Paces, table: paper_tables.Table, row: paper_tables.Row,
   on, the first of: the row's kept seeds; kept runs of its scheme and size
   (attacked or not, as it is); the runs of its scheme and size training
   now, at their pace so far (a scheme's first run sets its pace before it
-  lands); kept runs of its size; runs of its size training now; the runs of
-  its scheme and size, then of its size, kept on other machines, scaled by
-  this machine's pace over theirs (``paces.scale``); every kept run's
-  seconds per image. Each kept pace is the median of the :data:`_NEWEST`
-  newest such records, so the estimate follows the code's pace as it
-  changes. None without a kept or running run."""
+  lands); kept runs of its size; runs of its size training now; then the
+  same three kinds of record kept on the other machines (``paces.elsewhere``,
+  scaled to this one where measured); every run kept here, then every run
+  kept on the other machines, scaled by size (seconds per image). Each kept
+  pace is the median of the :data:`_NEWEST` newest such records, so the
+  estimate follows the code's pace as it changes. None without a kept or
+  running run."""
   scheme, _, attacked = kind = _kind(row, images)
   alike, what = _alike(paces.kept, attacked)
-  elsewhere, what_elsewhere = _alike(paces.elsewhere, attacked)
-  factor = paces.scale[0] if paces.scale else 1.0
-  there = f"kept {paces.there}, times {factor:.2f}"
+  far, what_far = _alike(paces.elsewhere, attacked)
+  there = f"kept {paces.there}" + (", scaled to this one" if paces.factors else "")
   now = "training now, so far"
-  for chosen, basis, times in (
-      ([p for p in paces.kept if (p.table, p.slug, p.kind) == (table.name, row.slug, kind)],
-       "its kept seeds", 1.0),
-      ([p for p in alike if p.kind == kind], f"the kept {scheme} {what} of its size", 1.0),
-      ([p for p in paces.running if p.kind == kind],
-       f"the {scheme} runs of its size {now}", 1.0),
-      ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size", 1.0),
-      ([p for p in paces.running if p.kind[1:] == kind[1:]], f"the runs of its size {now}",
-       1.0),
-      ([p for p in elsewhere if p.kind == kind],
-       f"the {scheme} {what_elsewhere} of its size {there}", factor),
-      ([p for p in elsewhere if p.kind[1:] == kind[1:]],
-       f"the {what_elsewhere} of its size {there}", factor)):
+  run = (table.name, row.slug, kind)
+  this_row = lambda paces_of: [p for p in paces_of if (p.table, p.slug, p.kind) == run]
+  for chosen, basis in (
+      (this_row(paces.kept), "its kept seeds"),
+      ([p for p in alike if p.kind == kind], f"the kept {scheme} {what} of its size"),
+      ([p for p in paces.running if p.kind == kind], f"the {scheme} runs of its size {now}"),
+      ([p for p in alike if p.kind[1:] == kind[1:]], f"the kept {what} of its size"),
+      ([p for p in paces.running if p.kind[1:] == kind[1:]], f"the runs of its size {now}"),
+      (this_row(paces.elsewhere), f"its seeds {there}"),
+      ([p for p in far if p.kind == kind], f"the {scheme} {what_far} of its size {there}"),
+      ([p for p in far if p.kind[1:] == kind[1:]], f"the {what_far} of its size {there}")):
     if chosen:
-      return _median_pace(chosen) * times, f"{basis} ({_count(chosen)})"
-  if alike:
-    per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(alike))
-    return images * per_image, f"the kept {what}, scaled by size ({_count(alike)})"
-  if elsewhere:
-    per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(elsewhere))
-    return (images * per_image * factor,
-            f"the {what_elsewhere} {there}, scaled by size ({_count(elsewhere)})")
+      return _median_pace(chosen), f"{basis} ({_count(chosen)})"
+  for pool, basis in ((alike, f"the kept {what}"), (far, f"the {what_far} {there}")):
+    if pool:
+      per_image = statistics.median(p.seconds_per_round / p.kind[1] for p in _newest(pool))
+      return images * per_image, f"{basis}, scaled by size ({_count(pool)})"
   return None
 
 
@@ -533,14 +547,18 @@ def _plan(path: str, out: str) -> int:
 
 def _basis(paces: _Paces) -> str:
   """What a plan's sum counts at (its last line)."""
-  if paces.scale is None:
-    return (f"the paces of the records kept {paces.where}" if paces.kept
+  if not paces.factors:
+    where = "on this machine" if paces.kept else paces.there
+    return (f"the paces of the records kept {where}" if paces.kept or paces.elsewhere
             else "the kept records' paces")
-  factor, compared = paces.scale
-  ours = "the records kept on this machine" if paces.kept else "the runs training on this machine"
-  return (f"the paces of {ours} and of the records kept {paces.there} times {factor:.2f} "
-          f"(this machine's pace over theirs on {compared} kind{'' if compared == 1 else 's'} "
-          "of run both have)")
+  ours = {(True, True): "the records kept or training on this machine",
+          (True, False): "the records kept on this machine",
+          (False, True): "the runs training on this machine"}[bool(paces.kept), bool(paces.running)]
+  machines = len(paces.factors)
+  return (f"the paces of {ours} and of the records kept {paces.there}, times this machine's "
+          f"pace over theirs ({', '.join(f'{f:.2f}' for f in sorted(paces.factors))} on {machines} "
+          f"machine{'' if machines == 1 else 's'}, from {paces.compared} kind"
+          f"{'' if paces.compared == 1 else 's'} of run both have)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1237,13 +1237,13 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
   signsgd = 200 * _PACE * (3 * 6000 * 10 + 10_000) / (3 * 100 * 5 * 10 + 10_000)
   assert out == [
       f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * _PACE / 3600:.1f} h (200 rounds at the "
-      "pace of its kept seeds (1))",
+      "pace of its seeds kept on other CPU machines (1))",
       f"thesis-5.3 FL-CS-DP r=5% seed 2: about {150 * 12 / 3600:.1f} h (at round 50/200, "
       "interrupted; at its pace so far)",
       f"thesis-5.3 FL-RND-DP r=5% seed 1: about {200 * _PACE / 3600:.1f} h (200 rounds at the "
-      "pace of the kept runs without attack of its size (2))",
+      "pace of the runs without attack of its size kept on other CPU machines (2))",
       f"thesis-4.2 signSGD seed 0: about {signsgd / 3600:.1f} h (200 rounds at the pace of "
-      "the kept runs without attack, scaled by size (2))",
+      "the runs without attack kept on other CPU machines, scaled by size (2))",
       f"4 runs to go: about {(2 * 200 * _PACE + 1800 + signsgd) / 3600:.1f} run-hours at the "
       "paces of the records kept on other CPU machines"]
   assert signsgd / 3600 > 0.5  # the sizes differ 7.6-fold: the estimate shows it
@@ -1300,7 +1300,7 @@ def test_plan_of_other_settings_attacked_rows_and_a_bad_queue(tmp_path, capsys, 
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[0] == (
       f"thesis-5.3 FL-CS-DP r=5% seed 2: about {100 * _PACE / 3600:.1f} h (100 rounds at the "
-      "pace of its kept seeds (1))")
+      "pace of its seeds kept on other CPU machines (1))")
   queue.write_text("thesis-6.7 --reduced --rows FL-STD_alpha0.1 FL-SIGN_alpha0.1\n")
   t67 = paper_tables.get_table("thesis-6.7")
   [std67] = t67.select(["FL-STD_alpha0.1"])
@@ -1308,7 +1308,7 @@ def test_plan_of_other_settings_attacked_rows_and_a_bad_queue(tmp_path, capsys, 
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[0] == (
       "thesis-6.7 FL-SIGN alpha=0.1 seed 0 (reduced): about 0.0 h (10 rounds at the pace of "
-      "the kept attacked runs of its size (1))")
+      "the attacked runs of its size kept on other CPU machines (1))")
   queue.write_text("thesis-5.3 --rows nothing\n")
   assert plan(queue) == 2
   captured = capsys.readouterr()
@@ -1361,59 +1361,76 @@ def test_plan_paces_a_scheme_by_its_run_training_now_until_one_is_kept(tmp_path,
 
 
 def test_plan_scales_other_machines_records_by_this_ones_pace(tmp_path, capsys, monkeypatch):
-  """plan on a machine with no record of a kind of run: the records kept on
-  other machines count, times this machine's pace over theirs on the kinds
-  of run both have (its runs training now, then its kept records); without
-  such a kind they count as they are (the tests above)."""
+  """plan: each other machine's records count times this machine's pace over
+  that machine's, measured on the kinds of run both have (runs kept here or
+  training here past their first rounds); a machine without such a kind
+  drops out. Where no machine has one, their records count as they are."""
   import numpy as np
   from fedjax_dp import checkpoint, host_devices
 
   monkeypatch.setattr(host_devices, "machine", lambda: _HERE.format(0.3))
   table1 = paper_tables.get_table("fedsmp-table1")
   t53 = paper_tables.get_table("thesis-5.3")
-  # Kept on another machine: Fed-SMP-topk r=1% (3 rounds in 6 s) and
-  # thesis 5.3's FL-CS-DP r=5% (3 rounds in 12 s).
-  [topk1] = table1.select(["Fed-SMP-topk_r0.01"])
-  paper_runner.run_row(table1, topk1, 0, tmp_path, _fake_sweep([], seconds=6.0), "y")
-  [cs] = t53.select(["FL-CS-DP_r0.05"])
-  paper_runner.run_row(t53, cs, 0, tmp_path, _fake_sweep([], seconds=12.0), "y")
+  # Machine y: Fed-SMP-topk r=1% at 2 s a round, FL-CS-DP r=5% at 4 s;
+  # machine z: Fed-SMP-topk r=10% at 1 s (3 rounds in 3 s).
+  for table, slug, seconds, machine in ((table1, "Fed-SMP-topk_r0.01", 6.0, "y"),
+                                        (t53, "FL-CS-DP_r0.05", 12.0, "y"),
+                                        (table1, "Fed-SMP-topk_r0.1", 3.0, "z")):
+    [row] = table.select([slug])
+    paper_runner.run_row(table, row, 0, tmp_path, _fake_sweep([], seconds=seconds), machine)
   queue = tmp_path / "q.txt"
   queue.write_text("thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 1\n"
-                   "thesis-5.3 --rows FL-FREQ-DP_r0.05\n")
+                   "thesis-5.3 --rows FL-FREQ-DP_r0.05\n"
+                   "thesis-4.2 --rows signSGD\n")
   plan = lambda: _script_main()(["plan", str(queue), "--out", str(tmp_path)])
-  # Nothing here yet: the other machine's records count as they are.
-  assert plan() == 0
-  assert capsys.readouterr().out.splitlines()[-1] == (
-      f"2 runs to go: about {2 * 200 * 4 / 3600:.1f} run-hours at the paces of the records "
-      "kept on other CPU machines")
-  # Fed-SMP-topk r=0.1% training here at 3 s a round (20 rounds in 60 s),
-  # 1.5 times the other machine's 2 s: its FL-CS-DP pace of 4 s counts 6 s.
   [topk] = table1.select(["Fed-SMP-topk_r0.001"])
   work = paper_runner.work_dir(tmp_path, table1, topk, 0)
-  checkpoint.save(work / ".checkpoints" / "Fed-SMP-topk-r0.001.npz", "k",
-                  checkpoint.Saved(20, {"w": np.zeros(3)}, [], (0,), [], 60.0))
-  with runlock.hold(paper_runner.lock_path(work)):
-    assert plan() == 0
-    out = capsys.readouterr().out.splitlines()
-  there = "kept on other CPU machines, times 1.50"
+
+  def training(rounds, seconds):
+    """plan's lines while Fed-SMP-topk r=0.1% trains here."""
+    checkpoint.save(work / ".checkpoints" / "Fed-SMP-topk-r0.001.npz", "k",
+                    checkpoint.Saved(rounds, {"w": np.zeros(3)}, [], (0,), [], seconds))
+    with runlock.hold(paper_runner.lock_path(work)):
+      assert plan() == 0
+      return capsys.readouterr().out.splitlines()
+
+  # Round 2 of 3 s rounds, compiling included: no factor yet, the records
+  # count as they are.
+  out = training(2, 6.0)
+  assert out[0] == (f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 4 / 3600:.1f} h (200 "
+                    "rounds at the pace of its seeds kept on other CPU machines (1))")
+  assert out[-1].endswith("at the paces of the records kept on other CPU machines")
+  # Round 20 at 3 s a round: 1.5 times y's pace, 3 times z's. FL-CS-DP and
+  # FL-FREQ-DP go by y's FL-CS-DP, 6 s; signSGD's 190,000 images a round by
+  # the median second an image of the three (Fed-SMP-topk's 70,000 images in
+  # 3 s at either factor).
+  out = training(20, 60.0)
+  scaled = "kept on other CPU machines, scaled to this one"
   assert out == [
       f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 6 / 3600:.1f} h (200 rounds at the pace "
-      f"of the FL-CS-DP runs without attack of its size {there} (1))",
+      f"of its seeds {scaled} (1))",
       f"thesis-5.3 FL-FREQ-DP r=5% seed 0: about {200 * 6 / 3600:.1f} h (200 rounds at the "
-      f"pace of the runs without attack of its size {there} (1))",
-      f"2 runs to go: about {2 * 200 * 6 / 3600:.1f} run-hours at the paces of the runs "
-      "training on this machine and of the records kept on other CPU machines times 1.50 "
-      "(this machine's pace over theirs on 1 kind of run both have)"]
-  # A record of the kind kept here sets the factor as well (3 rounds in 4.5 s
-  # over the other machine's 6 s: 0.75), and its own rows' pace.
+      f"pace of the runs without attack of its size {scaled} (1))",
+      f"thesis-4.2 signSGD seed 0: about {200 * 190_000 * 3 / 70_000 / 3600:.1f} h (200 rounds "
+      f"at the pace of the runs without attack {scaled}, scaled by size (3))",
+      f"3 runs to go: about {(2 * 200 * 6 + 200 * 190_000 * 3 / 70_000) / 3600:.1f} run-hours "
+      "at the paces of the runs training on this machine and of the records kept on other "
+      "CPU machines, times this machine's pace over theirs (1.50, 3.00 on 2 machines, from 2 "
+      "kinds of run both have)"]
+  # An FL-CS-DP record kept here, 3 s a round, is 0.75 times y's pace; z has
+  # no kind of run in common with this machine and drops out.
+  [cs] = t53.select(["FL-CS-DP_r0.05"])
   paper_runner.run_row(t53, cs, 2, tmp_path, _fake_sweep([], seconds=9.0), _HERE.format(1.0))
   assert plan() == 0
   out = capsys.readouterr().out.splitlines()
   assert out[0] == (f"thesis-5.3 FL-CS-DP r=5% seed 1: about {200 * 3 / 3600:.1f} h (200 "
                     "rounds at the pace of its kept seeds (1))")
+  assert out[2] == (f"thesis-4.2 signSGD seed 0: about {200 * 190_000 * 3 / 25_000 / 3600:.1f} "
+                    "h (200 rounds at the pace of the kept runs without attack, scaled by size "
+                    "(1))")
   assert out[-1].endswith("at the paces of the records kept on this machine and of the "
-                          "records kept on other CPU machines times 0.75 (this machine's "
-                          "pace over theirs on 1 kind of run both have)")
+                          "records kept on other CPU machines, times this machine's pace over "
+                          "theirs (0.75 on 1 machine, from 1 kind of run both have)")
 
 
 def test_fedsmp_claim_line_weighs_one_seed_per_ratio():
