@@ -95,8 +95,8 @@ def table_markdown(table: Table, records: dict[str, list[dict]]
   if table.claim and summaries:
     lines += ["", f"Claim: {table.claim}. Ours: {claim_check(summaries)}."]
     if single := sum(len(s.seeds) == 1 for s in summaries):
-      lines[-1] += (f" {single} of {len(summaries)} rows run at one seed: a rise or a fall "
-                    "smaller than the spread between seeds is no evidence of the shape.")
+      lines[-1] += (f" {single} of {len(summaries)} rows run at one seed: a rise, a fall or a "
+                    "gap smaller than the spread between seeds is no evidence of them.")
   shared = [f"{r.name} ({twins[0]['same_run_as'].split('/')[0]})" for r in table.rows
             if (twins := [k for k in records.get(r.slug, []) if "same_run_as" in k])]
   if shared:

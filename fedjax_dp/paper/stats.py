@@ -6,7 +6,8 @@ seeds, each seed's best round and epsilon, where the run settled, what was
 still moving when a reduced run stopped; :attr:`Summary.verdict` says whether
 it is within :data:`TOLERANCE` of the paper's figure, or why not.
 :func:`claim_check` checks a table's claim about the curve over r (Fed-SMP
-Table I / Fig. 3).
+Table I / Fig. 3) and, where the table runs them, against DP-FedAvg and
+FedAvg (Tables I-III).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import re
 import statistics
 
-from fedjax_dp.paper.tables import Row
+from fedjax_dp.paper.tables import DP_FEDAVG, FEDAVG, Row
 from fedjax_dp.simulation import record as record_lib
 
 TOLERANCE = 0.03
@@ -390,13 +391,48 @@ def ratio_curves(summaries: list[Summary]) -> dict[str, list[tuple[float, float,
           for scheme in dict.fromkeys(s.row.scheme for s in summaries)}
 
 
+def _within_noise(gaps: dict[str, float], noise: float | None) -> str:
+  """The clause naming the ``gaps`` (name: size) no larger than ``noise``,
+  the widest spread between one row's seeds; empty where none is, or the
+  spread is unknown."""
+  weak = [name for name, d in gaps.items() if noise is not None and abs(d) <= noise + 1e-9]
+  if not weak:
+    return ""
+  return (f", the {' and the '.join(weak)} within the widest spread between one row's seeds "
+          f"({noise:.3f}): no evidence of {'them' if len(weak) > 1 else 'it'}")
+
+
+def _against_baselines(summaries: list[Summary], noise: float | None) -> list[str]:
+  """Fed-SMP Tables I-III's comparison (Sec. 6.3, l.181-183): each private
+  sparsifier's best over its ratios below 1 against DP-FedAvg (Fed-SMP-rand_k
+  at r = 1: the same sigma, q and T, so the same final epsilon), and
+  DP-FedAvg against FedAvg; empty without a DP-FedAvg row."""
+  tagged = {s.row.tag: s for s in summaries if s.row.tag in (DP_FEDAVG, FEDAVG)}
+  if (dp := tagged.get(DP_FEDAVG)) is None:
+    return []
+  sparse = [s for s in summaries if s.epsilon is not None and s.row.ratio < 1]
+  parts = []
+  for scheme in dict.fromkeys(s.row.scheme for s in sparse):
+    best = max((s for s in sparse if s.row.scheme == scheme), key=lambda s: s.accuracy)
+    gap = best.accuracy - dp.accuracy
+    parts.append(f"{scheme} at its best r ({best.row.ratio:g}, {best.accuracy:.3f}) is "
+                 f"{abs(gap):.3f} {'above' if gap > 0 else 'below'} DP-FedAvg "
+                 f"({dp.accuracy:.3f})" + _within_noise({"gap": gap}, noise))
+  if (plain := tagged.get(FEDAVG)) is not None:
+    gap = dp.accuracy - plain.accuracy
+    parts.append(f"DP-FedAvg is {abs(gap):.3f} {'above' if gap > 0 else 'below'} FedAvg "
+                 f"({plain.accuracy:.3f})" + _within_noise({"gap": gap}, noise))
+  return parts
+
+
 def claim_check(summaries: list[Summary]) -> str:
   """Where each scheme's accuracy peaks over r, whether it rises then falls,
-  and by how much (the peak over the smallest and the largest r run). A
-  rise or a fall no larger than the widest spread between one row's seeds
-  among ``summaries`` is said to be within it, no evidence of the shape;
-  without a row of two seeds the spread is unknown (the report says how
-  many rows ran at one seed)."""
+  and by how much (the peak over the smallest and the largest r run); with
+  a DP-FedAvg row (Fed-SMP Tables I-III), each private sparsifier's best
+  against it and it against FedAvg. A rise, a fall or a gap no larger than
+  the widest spread between one row's seeds among ``summaries`` is said to
+  be within it, no evidence; without a row of two seeds the spread is
+  unknown (the report says how many rows ran at one seed)."""
   noise = max((hi - lo for s in summaries if len(s.best) > 1 for lo, hi in [s.spread]),
               default=None)
   parts = []
@@ -416,9 +452,6 @@ def claim_check(summaries: list[Summary]) -> str:
       shape, sides = f"highest at the largest r run ({rise})", {"rise": sides["rise"]}
     else:
       shape = f"rises then falls ({rise}, {fall})"
-    weak = [name for name, d in sides.items() if noise is not None and d <= noise + 1e-9]
-    if weak:
-      shape += (f", the {' and the '.join(weak)} within the widest spread between one "
-                f"row's seeds ({noise:.3f}): no evidence of {'them' if len(weak) > 1 else 'it'}")
+    shape += _within_noise(sides, noise)
     parts.append(f"{scheme} peaks at r = {r:g} ({best:.3f}): {shape}")
-  return "; ".join(parts)
+  return "; ".join(parts + _against_baselines(summaries, noise))

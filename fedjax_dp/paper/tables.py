@@ -204,6 +204,12 @@ def _setting(key: str, **values) -> str:
   return prose(text_file()["setting"][key], **values)
 
 
+def _baselines_claim() -> str:
+  """Fed-SMP Tables I-III's claim against their DP-FedAvg and FedAvg rows
+  (Sec. 6.3, l.181-183), checked by ``paper.stats.claim_check``."""
+  return prose(text_file()["claim"]["fedsmp-baselines"])
+
+
 def _claim(key: str, dataset: str) -> str:
   """The ``[claim]`` text ``key`` of :data:`TEXT`, with the ratio at which the
   paper says one sparsifier peaks on ``dataset`` (Fed-SMP Sec. 6.3.2, l.189:
@@ -431,6 +437,11 @@ table(_thesis_eps_table, "fashion-mnist")
 
 
 _FEDSMP = ("Fed-SMP-randk", "Fed-SMP-topk")
+# Fed-SMP Tables I-III's baselines (Sec. 6, l.150): DP-FedAvg is Fed-SMP-rand_k
+# at r = 1, FedAvg is FedAvg-rand_k at r = 1; their rows carry these tags, by
+# which paper.stats.claim_check finds them.
+DP_FEDAVG = "as DP-FedAvg"
+FEDAVG = "as FedAvg"
 
 
 @table
@@ -474,12 +485,12 @@ def _fedsmp_table1() -> Table:
   source = "Fed-SMP Table I (l.98-116), Sec. 6.3.2 (l.181)"
   rows = [Row(name, ratio, None, source, private)
           for ratio in settings.FEDSMP_TABLE1_RATIOS for name in _FEDSMP]
-  rows.append(Row("Fed-SMP-randk", 1.0, None, source, private, tag="as DP-FedAvg"))
-  rows.append(Row("FedAvg-randk", 1.0, None, source, tag="as FedAvg"))
+  rows.append(Row("Fed-SMP-randk", 1.0, None, source, private, tag=DP_FEDAVG))
+  rows.append(Row("FedAvg-randk", 1.0, None, source, tag=FEDAVG))
   return Table("fedsmp-table1", "Fed-SMP Table I: Fed-SMP, DP-FedAvg and FedAvg at its ratios, "
                "one S (Fashion-MNIST)",
                _setting("fedsmp-table1", epsilon=epsilon, clip=settings.FEDSMP_TABLE1_CLIP),
-               tuple(rows), claim=_claim("fedsmp", "fashion-mnist"))
+               tuple(rows), claim=_claim("fedsmp", "fashion-mnist") + _baselines_claim())
 
 
 def _fedsmp_natural_curve(dataset: str) -> Table:
@@ -517,13 +528,13 @@ def _fedsmp_natural_curve(dataset: str) -> Table:
              "--clip-ratio", "1")
   source = f"Fed-SMP Table {number} ({lines}), Sec. 6.3.2 (l.188)"
   rows = [Row(name, ratio, None, source, private) for ratio in ratios for name in _FEDSMP]
-  rows.append(Row("Fed-SMP-randk", 1.0, None, source, private, tag="as DP-FedAvg"))
-  rows.append(Row("FedAvg-randk", 1.0, None, source, data_flags, tag="as FedAvg"))
+  rows.append(Row("Fed-SMP-randk", 1.0, None, source, private, tag=DP_FEDAVG))
+  rows.append(Row("FedAvg-randk", 1.0, None, source, data_flags, tag=FEDAVG))
   return Table(f"fedsmp-{dataset}",
                f"Fed-SMP Table {number}: Fed-SMP, DP-FedAvg and FedAvg at its ratios ({data})",
                _setting(f"fedsmp-{dataset}")
                + _setting("fedsmp-natural", epsilon=epsilon, sigma=sigma),
-               tuple(rows), claim=_claim("fedsmp", dataset))
+               tuple(rows), claim=_claim("fedsmp", dataset) + _baselines_claim())
 
 
 table(_fedsmp_natural_curve, "svhn")

@@ -197,6 +197,42 @@ def test_claim_check_tells_rise_then_fall_from_monotone():
       paper_stats.claim_check(rise_fall))
 
 
+def test_claim_check_weighs_each_sparsifiers_best_against_dp_fedavg_and_fedavg():
+  """Fed-SMP Tables I-III (Sec. 6.3, l.181-183): the best of each private
+  sparsifier over r < 1 against DP-FedAvg, and DP-FedAvg against FedAvg."""
+  def tagged(scheme, tag, accuracy, epsilon=1.0):
+    row = paper_tables.Row(scheme, 1.0, None, "t", tag=tag)
+    return paper_stats.summarize(row, [{"seed": 0, "record": {
+        "best_accuracy": accuracy, "best_round": 1, "epsilon": epsilon, "rounds": 1}}])
+  randk = [_summary("Fed-SMP-randk", r, a) for r, a in ((0.01, .70), (0.1, .83), (0.4, .80))]
+  topk = [_summary("Fed-SMP-topk", r, a) for r, a in ((0.01, .78), (0.1, .79), (0.4, .77))]
+  dp = tagged("Fed-SMP-randk", paper_tables.DP_FEDAVG, .80)
+  plain = tagged("FedAvg-randk", paper_tables.FEDAVG, .86, epsilon=None)
+  text = paper_stats.claim_check(randk + topk + [dp, plain])
+  assert text.endswith(
+      "Fed-SMP-randk at its best r (0.1, 0.830) is 0.030 above DP-FedAvg (0.800); "
+      "Fed-SMP-topk at its best r (0.1, 0.790) is 0.010 below DP-FedAvg (0.800); "
+      "DP-FedAvg is 0.060 below FedAvg (0.860)"), text
+  # DP-FedAvg is rand_k's r = 1 point of its curve, never its "best r".
+  assert "Fed-SMP-randk peaks at r = 0.1 (0.830): rises then falls (+0.130 over r = 0.01, " \
+         "+0.030 over r = 1)" in text
+  # A gap within the widest spread between one row's seeds is no evidence.
+  two = paper_stats.summarize(topk[0].row, [
+      {"seed": s, "record": {"best_accuracy": a, "best_round": 1, "epsilon": 1.0, "rounds": 1}}
+      for s, a in ((0, .78), (1, .76))])
+  weighed = paper_stats.claim_check(randk + [two] + topk[1:] + [dp, plain])
+  assert ("Fed-SMP-topk at its best r (0.1, 0.790) is 0.010 below DP-FedAvg (0.800), the gap "
+          "within the widest spread between one row's seeds (0.020): no evidence of it") in weighed
+  assert "0.030 above DP-FedAvg (0.800);" in weighed
+  # Without a DP-FedAvg row (the fedsmp curve) no comparison is made.
+  assert "DP-FedAvg" not in paper_stats.claim_check(randk + topk + [plain])
+  for name in ("fedsmp-table1", "fedsmp-svhn", "fedsmp-shakespeare"):
+    table = paper_tables.get_table(name)
+    assert "higher accuracy than DP-FedAvg under the same level of DP guarantee" in table.claim
+    assert [r.tag for r in table.rows if r.tag] == [paper_tables.DP_FEDAVG, paper_tables.FEDAVG]
+  assert "DP-FedAvg" not in paper_tables.get_table("fedsmp").claim
+
+
 def test_select_patterns_and_bad_names():
   table = paper_tables.get_table("thesis-5.3")
   assert [r.slug for r in table.select(["FL-CS-DP*"])] == [
