@@ -186,10 +186,10 @@ class Summary:
     """"within 0.03", or why not."""
     prefix = ("reduced setting (" + " ".join(self.row.reduced) + "), not the paper's: "
               if self.reduced else "")
+    broken = sorted(r for r in self.nonfinite_rounds if r is not None)
     if self.row.diverges:
       end = ("" if self.settled is None else
              f"its last fifth of evaluations down to {self.settled:.2f}, ")
-      broken = sorted(r for r in self.nonfinite_rounds if r is not None)
       if broken:  # a NaN model "does not converge" too: said, not hidden
         end = f"its model not finite from round {broken[0]}, " + end
       if not self.converges:
@@ -197,8 +197,9 @@ class Summary:
       gap = f"converges ({end}best {self.accuracy:.2f}) where the paper's does not"
     elif self.within:
       return f"within {TOLERANCE:g}" + self._seeds_clause() + self._shape_clause()
-    elif self.difference is None:
-      return prefix + "no published cell"
+    elif self.difference is None:  # a NaN model is said here too, not hidden behind its best
+      return prefix + "no published cell" + (
+          f" (its model not finite from round {broken[0]})" if broken else "")
     else:
       moves = dict(self.moves) if self.reduced else {}
       gap = "; ".join(f"{name} {_gap(d)}{_moving(moves.get(key))}" for name, key, d in (

@@ -680,6 +680,14 @@ def test_convergence_is_judged_where_the_run_ends_not_by_its_best():
   nan = paper_stats.summarize(std, [{"seed": 0, "record": dict(record, nonfinite_round=7)}])
   assert nan.verdict == ("does not converge (its model not finite from round 7, its last "
                          "fifth of evaluations down to 0.11, best 0.92), as in the paper")
+  # A row with no published cell says a non-finite model too (FedAvg-rand_k at r = 0.5%,
+  # d/k = 200 without clipping), rather than only a best taken before it broke.
+  randk = paper_tables.get_table("fedsmp").select(["FedAvg-randk_r0.005"])[0]
+  broke = dict(record, nonfinite_round=5)
+  assert (paper_stats.summarize(randk, [{"seed": 0, "record": broke}]).verdict
+          == "no published cell (its model not finite from round 5)")
+  assert paper_stats.summarize(randk, [{"seed": 0, "record": record}]).verdict == (
+      "no published cell")
   # One that climbs and stays up converges, though its last rounds are its lowest.
   climbing = [{"round": t + 1, "accuracy": 0.5 + 0.04 * t} for t in range(10)]
   record = dict(record, best_accuracy=0.86, history=climbing[:-1] + [dict(climbing[-1],
@@ -1833,7 +1841,7 @@ def test_the_committed_reports_counts_are_its_rows():
   rows = [r for _, _, rows in _sections(text) for r in rows]
   full = [r for r in rows if "| reduced setting (" not in r]
   qualitative = [r for r in full if "| - (does not converge) |" in r]
-  numeric = [r for r in full if r not in qualitative and "| no published cell |" not in r]
+  numeric = [r for r in full if r not in qualitative and "| no published cell" not in r]
   within = [r for r in numeric
             if re.search(r"\| within 0\.03( \(the mean; .*\))?( on the best .*)? \|$", r)]
   agree = [r for r in qualitative if r.endswith(", as in the paper |")]
