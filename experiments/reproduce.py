@@ -344,7 +344,7 @@ def _run_size(row: paper_tables.Row, seed: int, extra: tuple[str, ...]) -> tuple
   run = request.runs[0]
   setting = run.setting
   trained = setting["clients_per_round"] * setting["local_steps"] * setting["batch_size"]
-  trained += run.scheme.server_examples(run.config.local)
+  trained += run.scheme.server_examples(run.config.local, run.ratio)
   return setting["rounds"], 3 * trained + (request.values["test_size"] or _TEST_IMAGES)
 
 

@@ -367,10 +367,11 @@ class Scheme(abc.ABC):
       return sorted(self.describe().items())
     return [(f.name, _plain(getattr(self, f.name))) for f in dataclasses.fields(self)]
 
-  def server_examples(self, local: LocalTraining) -> int:
-    """Examples the server trains on (forward and backward) in a round, for
-    estimates of a run's cost (``reproduce.py plan``); default none."""
-    del local
+  def server_examples(self, local: LocalTraining, ratio: float) -> int:
+    """Examples the server trains on (forward and backward) in a round at
+    compression ratio ``ratio``, for estimates of a run's cost
+    (``reproduce.py plan``); default none."""
+    del local, ratio
     return 0
 
   def describe_run(self, constants: Any, noise_multiplier: float) -> dict:

@@ -191,9 +191,10 @@ class FedSMPScheme(Scheme):
     decays = jnp.floor_divide(rounds_done, self.lr_decay_every).astype(jnp.float32)
     return jnp.power(jnp.float32(self.lr_decay), decays)
 
-  def server_examples(self, local: LocalTraining) -> int:
-    """top_k: the server's public-data steps a round times their batch."""
-    if self.sparsifier != "topk":
+  def server_examples(self, local: LocalTraining, ratio: float) -> int:
+    """top_k: the server's public-data steps a round times their batch; none
+    at r = 1, where the mask keeps every weight (``server_topk``)."""
+    if self.sparsifier != "topk" or ratio >= 1.0:
       return 0
     steps = self._server_steps(local, self.public_holdout)
     return steps * min(local.batch_size, self.public_holdout)

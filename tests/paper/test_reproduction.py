@@ -1932,14 +1932,18 @@ def test_an_unreadable_record_is_left_out_with_a_warning_naming_it(tmp_path):
 def test_a_run_s_size_counts_the_servers_own_training():
   """Fed-SMP top_k's server trains 10 passes over its 1,000 public examples a
   round (1,000 steps of 10): the plan counts them (3 forward passes each) as
-  the clients' training, so a top_k row is not estimated at rand_k's pace."""
+  the clients' training, so a top_k row is not estimated at rand_k's pace;
+  at r = 1 its mask keeps every weight and the server trains nothing."""
   local = LocalTraining(steps=10, batch_size=10, lr=0.1)
-  assert get_scheme("Fed-SMP-topk").server_examples(local) == 10_000
-  assert get_scheme("Fed-SMP-randk").server_examples(local) == 0
-  assert get_scheme("FL-TOP-DP").server_examples(local) == 0
+  assert get_scheme("Fed-SMP-topk").server_examples(local, 0.5) == 10_000
+  assert get_scheme("Fed-SMP-topk").server_examples(local, 1.0) == 0
+  assert get_scheme("Fed-SMP-randk").server_examples(local, 0.5) == 0
+  assert get_scheme("FL-TOP-DP").server_examples(local, 0.5) == 0
   rows = {row.slug: row for row in paper_tables.get_table("fedsmp-table1").rows}
   size = _script()._run_size
   _, topk = size(rows["Fed-SMP-topk_r0.001"], 0, ())
   _, randk = size(rows["Fed-SMP-randk_r0.001"], 0, ())
   # top_k's clients hold 9 examples, trained at |B| 10 (full batch) as rand_k's 10.
   assert topk - randk == 3 * 10_000
+  fedavg = {row.slug: row for row in paper_tables.get_table("fedsmp").rows}
+  assert size(fedavg["FedAvg-topk"], 0, ())[1] == size(fedavg["FedAvg-randk"], 0, ())[1]
