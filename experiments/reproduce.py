@@ -3,7 +3,7 @@
   python experiments/reproduce.py TABLE [--rows PATTERN ...] [--seeds 0 1 2] [--out DIR]
   python experiments/reproduce.py report [--out DIR] [--report docs/REPRODUCTION.md]
   python experiments/reproduce.py list [TABLE] [--out DIR]
-  python experiments/reproduce.py queue FILE [--out DIR]
+  python experiments/reproduce.py queue FILE [--out DIR] [--hours H]
   python experiments/reproduce.py plan FILE [--out DIR]
 
 TABLE is one of uai-table1, thesis-4.1, thesis-4.2, thesis-4.4, thesis-5.3,
@@ -33,7 +33,10 @@ line checked before the first run. Several processes may work through the
 same tables or queue at once: each (row, seed) is held by the process running
 it (``fedjax_dp.runlock``), and the others skip it. ``plan`` lists what
 ``queue FILE`` would still run, each run with its hours estimated from the
-paces of the kept records, and their sum.
+paces of the kept records, and their sum. ``--hours H`` (a table or a queue)
+starts only the runs that ``plan`` expects to end within H hours of the
+command's start, a batch job's wall-clock limit or a session's: the others
+are passed over, each said in one line, and left for a later command.
 Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 
   python experiments/reproduce.py uai-table1 --rows 'FL-TOP*_r0.005'
@@ -42,9 +45,11 @@ Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 import argparse
 import os
 import pathlib
+import math
 import shlex
 import statistics
 import sys
+import time
 from typing import NamedTuple
 
 from fedjax_dp import host_devices  # imports no JAX
@@ -93,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "paper's costs hours a cell on a CPU); reported, labelled as reduced")
   p.add_argument("--report", default=DEFAULT_REPORT,
                  help=f"report: the Markdown file to write (default {DEFAULT_REPORT})")
+  p.add_argument("--hours", type=float,
+                 help="a table or queue: start only the runs that plan expects to end "
+                      "within this many hours of the command's start (e.g. a batch job's "
+                      "wall-clock limit); the others are passed over and left for later")
   return p
 
 
@@ -260,8 +269,9 @@ def _queue(path: str, out: str) -> list[Job]:
       words = shlex.split(line, comments=True)
       if not words:
         continue
-      if any(w.split("=")[0] in ("--out", "--report") for w in words):
-        raise ValueError("--out and --report belong to the queue's command, not its lines")
+      if any(w.split("=")[0] in ("--out", "--report", "--hours") for w in words):
+        raise ValueError("--out, --report and --hours belong to the queue's command, not "
+                         "its lines")
       if _HELP & set(words):
         raise ValueError("a queue line runs a table; --help belongs to the command line")
       args = build_parser().parse_args([*words, "--out", out])
@@ -275,15 +285,17 @@ def _queue(path: str, out: str) -> list[Job]:
   return jobs
 
 
-def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str], list[str]]:
+def _run_job(job: Job, out: str, machine: str, budget: "_Budget | None" = None
+             ) -> tuple[list[str], list[str], list[str], list[str]]:
   """Runs a job's (row, seed)s not kept yet; returns those that failed, those
-  left to other processes and those whose data this machine cannot read
-  (never run, each said with its command).
+  left to other processes, those whose data this machine cannot read (never
+  run, each said with its command) and those ``budget`` passed over (not
+  expected to end in the hours left).
 
   Raises:
     KeyboardInterrupt: A run was interrupted (its checkpoint is kept).
   """
-  failed, elsewhere, away = [], [], []
+  failed, elsewhere, away, later = [], [], [], []
   for row in job.rows:
     if reason := datasets.reachable(row.dataset):
       print(f"reproduce.py: {job.table.name} {row.name}: data not reachable on this machine "
@@ -292,6 +304,11 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str], li
       away.append(row.slug)
       continue
     for seed in job.row_seeds(row):
+      if budget is not None and (why := budget.passes_over(job, row, seed)):
+        print(f"reproduce.py: {job.table.name} {row.name} seed {seed}: not started, {why}",
+              file=sys.stderr)
+        later.append(f"{row.slug} seed {seed}")
+        continue
       print(f"reproduce.py: {job.table.name} {row.name} seed {seed}", file=sys.stderr)
       try:
         kept = paper_runner.run_row(job.table, row, seed, out, experiment.main, machine,
@@ -302,6 +319,8 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str], li
               "skipped here", file=sys.stderr)
         elsewhere.append(f"{row.slug} seed {seed}")
         continue
+      if budget is not None:
+        budget.ran()
       if kept is None:
         failed.append(f"{row.slug} seed {seed}")
         continue
@@ -309,7 +328,7 @@ def _run_job(job: Job, out: str, machine: str) -> tuple[list[str], list[str], li
       print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
             f"round {rec['best_round']} (paper: {paper_report.paper_cell(row)})",
             file=sys.stderr)
-  return failed, elsewhere, away
+  return failed, elsewhere, away, later
 
 
 # The test images of MNIST and Fashion-MNIST, evaluated after every round.
@@ -519,30 +538,87 @@ def _plan(path: str, out: str) -> int:
           continue  # listed above, or kept (for this table or another)
         planned.add(argv)
         name = f"{job.table.name} {row.name} seed {seed}{' (reduced)' if job.reduced else ''}"
-        rounds, images = _run_size(row, seed, extra)
-        # run_states knows the paper's and the reduced settings' runs, not others.
-        states = [] if job.extra else paper_runner.run_states(out, job.table, row, index)
-        started = next((s for s in states if (s.seed, s.reduced) == (seed, job.reduced)
-                        and not s.older and 0 < s.round <= rounds), None)
-        if started is not None and started.seconds:
-          left = (rounds - started.round) * started.seconds / started.round
-          how = "running now" if started.running is not None else "interrupted"
-          print(f"{name}: about {left / 3600:.1f} h (at round {started.round}/{rounds}, "
-                f"{how}; at its pace so far)")
-        elif (pace := _pace(paces, job.table, row, images)) is not None:
-          left = rounds * pace[0]
-          print(f"{name}: about {left / 3600:.1f} h ({rounds} rounds at the pace of "
-                f"{pace[1]})")
-        else:
+        estimate = _estimate(paces, index, out, job, row, seed)
+        if estimate is None:
           print(f"{name}: no estimate (no kept record to go by)")
           without += 1
           continue
-        hours += left / 3600
+        print(f"{name}: about {estimate.seconds / 3600:.1f} h ({estimate.basis})")
+        hours += estimate.seconds / 3600
   runs = f"{len(planned)} run{'' if len(planned) == 1 else 's'}"
   basis = _basis(paces)
   print(f"{runs} to go: about {hours:.1f} run-hours at {basis}"
         + (f", and {without} without an estimate" if without else ""))
   return 0
+
+
+class _Estimate(NamedTuple):
+  """A run's seconds left, as ``plan`` gives them."""
+
+  seconds: float
+  basis: str  # what they rest on, e.g. "at round 50/200, interrupted; at its pace so far"
+  running: bool  # a process runs it now
+
+
+def _estimate(paces: _Paces, index: dict, out: str, job: Job, row: paper_tables.Row,
+              seed: int) -> _Estimate | None:
+  """The seconds left of a (row, seed)'s run: a started run's rounds left at
+  its pace so far, else its rounds at :func:`_pace`'s; None without a kept or
+  running run to go by."""
+  extra = row.reduced if job.reduced else job.extra
+  rounds, images = _run_size(row, seed, extra)
+  # run_states knows the paper's and the reduced settings' runs, not others.
+  states = [] if job.extra else paper_runner.run_states(out, job.table, row, index)
+  started = next((s for s in states if (s.seed, s.reduced) == (seed, job.reduced)
+                  and not s.older and 0 < s.round <= rounds), None)
+  if started is not None and started.seconds:
+    how = "running now" if started.running is not None else "interrupted"
+    return _Estimate((rounds - started.round) * started.seconds / started.round,
+                     f"at round {started.round}/{rounds}, {how}; at its pace so far",
+                     started.running is not None)
+  if (pace := _pace(paces, job.table, row, images)) is None:
+    return None
+  return _Estimate(rounds * pace[0], f"{rounds} rounds at the pace of {pace[1]}", False)
+
+
+class _Budget:
+  """``--hours``: which runs may start, by ``plan``'s estimates of them
+  against the hours left (a batch job's wall-clock limit, a session's end).
+
+  A run with no estimate is not started (nothing says it would end in
+  time). The paces are read again after each run, so a run that lands sets
+  the estimates of those after it.
+  """
+
+  def __init__(self, hours: float, out: str, machine: str):
+    self.hours = hours
+    self.deadline = time.monotonic() + hours * 3600
+    self.out, self.machine = out, machine
+    self._paces: _Paces | None = None
+    self._index: dict | None = None
+
+  def ran(self) -> None:
+    """A run ended: the next estimate reads the records again."""
+    self._paces = self._index = None
+
+  def passes_over(self, job: Job, row: paper_tables.Row, seed: int) -> str:
+    """Why the (row, seed) is not started (``""``: start it, or it is kept,
+    or another process runs it, which ``run_row`` says)."""
+    extra = row.reduced if job.reduced else job.extra
+    if paper_runner.is_kept(self.out, job.table, row, seed, extra):
+      return ""
+    if self._paces is None:
+      self._paces = _paces(self.out, self.machine)
+      self._index = paper_runner.record_index(self.out)
+    left = (self.deadline - time.monotonic()) / 3600
+    estimate = _estimate(self._paces, self._index, self.out, job, row, seed)
+    if estimate is None:
+      return (f"no estimate of its hours (no kept record to go by), {left:.1f} of "
+              f"--hours {self.hours:g} left")
+    if estimate.running or estimate.seconds / 3600 <= left:
+      return ""
+    return (f"about {estimate.seconds / 3600:.1f} h ({estimate.basis}), {left:.1f} of "
+            f"--hours {self.hours:g} left")
 
 
 def _basis(paces: _Paces) -> str:
@@ -582,6 +658,11 @@ def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.target != "report" and args.report != DEFAULT_REPORT:
       raise ValueError(f"--report belongs to 'report', not to {args.target}")
+    if args.hours is not None:
+      if args.target in ("report", "list", "plan"):
+        raise ValueError(f"--hours belongs to a table or 'queue', not to {args.target}")
+      if not math.isfinite(args.hours) or args.hours <= 0:
+        raise ValueError(f"--hours must be a number of hours > 0, got {args.hours:g}")
     if args.target == "list":
       _no_row_flags(args)
       _check_records_folder(args.out)
@@ -615,13 +696,15 @@ def _main(argv: list[str]) -> int:
     print(f"reproduce.py: error: {e}", file=sys.stderr)
     return 2
   machine = host_devices.machine()
-  failed, elsewhere, away = [], [], []
+  budget = None if args.hours is None else _Budget(args.hours, args.out, machine)
+  failed, elsewhere, away, later = [], [], [], []
   try:
     for job in jobs:
-      job_failed, job_elsewhere, job_away = _run_job(job, args.out, machine)
+      job_failed, job_elsewhere, job_away, job_later = _run_job(job, args.out, machine, budget)
       failed += job_failed
       elsewhere += job_elsewhere
       away += job_away
+      later += job_later
   except KeyboardInterrupt as e:
     if not isinstance(e, interrupts.Reported):  # else the sweep's line named its checkpoint
       print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
@@ -630,6 +713,9 @@ def _main(argv: list[str]) -> int:
   if elsewhere:
     print(f"reproduce.py: left to the processes running them: {', '.join(elsewhere)}",
           file=sys.stderr)
+  if later:
+    print(f"reproduce.py: not started within --hours {args.hours:g}, left for a later "
+          f"command: {', '.join(later)}", file=sys.stderr)
   if failed:
     print(f"reproduce.py: error: failed: {', '.join(failed)}", file=sys.stderr)
     return 1

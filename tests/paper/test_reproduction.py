@@ -1018,7 +1018,8 @@ def test_reduced_runs_are_labelled_so_in_the_plots(tmp_path, monkeypatch):
 @pytest.mark.parametrize("lines,needle", [
     (["# nothing but a comment", ""], "names no table"),
     (["thesis-5.3 --rows 'FL-CS-DP*'", "table9"], ":2: unknown table 'table9'"),
-    (["thesis-5.3 --out /tmp/x"], ":1: --out and --report belong to the queue's command"),
+    (["thesis-5.3 --out /tmp/x"], ":1: --out, --report and --hours belong to the queue's"),
+    (["thesis-5.3 --hours 1"], ":1: --out, --report and --hours belong to the queue's"),
     (["report"], ":1: a queue line runs a table, not 'report'"),
     (["thesis-6.1 --reduced", "thesis-5.3 --reduced"], ":2: --reduced: FL-RND-DP_r0.05"),
 ])
@@ -1299,6 +1300,49 @@ def test_plan_lists_the_queues_runs_to_go_with_hours_from_the_kept_paces(tmp_pat
                        "Intel Xeon, 16 cores, 1 gpu device(s) (NVIDIA H200)")
   assert plan(queue) == 0
   assert capsys.readouterr().out.splitlines()[2] == out[2]
+
+
+def test_a_queue_with_hours_starts_only_the_runs_expected_to_end_in_them(tmp_path, capsys,
+                                                                          monkeypatch):
+  """queue --hours: a run starts only if plan's estimate of it fits in the
+  hours left (a batch job's limit); the others, and a run with nothing to go
+  by, are passed over, each in one line, and named together at the end."""
+  plan, queue = _plan_queue(tmp_path, monkeypatch)
+  script, calls = _script(), []
+  monkeypatch.setattr(script.experiment, "main", _fake_sweep(calls))
+  hours = lambda h, *more: script.main(["queue", str(queue), "--out", str(tmp_path),
+                                        "--hours", h, *more])
+  assert hours("1") == 0 and not calls  # nothing kept: no estimate, nothing started
+  err = capsys.readouterr().err
+  assert ("thesis-5.3 FL-CS-DP r=5% seed 0: not started, no estimate of its hours (no kept "
+          "record to go by), 1.0 of --hours 1 left") in err
+  _plan_kept(tmp_path)  # seeds 1 at 0.13 h each, seed 2 interrupted with 0.5 h left
+  assert hours("0.4") == 0
+  ran = [(argv[1], argv[argv.index("--seed") + 1]) for argv in calls]
+  assert ran == [("FL-CS-DP", "1"), ("FL-RND-DP", "1")]
+  err = capsys.readouterr().err
+  assert ("thesis-5.3 FL-CS-DP r=5% seed 2: not started, about 0.5 h (at round 50/200, "
+          "interrupted; at its pace so far), 0.4 of --hours 0.4 left") in err
+  assert ("not started within --hours 0.4, left for a later command: FL-CS-DP_r0.05 seed 2, "
+          "signSGD seed 0") in err
+  assert "FL-STD seed 0: not started" not in err  # kept (for UAI Table 1): not estimated
+  assert plan(queue) == 0 and "2 runs to go" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["queue", "Q", "--hours", "0"], "--hours must be a number of hours > 0, got 0"),
+    (["queue", "Q", "--hours", "nan"], "--hours must be a number of hours > 0, got nan"),
+    (["plan", "Q", "--hours", "1"], "--hours belongs to a table or 'queue', not to plan"),
+    (["thesis-5.3", "--hours", "-1"], "--hours must be a number of hours > 0, got -1"),
+])
+def test_bad_hours_are_one_line_exit_2(args, needle, tmp_path, capsys):
+  queue = tmp_path / "q.txt"
+  queue.write_text("thesis-5.3 --rows FL-STD-DP\n")
+  args = [str(queue) if a == "Q" else a for a in args]
+  assert _script_main()([*args, "--out", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and needle in err[0], err
+  assert not (tmp_path / "out").exists()
 
 
 def test_plan_goes_by_this_machines_and_the_newest_records(tmp_path, capsys, monkeypatch):
