@@ -286,16 +286,16 @@ def _queue(path: str, out: str) -> list[Job]:
 
 
 def _run_job(job: Job, out: str, machine: str, budget: "_Budget | None" = None
-             ) -> tuple[list[str], list[str], list[str], list[str]]:
+             ) -> tuple[list[str], list[str], list[str]]:
   """Runs a job's (row, seed)s not kept yet; returns those that failed, those
-  left to other processes, those whose data this machine cannot read (never
-  run, each said with its command) and those ``budget`` passed over (not
-  expected to end in the hours left).
+  left to other processes and those whose data this machine cannot read
+  (never run, each said with its command). Those ``budget`` passes over (not
+  expected to end in the hours left) it notes, each said once.
 
   Raises:
     KeyboardInterrupt: A run was interrupted (its checkpoint is kept).
   """
-  failed, elsewhere, away, later = [], [], [], []
+  failed, elsewhere, away = [], [], []
   for row in job.rows:
     if reason := datasets.reachable(row.dataset):
       print(f"reproduce.py: {job.table.name} {row.name}: data not reachable on this machine "
@@ -305,9 +305,10 @@ def _run_job(job: Job, out: str, machine: str, budget: "_Budget | None" = None
       continue
     for seed in job.row_seeds(row):
       if budget is not None and (why := budget.passes_over(job, row, seed)):
-        print(f"reproduce.py: {job.table.name} {row.name} seed {seed}: not started, {why}",
-              file=sys.stderr)
-        later.append(f"{row.slug} seed {seed}")
+        if f"{row.slug} seed {seed}" not in budget.later:  # a row on several queue lines
+          print(f"reproduce.py: {job.table.name} {row.name} seed {seed}: not started, {why}",
+                file=sys.stderr)
+          budget.later[f"{row.slug} seed {seed}"] = None
         continue
       print(f"reproduce.py: {job.table.name} {row.name} seed {seed}", file=sys.stderr)
       try:
@@ -328,7 +329,7 @@ def _run_job(job: Job, out: str, machine: str, budget: "_Budget | None" = None
       print(f"reproduce.py: {row.name} seed {seed}: best {rec['best_accuracy']:.4f} at "
             f"round {rec['best_round']} (paper: {paper_report.paper_cell(row)})",
             file=sys.stderr)
-  return failed, elsewhere, away, later
+  return failed, elsewhere, away
 
 
 # The test images of MNIST and Fashion-MNIST, evaluated after every round.
@@ -596,6 +597,7 @@ class _Budget:
     self.out, self.machine = out, machine
     self._paces: _Paces | None = None
     self._index: dict | None = None
+    self.later: dict[str, None] = {}  # the runs passed over, in order, each once
 
   def ran(self) -> None:
     """A run ended: the next estimate reads the records again."""
@@ -697,14 +699,13 @@ def _main(argv: list[str]) -> int:
     return 2
   machine = host_devices.machine()
   budget = None if args.hours is None else _Budget(args.hours, args.out, machine)
-  failed, elsewhere, away, later = [], [], [], []
+  failed, elsewhere, away = [], [], []
   try:
     for job in jobs:
-      job_failed, job_elsewhere, job_away, job_later = _run_job(job, args.out, machine, budget)
+      job_failed, job_elsewhere, job_away = _run_job(job, args.out, machine, budget)
       failed += job_failed
       elsewhere += job_elsewhere
       away += job_away
-      later += job_later
   except KeyboardInterrupt as e:
     if not isinstance(e, interrupts.Reported):  # else the sweep's line named its checkpoint
       print(f"reproduce.py: interrupted; kept records and the checkpoint of the run in "
@@ -713,9 +714,9 @@ def _main(argv: list[str]) -> int:
   if elsewhere:
     print(f"reproduce.py: left to the processes running them: {', '.join(elsewhere)}",
           file=sys.stderr)
-  if later:
+  if budget is not None and budget.later:
     print(f"reproduce.py: not started within --hours {args.hours:g}, left for a later "
-          f"command: {', '.join(later)}", file=sys.stderr)
+          f"command: {', '.join(budget.later)}", file=sys.stderr)
   if failed:
     print(f"reproduce.py: error: failed: {', '.join(failed)}", file=sys.stderr)
     return 1

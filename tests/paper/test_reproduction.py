@@ -1317,6 +1317,7 @@ def test_a_queue_with_hours_starts_only_the_runs_expected_to_end_in_them(tmp_pat
   assert ("thesis-5.3 FL-CS-DP r=5% seed 0: not started, no estimate of its hours (no kept "
           "record to go by), 1.0 of --hours 1 left") in err
   _plan_kept(tmp_path)  # seeds 1 at 0.13 h each, seed 2 interrupted with 0.5 h left
+  queue.write_text(queue.read_text() + "thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 2\n")
   assert hours("0.4") == 0
   ran = [(argv[1], argv[argv.index("--seed") + 1]) for argv in calls]
   assert ran == [("FL-CS-DP", "1"), ("FL-RND-DP", "1")]
@@ -1326,7 +1327,9 @@ def test_a_queue_with_hours_starts_only_the_runs_expected_to_end_in_them(tmp_pat
   assert ("not started within --hours 0.4, left for a later command: FL-CS-DP_r0.05 seed 2, "
           "signSGD seed 0") in err
   assert "FL-STD seed 0: not started" not in err  # kept (for UAI Table 1): not estimated
-  assert plan(queue) == 0 and "2 runs to go" in capsys.readouterr().out
+  # A row on two of the queue's lines is passed over, and named, once.
+  assert err.count("FL-CS-DP r=5% seed 2: not started") == 1
+  assert plan(queue) == 0 and "\n2 runs to go" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args,needle", [
