@@ -43,9 +43,9 @@ Example (UAI Table 1's FL-TOP rows at r = 0.5%):
 """
 
 import argparse
+import math
 import os
 import pathlib
-import math
 import shlex
 import statistics
 import sys
