@@ -615,11 +615,12 @@ class _Budget:
     left = (self.deadline - time.monotonic()) / 3600
     estimate = _estimate(self._paces, self._index, self.out, job, row, seed)
     if estimate is None:
-      return (f"no estimate of its hours (no kept record to go by), {left:.1f} of "
+      return (f"no estimate of its hours (no kept record to go by), {left:.2f} of "
               f"--hours {self.hours:g} left")
     if estimate.running or estimate.seconds / 3600 <= left:
       return ""
-    return (f"about {estimate.seconds / 3600:.1f} h ({estimate.basis}), {left:.1f} of "
+    # Two decimals: "0.2 h, 0.2 left" read as a run that fits.
+    return (f"about {estimate.seconds / 3600:.2f} h ({estimate.basis}), {left:.2f} of "
             f"--hours {self.hours:g} left")
 
 

@@ -1315,15 +1315,15 @@ def test_a_queue_with_hours_starts_only_the_runs_expected_to_end_in_them(tmp_pat
   assert hours("1") == 0 and not calls  # nothing kept: no estimate, nothing started
   err = capsys.readouterr().err
   assert ("thesis-5.3 FL-CS-DP r=5% seed 0: not started, no estimate of its hours (no kept "
-          "record to go by), 1.0 of --hours 1 left") in err
+          "record to go by), 1.00 of --hours 1 left") in err
   _plan_kept(tmp_path)  # seeds 1 at 0.13 h each, seed 2 interrupted with 0.5 h left
   queue.write_text(queue.read_text() + "thesis-5.3 --rows FL-CS-DP_r0.05 --seeds 2\n")
   assert hours("0.4") == 0
   ran = [(argv[1], argv[argv.index("--seed") + 1]) for argv in calls]
   assert ran == [("FL-CS-DP", "1"), ("FL-RND-DP", "1")]
   err = capsys.readouterr().err
-  assert ("thesis-5.3 FL-CS-DP r=5% seed 2: not started, about 0.5 h (at round 50/200, "
-          "interrupted; at its pace so far), 0.4 of --hours 0.4 left") in err
+  assert ("thesis-5.3 FL-CS-DP r=5% seed 2: not started, about 0.50 h (at round 50/200, "
+          "interrupted; at its pace so far), 0.40 of --hours 0.4 left") in err
   assert ("not started within --hours 0.4, left for a later command: FL-CS-DP_r0.05 seed 2, "
           "signSGD seed 0") in err
   assert "FL-STD seed 0: not started" not in err  # kept (for UAI Table 1): not estimated
